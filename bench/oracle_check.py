@@ -1,0 +1,41 @@
+"""Greedy requests against a server, checked token-for-token against the synthetic pair's oracle."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Tuple
+
+from bench.server_harness import generate
+
+
+def make_prompts(vocab: int, n: int, length: int, seed: int) -> List[List[int]]:
+    """``n`` random prompts of ``length`` word-token ids in ``[0, vocab)``."""
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(length)] for _ in range(n)]
+
+
+def check_one(url: str, oracle: Any, prompt: List[int], max_new_tokens: int) -> Dict[str, Any]:
+    """One greedy request; ``match`` is True iff the output ids equal the oracle chain."""
+    out = generate(url, prompt, max_new_tokens)
+    got = out.get("output_ids") or []
+    want = oracle.chain(prompt[-1], max_new_tokens)
+    first_bad = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    if first_bad is None and len(got) != len(want):
+        first_bad = min(len(got), len(want))
+    meta = out.get("meta_info", {})
+    return {
+        "match": first_bad is None,
+        "first_mismatch": first_bad,
+        "n_tokens": len(got),
+        "spec_accept_length": meta.get("spec_accept_length"),
+        "spec_verify_ct": meta.get("spec_verify_ct"),
+    }
+
+
+def check_many(url: str, oracle: Any, prompts: List[List[int]], max_new_tokens: int,
+               concurrency: int) -> Tuple[bool, List[Dict[str, Any]]]:
+    """Run ``prompts`` with up to ``concurrency`` in flight; (all matched, per-request results)."""
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = list(pool.map(lambda p: check_one(url, oracle, p, max_new_tokens), prompts))
+    return all(r["match"] for r in results), results

@@ -1,0 +1,206 @@
+"""Start, drive and stop real SGLang servers on the GPU machine (used by bench/ and the GPU tests).
+
+Nothing here needs a GPU to import; everything that talks to a server uses plain HTTP (httpx).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+
+# What the GPU machine can serve with the slim wheel set (../shared/gpu/README.md).
+BASE_ARGS = [
+    "--attention-backend", "triton",
+    "--sampling-backend", "pytorch",
+    "--grammar-backend", "none",
+    "--dtype", "bfloat16",
+    "--log-level", "info",
+]
+
+
+def eagle3_args(
+    target: str,
+    draft: str,
+    *,
+    topk: int = 1,
+    num_steps: int = 3,
+    num_draft_tokens: int = 4,
+    overlap: bool = True,
+    max_running_requests: int = 64,
+    cuda_graph_max_bs: int = 64,
+    mem_fraction: float = 0.2,
+) -> List[str]:
+    """SGLang CLI args for an EAGLE-3 server on the synthetic pair.
+
+    ``overlap=False`` adds ``--disable-overlap-schedule`` (SGLang 0.5.12 then runs the v1
+    ``EAGLEWorker``); ``topk > 1`` makes SGLang turn overlap off by itself.
+    """
+    args = [
+        "--model-path", target,
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", draft,
+        "--speculative-num-steps", str(num_steps),
+        "--speculative-eagle-topk", str(topk),
+        "--speculative-num-draft-tokens", str(num_draft_tokens),
+        "--max-running-requests", str(max_running_requests),
+        "--cuda-graph-max-bs", str(cuda_graph_max_bs),
+        "--mem-fraction-static", str(mem_fraction),
+        *BASE_ARGS,
+    ]
+    if not overlap:
+        args.append("--disable-overlap-schedule")
+    return args
+
+
+def plain_args(target: str, *, max_running_requests: int = 128, cuda_graph_max_bs: int = 128,
+               mem_fraction: float = 0.2) -> List[str]:
+    """SGLang CLI args for the same target without speculation."""
+    return [
+        "--model-path", target,
+        "--max-running-requests", str(max_running_requests),
+        "--cuda-graph-max-bs", str(cuda_graph_max_bs),
+        "--mem-fraction-static", str(mem_fraction),
+        *BASE_ARGS,
+    ]
+
+
+@dataclasses.dataclass
+class Server:
+    """A server process started by :func:`start_server`; ``url`` like ``http://127.0.0.1:30000``."""
+
+    name: str
+    port: int
+    args: List[str]
+    log_path: Path
+    proc: subprocess.Popen
+    started_at: float
+    ready_s: Optional[float] = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+def start_server(name: str, args: Sequence[str], port: int, log_dir: Path, *,
+                 patched: bool = True, env: Optional[Dict[str, str]] = None) -> Server:
+    """Start ``python -m server_patch.launch_server`` (or plain ``sglang.launch_server``) in its own
+    process group, output to ``log_dir/<name>.log``."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    module = "server_patch.launch_server" if patched else "sglang.launch_server"
+    cmd = [sys.executable, "-m", module, *args, "--port", str(port), "--host", "127.0.0.1"]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    log = open(log_path, "w")
+    log.write("$ " + " ".join(cmd) + "\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                            start_new_session=True, cwd=str(REPO))
+    return Server(name, port, list(args), log_path, proc, time.time())
+
+
+def wait_ready(server: Server, timeout_s: float = 420) -> None:
+    """Poll ``/health_generate`` until the server answers 200.
+
+    Raises:
+        RuntimeError: the process exited (message has its exit code and log tail) or timed out.
+    """
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        code = server.proc.poll()
+        if code is not None:
+            raise RuntimeError(f"{server.name} exited with {code}:\n{server.log_tail()}")
+        try:
+            r = httpx.get(server.url + "/health", timeout=5)
+            if r.status_code == 200:
+                server.ready_s = time.time() - server.started_at
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"{server.name} not ready after {timeout_s}s:\n{server.log_tail()}")
+
+
+def stop_server(server: Server, timeout_s: float = 30) -> Optional[int]:
+    """SIGTERM the server's process group, SIGKILL after ``timeout_s``; return the exit code."""
+    if server.proc.poll() is None:
+        try:
+            os.killpg(server.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            server.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.proc.pid, signal.SIGKILL)
+            server.proc.wait()
+    return server.proc.returncode
+
+
+def generate(url: str, input_ids: List[int], max_new_tokens: int, timeout_s: float = 300) -> Dict[str, Any]:
+    """Greedy ``/generate`` on token ids; returns SGLang's JSON (``output_ids``, ``meta_info``)."""
+    payload = {
+        "input_ids": input_ids,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+    }
+    r = httpx.post(url + "/generate", json=payload, timeout=timeout_s)
+    r.raise_for_status()
+    return r.json()
+
+
+def server_info(url: str) -> Dict[str, Any]:
+    r = httpx.get(url + "/server_info", timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def spec_gate(url: str) -> Dict[str, Any]:
+    """``internal_states[0].spec_gate`` of a patched server."""
+    return server_info(url)["internal_states"][0]["spec_gate"]
+
+
+def set_gate(url: str, **values: int) -> Dict[str, Any]:
+    """POST gate keys (``speculative_disable_batch_threshold=..``, ``speculative_disable_hysteresis=..``)."""
+    r = httpx.post(url + "/set_internal_state", json={"server_args": values}, timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+SPEC_PATH_MARKERS = ("Spec v1 is used", "Spec v2 is enabled")
+
+
+def spec_path_log_line(log_text: str) -> Optional[str]:
+    """SGLang's startup line that names the speculative worker family, if present."""
+    for line in log_text.splitlines():
+        if any(m in line for m in SPEC_PATH_MARKERS):
+            return line.strip()
+    return None
+
+
+def gate_startup_lines(log_text: str) -> List[str]:
+    return [l.strip() for l in log_text.splitlines() if "spec_gate: worker=" in l]
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,274 @@
+"""The speculation-OFF decode step for SGLang 0.5.12's two EAGLE workers.
+
+An OFF step is a *degenerate speculation step* (the mechanism SGLang 0.5.23 ships as
+``speculative_num_steps == 0``, ``sglang/srt/speculative/eagle_worker_v2.py:1469-1472,1678-1731``
+in 0.5.23, backported here):
+
+1. no drafting: the verify input is a 1-node tree rooted at the last committed (bonus) token;
+2. target ``TARGET_VERIFY`` with 1 token per request, replaying a CUDA graph captured for
+   exactly that shape at startup — functionally a plain decode step;
+3. a 1-token draft extend (its own CUDA graph), so the draft model's KV cache and hidden
+   state stay current and speculation resumes at full acceptance without re-prefill.
+
+Both the ON and OFF states are sets of attention backends and graph runners
+(``SpecRuntimeState``, built by the worker's own ``build_adaptive_runtime_state``). An OFF
+step swaps the OFF set in, runs the worker's unchanged ``forward_batch_generation`` with the
+draft stage replaced by the trivial verify input, and swaps the ON set back, so prefill and
+ON steps never see an OFF backend and OFF steps never replay an ON graph.
+``server_args.speculative_num_steps/num_draft_tokens`` are never changed, so the scheduler's
+KV reservation (``check_decode_mem``, spec-v2 ``prepare_for_decode``) stays ON-sized.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, List, Optional
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+OFF_STEPS = 0
+OFF_DRAFT_TOKENS = 1
+
+
+class _ReplayCounter:
+    """Wraps a graph runner instance's ``replay`` to count calls (proves which graph ran)."""
+
+    def __init__(self, runner: Any):
+        self.count = 0
+        if runner is None:
+            return
+        original = runner.replay
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return original(*args, **kwargs)
+
+        runner.replay = counted
+
+
+@contextlib.contextmanager
+def _no_multistep_draft_backend_for_zero_steps():
+    """0.5.12's ``DraftBackendFactory.create_decode_backend`` returns None only for steps == 1
+    (``speculative/draft_utils.py:39-41``); 0.5.23 returns None for steps <= 1. With 0 steps no
+    multi-step draft backend is needed, so return None while the OFF state is built."""
+    from sglang.srt.speculative.draft_utils import DraftBackendFactory
+
+    original = DraftBackendFactory.create_decode_backend
+
+    def create_decode_backend(self):
+        if self.speculative_num_steps <= 1:
+            return None
+        return original(self)
+
+    DraftBackendFactory.create_decode_backend = create_decode_backend
+    try:
+        yield
+    finally:
+        DraftBackendFactory.create_decode_backend = original
+
+
+def _trivial_verify_input(
+    bonus_tokens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    seq_lens_sum: int,
+    topk: int,
+    mask_buffer: Optional[torch.Tensor],
+    seq_lens_cpu: Optional[torch.Tensor],
+):
+    """A 1-node ``EagleVerifyInput`` rooted at each request's bonus token.
+
+    Shapes: ``bonus_tokens`` (bs,), ``seq_lens`` (bs,). Every position of a 1-node tree is
+    visible, so the custom mask (``seq_lens_sum * 1 + 1 * bs`` entries in SGLang's FULL_MASK
+    layout) is all True. Mirrors 0.5.23 ``EAGLEWorkerV2._build_trivial_verify_input``.
+    """
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    bs = seq_lens.shape[0]
+    device = seq_lens.device
+    if mask_buffer is not None:
+        # v2 writes the tree mask straight into the verify backend's graph buffer.
+        mask_buffer.fill_(True)
+        custom_mask = mask_buffer
+    else:
+        custom_mask = torch.ones(seq_lens_sum + bs, dtype=torch.bool, device=device)
+    return EagleVerifyInput(
+        draft_token=bonus_tokens.to(torch.int64),
+        custom_mask=custom_mask,
+        positions=seq_lens.to(torch.int64),
+        retrieve_index=torch.arange(bs, dtype=torch.long, device=device).unsqueeze(1),
+        retrieve_next_token=torch.full((bs, 1), -1, dtype=torch.long, device=device),
+        retrieve_next_sibling=torch.full((bs, 1), -1, dtype=torch.long, device=device),
+        retrieve_cum_len=None,
+        spec_steps=OFF_STEPS,
+        topk=topk,
+        draft_token_num=OFF_DRAFT_TOKENS,
+        capture_hidden_mode=CaptureHiddenMode.FULL,
+        seq_lens_sum=seq_lens_sum,
+        seq_lens_cpu=seq_lens_cpu,
+    )
+
+
+class OffStepRunner:
+    """Owns the ON and OFF runtime states of one live EAGLE worker and runs OFF decode steps.
+
+    Args:
+        worker: the scheduler's ``draft_worker`` — an ``EAGLEWorker`` (v1) or ``EAGLEWorkerV2`` (v2).
+        spec_version: ``"v1"`` or ``"v2"`` (from :func:`server_patch.compat.classify_worker`).
+
+    Building captures the OFF CUDA graphs (target ``TARGET_VERIFY`` at 1 token/request and the
+    1-token draft extend) when CUDA graphs are enabled; that takes GPU memory after the KV cache
+    was sized (SGLang's adaptive speculation does the same).
+    """
+
+    def __init__(self, worker: Any, spec_version: str):
+        self.worker = worker
+        self.v2 = spec_version == "v2"
+        self.topk = worker.topk
+        self.on_state = self._current_state()
+        with self._build_context(), _no_multistep_draft_backend_for_zero_steps():
+            self.off_state = worker.build_adaptive_runtime_state(OFF_STEPS, OFF_DRAFT_TOKENS)
+        self._apply(self.on_state)  # build leaves ON fields in place; be explicit
+        self.off_target_graph = _ReplayCounter(self.off_state.target_graph_runner)
+        self.off_draft_extend_graph = _ReplayCounter(
+            self.off_state.cuda_graph_runner_for_draft_extend
+        )
+        self.on_target_graph = _ReplayCounter(self.on_state.target_graph_runner)
+        self.off_steps_cuda_graph = 0  # OFF steps whose target verify replayed the OFF graph
+        self._draft_owner = worker.draft_worker if self.v2 else worker
+
+    @property
+    def has_off_cuda_graph(self) -> bool:
+        return self.off_state.target_graph_runner is not None
+
+    # -- runtime-state plumbing ------------------------------------------------------
+
+    def _build_context(self):
+        from sglang.srt.layers.moe.utils import (
+            speculative_moe_a2a_backend_context,
+            speculative_moe_backend_context,
+        )
+
+        w = self.worker
+        stack = contextlib.ExitStack()
+        if self.v2:
+            dw = w.draft_worker
+            stack.enter_context(dw.draft_tp_context(dw.draft_runner.tp_group))
+        else:
+            stack.enter_context(w.draft_tp_context(w.draft_model_runner.tp_group))
+        stack.enter_context(speculative_moe_backend_context())
+        stack.enter_context(speculative_moe_a2a_backend_context())
+        return stack
+
+    def _current_state(self):
+        from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
+
+        w = self.worker
+        dw = w.draft_worker if self.v2 else w
+        target_runner = w.target_worker.model_runner
+        return SpecRuntimeState(
+            speculative_num_steps=w.speculative_num_steps,
+            speculative_num_draft_tokens=w.speculative_num_draft_tokens,
+            draft_attn_backend=dw.draft_attn_backend,
+            cuda_graph_runner=dw.cuda_graph_runner,
+            target_attn_backend=target_runner.attn_backend,
+            target_graph_runner=target_runner.graph_runner,
+            draft_extend_attn_backend=dw.draft_extend_attn_backend,
+            cuda_graph_runner_for_draft_extend=dw.cuda_graph_runner_for_draft_extend,
+        )
+
+    def _apply(self, state) -> None:
+        """Point the worker at ``state``'s backends and graphs. Same fields as the workers' own
+        ``apply_runtime_state`` (v1 ``eagle_worker.py:315-346``, v2 ``eagle_worker_v2.py:888-924``)
+        minus its per-switch log line and minus the ``server_args`` sync (KV reservation stays ON)."""
+        w = self.worker
+        w.speculative_num_steps = state.speculative_num_steps
+        w.speculative_num_draft_tokens = state.speculative_num_draft_tokens
+        if self.v2:
+            dw = w.draft_worker
+            dw.speculative_num_steps = state.speculative_num_steps
+            dw.speculative_num_draft_tokens = state.speculative_num_draft_tokens
+            dw.draft_runner.draft_attn_backend = state.draft_attn_backend
+        else:
+            dw = w
+            w.draft_model_runner.draft_attn_backend = state.draft_attn_backend
+        dw.draft_attn_backend = state.draft_attn_backend
+        dw.cuda_graph_runner = state.cuda_graph_runner
+        dw.draft_extend_attn_backend = state.draft_extend_attn_backend
+        dw.cuda_graph_runner_for_draft_extend = state.cuda_graph_runner_for_draft_extend
+        target_runner = w.target_worker.model_runner
+        target_runner.attn_backend = state.target_attn_backend
+        target_runner.graph_runner = state.target_graph_runner
+
+    # -- the OFF step ----------------------------------------------------------------
+
+    def _off_draft_v1(self, batch):
+        """Replacement for ``EAGLEWorker.draft`` during an OFF step (``eagle_worker.py:701-795``):
+        the bookkeeping of ``_draft_preprocess_decode`` without allocating draft slots."""
+        batch.maybe_evict_swa()
+        for req in batch.reqs:
+            req.decode_batch_idx += 1
+        spec_info = batch.spec_info
+        if batch.sampling_info.penalizer_orchestrator.is_required:
+            batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(
+                spec_info.bonus_tokens.to(torch.int64)
+            )
+        batch.seq_lens_sum = int(torch.sum(batch.seq_lens).item())
+        batch.return_hidden_states = False
+        return _trivial_verify_input(
+            spec_info.bonus_tokens,
+            batch.seq_lens,
+            batch.seq_lens_sum,
+            self.topk,
+            mask_buffer=None,
+            seq_lens_cpu=batch.seq_lens_cpu,
+        )
+
+    def _off_draft_v2(self, model_worker_batch):
+        """Replacement for ``EagleDraftWorker.draft`` during an OFF step (``eagle_worker_v2.py:339-416``)."""
+        draft_input = model_worker_batch.spec_info
+        mask_buf, _ = (
+            self.worker.target_worker.model_runner.attn_backend.get_verify_buffers_to_fill_after_draft()
+        )
+        return _trivial_verify_input(
+            draft_input.bonus_tokens,
+            model_worker_batch.seq_lens,
+            model_worker_batch.seq_lens_sum,
+            self.topk,
+            mask_buffer=mask_buf,
+            seq_lens_cpu=None,
+        )
+
+    def run_off_step(self, forward: Callable, batch: Any):
+        """Run one decode batch with speculation off: ``forward`` is the worker's original
+        ``forward_batch_generation``; returns its ``GenerationBatchResult``."""
+        owner = self._draft_owner
+        self._apply(self.off_state)
+        owner.draft = self._off_draft_v2 if self.v2 else self._off_draft_v1
+        replays_before = self.off_target_graph.count
+        try:
+            result = forward(batch)
+        finally:
+            del owner.draft  # back to the class's draft()
+            self._apply(self.on_state)
+        if self.off_target_graph.count > replays_before:
+            self.off_steps_cuda_graph += 1
+        return result
+
+
+def snapshot_req_spec_counters(reqs: List[Any]):
+    """Per-request speculative counters, to undo what an OFF step's verify adds to them."""
+    return [
+        (r, r.spec_verify_ct, r.spec_num_correct_drafts, list(r.spec_correct_drafts_histogram))
+        for r in reqs
+    ]
+
+
+def restore_req_spec_counters(saved) -> None:
+    for r, verify_ct, correct, hist in saved:
+        r.spec_verify_ct = verify_ct
+        r.spec_num_correct_drafts = correct
+        r.spec_correct_drafts_histogram = hist

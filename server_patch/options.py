@@ -1,0 +1,83 @@
+"""The two server options and how their values reach every SGLang process.
+
+SGLang 0.5.12 parses its CLI once, in the main process, and pickles ``ServerArgs`` into each
+scheduler process it spawns. The gate's values travel two ways: as plain attributes on the
+``ServerArgs`` object (so ``vars(server_args)`` — and thus ``/server_info`` — shows them) and
+as the environment variable ``SPECCONSOLE_SPEC_GATE`` (JSON), which spawned children inherit
+and which the plugin reads to decide whether to install its hooks at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Optional
+
+from server_patch.gate import HYSTERESIS_KEY, THRESHOLD_KEY, GateConfig
+
+ENV_VAR = "SPECCONSOLE_SPEC_GATE"
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--speculative-disable-batch-threshold`` and ``--speculative-disable-hysteresis``."""
+    group = parser.add_argument_group("specconsole speculation gate")
+    group.add_argument(
+        "--speculative-disable-batch-threshold",
+        dest=THRESHOLD_KEY,
+        type=int,
+        default=None,
+        metavar="N",
+        help="Run EAGLE speculation only while the decode batch size is < N; off at >= N. "
+        "Absent: no gating (specconsole changes nothing).",
+    )
+    group.add_argument(
+        "--speculative-disable-hysteresis",
+        dest=HYSTERESIS_KEY,
+        type=int,
+        default=None,
+        metavar="H",
+        help="Once off, resume speculation only when the batch size is < N - H (default 0).",
+    )
+
+
+def config_from_namespace(ns: argparse.Namespace) -> Optional[GateConfig]:
+    """The GateConfig asked for on the command line, or None when the threshold is absent.
+
+    Raises:
+        GateConfigError: invalid values, or a hysteresis without a threshold.
+    """
+    from server_patch.gate import GateConfigError
+
+    threshold = getattr(ns, THRESHOLD_KEY, None)
+    hysteresis = getattr(ns, HYSTERESIS_KEY, None)
+    if threshold is None:
+        if hysteresis is not None:
+            raise GateConfigError(
+                "--speculative-disable-hysteresis needs --speculative-disable-batch-threshold"
+            )
+        return None
+    return GateConfig(threshold, 0 if hysteresis is None else hysteresis).validate()
+
+
+def export_to_env(config: GateConfig, environ=os.environ) -> None:
+    """Publish the config for child processes (they inherit the environment)."""
+    environ[ENV_VAR] = json.dumps({"threshold": config.threshold, "hysteresis": config.hysteresis})
+
+
+def config_from_env(environ=os.environ) -> Optional[GateConfig]:
+    """The config published by :func:`export_to_env`, or None when the gate is not enabled.
+
+    Raises:
+        GateConfigError: the variable is set but malformed.
+    """
+    from server_patch.gate import GateConfigError
+
+    raw = environ.get(ENV_VAR)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        return GateConfig(int(data["threshold"]), int(data.get("hysteresis", 0))).validate()
+    except (ValueError, KeyError, TypeError) as exc:
+        raise GateConfigError(f"{ENV_VAR}={raw!r} is malformed: {exc}") from exc

@@ -1,0 +1,320 @@
+"""Hooks on SGLang 0.5.12's ``Scheduler`` (one scheduler process per TP rank).
+
+Where each decision lives (see ``sglang/srt/managers/scheduler.py`` 0.5.12):
+
+- ``init_model_worker`` (AFTER): the draft worker exists; classify it, refuse what is
+  unsupported, capture the OFF graphs, wrap the live worker's ``forward_batch_generation``.
+- ``get_next_batch_to_run`` (AFTER): the decode batch is final here (after retraction and
+  ``prepare_for_decode``); the gate decides ON/OFF for exactly this batch.
+- ``process_batch_result_decode`` / ``update_spec_metrics`` / ``_resolve_spec_overlap_tokens``
+  / ``report_decode_stats``: accept-length metrics count speculative (ON) steps only.
+- ``set_internal_state`` (AROUND) / ``get_internal_state`` (AFTER): runtime threshold changes
+  and the ``spec_gate`` status of the HTTP contract.
+
+Every hook is a pass-through on a scheduler without a gate (``_spec_gate`` unset).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Optional
+
+from server_patch import compat, options
+from server_patch.gate import (
+    GATE_KEYS,
+    HYSTERESIS_KEY,
+    THRESHOLD_KEY,
+    GateConfigError,
+    SpecGate,
+    parse_update,
+    switch_log_line,
+)
+from server_patch.off_state import (
+    OffStepRunner,
+    restore_req_spec_counters,
+    snapshot_req_spec_counters,
+)
+
+logger = logging.getLogger("server_patch.spec_gate")
+
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+GATE_ATTR = "_spec_gate"
+OFF_RESULT_ATTR = "_spec_gate_off"
+REASON_KEY = "spec_gate_reason"
+DECODE_STEP_KEY = "spec_gate_decode_step"
+
+
+class GateRuntime:
+    """Everything one scheduler knows about its gate: policy, OFF-step runner, identity."""
+
+    def __init__(self, scheduler: Any, gate: SpecGate):
+        worker = scheduler.draft_worker
+        self.worker_class, self.spec_version = compat.classify_worker(worker)
+        self.gate = gate
+        self.overlap = bool(scheduler.enable_overlap)
+        self.sglang_version = compat.sglang_version()
+        sa = scheduler.server_args
+        self.algorithm = sa.speculative_algorithm
+        self.topk = worker.topk
+        self.num_steps = worker.speculative_num_steps
+        self.num_draft_tokens = worker.speculative_num_draft_tokens
+        self.cuda_graph_max_bs = sa.cuda_graph_max_bs
+        self.tp_rank = scheduler.tp_rank
+        self.tp_size = scheduler.tp_size
+        self.runner = OffStepRunner(worker, self.spec_version)
+        self.in_off_result = False  # set while an OFF step's result is processed
+        self._wrap_worker(worker)
+
+    def _wrap_worker(self, worker: Any) -> None:
+        forward = worker.forward_batch_generation  # bound method of the class
+        runtime = self
+
+        def forward_batch_generation(batch, *args, **kwargs):
+            if runtime.gate.current_off and batch.forward_mode.is_decode():
+                runtime.gate.current_off = False  # one decision, one batch
+                saved = None if runtime.spec_version == "v2" else snapshot_req_spec_counters(batch.reqs)
+                result = runtime.runner.run_off_step(forward, batch)
+                if saved is not None:  # v1 counts per-request verifies inside verify()
+                    restore_req_spec_counters(saved)
+                setattr(result, OFF_RESULT_ATTR, True)
+                return result
+            return forward(batch, *args, **kwargs)
+
+        worker.forward_batch_generation = forward_batch_generation
+
+    def status(self, max_running_requests: Optional[int]) -> Dict[str, Any]:
+        """This rank's ``spec_gate`` dict (the README's contract), without ``ranks``."""
+        out = {
+            "worker_class": self.worker_class,
+            "spec_version": self.spec_version,
+            "overlap": self.overlap,
+            "sglang_version": self.sglang_version,
+            "speculative_algorithm": self.algorithm,
+            "topk": self.topk,
+            "num_steps": self.num_steps,
+            "num_draft_tokens": self.num_draft_tokens,
+            "max_running_requests": max_running_requests,
+            "cuda_graph_max_bs": self.cuda_graph_max_bs,
+            "off_cuda_graph": self.runner.has_off_cuda_graph,
+            "off_steps_cuda_graph": self.runner.off_steps_cuda_graph,
+            "off_target_graph_replays": self.runner.off_target_graph.count,
+            "off_draft_extend_graph_replays": self.runner.off_draft_extend_graph.count,
+            "on_target_graph_replays": self.runner.on_target_graph.count,
+            "tp_rank": self.tp_rank,
+            "tp_size": self.tp_size,
+        }
+        out.update(self.gate.snapshot())
+        return out
+
+
+def _runtime(scheduler: Any) -> Optional[GateRuntime]:
+    return getattr(scheduler, GATE_ATTR, None)
+
+
+def _refuse(message: str) -> None:
+    # Raised inside Scheduler.__init__, so SGLang's launcher reports the scheduler's failure
+    # and the server does not start; never a silent no-op.
+    logger.error(message)
+    raise compat.UnsupportedSetup(message)
+
+
+# -- hooks -------------------------------------------------------------------------------
+
+
+def after_init_model_worker(result, scheduler, *args, **kwargs):
+    try:
+        config = options.config_from_env()
+    except GateConfigError as exc:
+        _refuse(f"spec_gate: {exc}")
+    if config is None:
+        return None
+    try:
+        compat.check_sglang_version(compat.sglang_version())
+        compat.check_server_args(scheduler.server_args)
+        if getattr(scheduler, "draft_worker", None) is None:
+            raise compat.UnsupportedSetup("speculation gate refused: no speculative draft worker")
+        target_runner = scheduler.draft_worker.target_worker.model_runner
+        for hybrid in ("hybrid_gdn_config", "mamba2_config", "hybrid_lightning_config"):
+            if getattr(target_runner, hybrid, None) is not None:
+                raise compat.UnsupportedSetup(
+                    "speculation gate refused: hybrid linear-attention / mamba targets are not supported"
+                )
+    except compat.UnsupportedSetup as exc:
+        _refuse(str(exc))
+    runtime = GateRuntime(scheduler, SpecGate(config))
+    setattr(scheduler, GATE_ATTR, runtime)
+    logger.info(
+        "spec_gate: worker=%s spec=%s overlap=%s threshold=%d hysteresis=%d",
+        runtime.worker_class,
+        runtime.spec_version,
+        "on" if runtime.overlap else "off",
+        config.threshold,
+        config.hysteresis,
+    )
+    if not runtime.runner.has_off_cuda_graph:
+        logger.warning("spec_gate: CUDA graphs are disabled; OFF steps run eagerly")
+    # max_running_requests is final once init_model_worker returns (scheduler.py:727-741).
+    for warning in compat.capacity_warnings(
+        config.threshold, scheduler.max_running_requests, runtime.cuda_graph_max_bs
+    ):
+        logger.warning("spec_gate: %s", warning)
+    return None
+
+
+def after_get_next_batch_to_run(ret, scheduler, *args, **kwargs):
+    runtime = _runtime(scheduler)
+    if runtime is None:
+        return None
+    gate = runtime.gate
+    gate.current_off = False
+    if ret is not None and ret.forward_mode.is_decode():
+        switch = gate.decide(ret.batch_size())
+        if switch is not None:
+            logger.info(switch_log_line(switch, gate.config))
+    return None
+
+
+def around_process_batch_result_decode(original, scheduler, batch, result, *args, **kwargs):
+    runtime = _runtime(scheduler)
+    if runtime is None or not getattr(result, OFF_RESULT_ATTR, False):
+        return original(scheduler, batch, result, *args, **kwargs)
+    runtime.in_off_result = True
+    try:
+        return original(scheduler, batch, result, *args, **kwargs)
+    finally:
+        runtime.in_off_result = False
+
+
+def around_update_spec_metrics(original, scheduler, bs, num_correct_drafts, *args, **kwargs):
+    runtime = _runtime(scheduler)
+    if runtime is not None:
+        if runtime.in_off_result:
+            return None  # an OFF step proposes no drafts; it is not a speculative step
+        runtime.gate.record_accept(bs, num_correct_drafts)
+    return original(scheduler, bs, num_correct_drafts, *args, **kwargs)
+
+
+def around_resolve_spec_overlap_tokens(original, scheduler, result, batch, *args, **kwargs):
+    runtime = _runtime(scheduler)
+    if runtime is None or not getattr(result, OFF_RESULT_ATTR, False):
+        return original(scheduler, result, batch, *args, **kwargs)
+    saved = snapshot_req_spec_counters(batch.reqs)
+    try:
+        return original(scheduler, result, batch, *args, **kwargs)
+    finally:
+        restore_req_spec_counters(saved)
+
+
+def around_report_decode_stats(original, scheduler, *args, **kwargs):
+    """SGLang divides by the window's speculative forward count (``scheduler_metrics_mixin.py:681``).
+    A window of OFF steps only has none; report the most recent ON accept length instead of
+    dividing by zero or diluting it with OFF steps, and keep the lifetime totals clean."""
+    runtime = _runtime(scheduler)
+    if runtime is None or scheduler.spec_num_forward_ct > 0:
+        return original(scheduler, *args, **kwargs)
+    window = runtime.gate.recent_accept_window() or (1, 1)
+    scheduler.spec_num_accept_tokens, scheduler.spec_num_forward_ct = window
+    try:
+        return original(scheduler, *args, **kwargs)
+    finally:
+        if scheduler.spec_num_forward_ct == window[1]:
+            scheduler.spec_num_accept_tokens = scheduler.spec_num_forward_ct = 0  # not logged
+        else:  # logged and folded into the lifetime totals: take the stand-in back out
+            scheduler.spec_total_num_accept_tokens -= window[0]
+            scheduler.spec_total_num_forward_ct -= window[1]
+
+
+def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
+    from sglang.srt.managers.io_struct import SetInternalStateReqOutput
+    from sglang.srt.server_args import get_global_server_args
+
+    update = dict(recv_req.server_args or {})
+    if not any(k in update for k in GATE_KEYS):
+        return original(scheduler, recv_req, *args, **kwargs)
+    runtime = _runtime(scheduler)
+    if runtime is None:
+        return SetInternalStateReqOutput(
+            updated=False,
+            server_args={
+                REASON_KEY: "the speculation gate is not enabled on this server "
+                "(start it with --speculative-disable-batch-threshold)"
+            },
+        )
+    gate = runtime.gate
+    try:
+        new = parse_update(gate.config, update, scheduler.max_running_requests)
+    except GateConfigError as exc:
+        logger.warning("spec_gate: rejected %s: %s", update, exc)
+        return SetInternalStateReqOutput(
+            updated=False,
+            server_args={
+                REASON_KEY: str(exc),
+                THRESHOLD_KEY: gate.config.threshold,
+                HYSTERESIS_KEY: gate.config.hysteresis,
+            },
+        )
+    old = gate.update(new)
+    if old.threshold != new.threshold:
+        logger.info("spec_gate: threshold %d -> %d", old.threshold, new.threshold)
+    if old.hysteresis != new.hysteresis:
+        logger.info("spec_gate: hysteresis %d -> %d", old.hysteresis, new.hysteresis)
+    global_args = get_global_server_args()
+    setattr(global_args, THRESHOLD_KEY, new.threshold)
+    setattr(global_args, HYSTERESIS_KEY, new.hysteresis)
+    return SetInternalStateReqOutput(
+        updated=True,
+        server_args={
+            REASON_KEY: None,
+            THRESHOLD_KEY: new.threshold,
+            HYSTERESIS_KEY: new.hysteresis,
+            DECODE_STEP_KEY: gate.decode_steps,  # the new config decides from this step on
+        },
+    )
+
+
+def after_get_internal_state(result, scheduler, *args, **kwargs):
+    runtime = _runtime(scheduler)
+    if runtime is None:
+        return None
+    status = runtime.status(scheduler.max_running_requests)
+    mine = {
+        k: status[k]
+        for k in (
+            "tp_rank",
+            "spec_enabled",
+            "threshold",
+            "hysteresis",
+            "switches",
+            "decode_steps_on",
+            "decode_steps_off",
+        )
+    }
+    ranks = [mine]
+    if scheduler.tp_size > 1:
+        # Control requests are broadcast to every TP rank (scheduler.py:1750-1765), so every
+        # rank runs this handler at the same point: a CPU all-gather is safe here.
+        import torch.distributed as dist
+
+        ranks = [None] * scheduler.tp_size
+        dist.all_gather_object(ranks, mine, group=scheduler.tp_cpu_group)
+    status["ranks"] = ranks
+    result.internal_state["spec_gate"] = status
+    return None
+
+
+def register(registry, hook_type) -> None:
+    """Register every scheduler hook with SGLang's ``HookRegistry`` (``hook_type`` = its ``HookType``)."""
+    for target, hook, kind in HOOKS:
+        registry.register(target, hook, getattr(hook_type, kind))
+
+
+HOOKS = [
+    (f"{SCHEDULER}.init_model_worker", after_init_model_worker, "AFTER"),
+    (f"{SCHEDULER}.get_next_batch_to_run", after_get_next_batch_to_run, "AFTER"),
+    (f"{SCHEDULER}.process_batch_result_decode", around_process_batch_result_decode, "AROUND"),
+    (f"{SCHEDULER}.update_spec_metrics", around_update_spec_metrics, "AROUND"),
+    (f"{SCHEDULER}._resolve_spec_overlap_tokens", around_resolve_spec_overlap_tokens, "AROUND"),
+    (f"{SCHEDULER}.report_decode_stats", around_report_decode_stats, "AROUND"),
+    (f"{SCHEDULER}.set_internal_state", around_set_internal_state, "AROUND"),
+    (f"{SCHEDULER}.get_internal_state", after_get_internal_state, "AFTER"),
+]
