@@ -1,0 +1,543 @@
+"""The Textual app: wires the data layer to the screens.
+
+* HTTP polling runs in an async worker (httpx, timeouts, backoff while the server is down);
+  NVML reads and log-file reads run in thread workers started by timers (one at a time each),
+  so the UI never waits on the network, NVML or the disk.
+* Every input goes into :class:`console.model.ConsoleModel`; the resulting snapshot is handed to
+  :class:`console.screens.main.MainScreen`, whose widgets only render it.
+* In launch/demo mode the app owns the server's process group (:class:`console.process.ServerProcess`):
+  it shows startup progress, detects a crash (exit code + last log lines, ``r`` restarts) and
+  stops the whole group on quit, SIGTERM and SIGHUP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterable
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+import themes
+from console import logparse
+from console import state as st
+from console.client import Backoff, ServerClient, ServerUnreachable
+from console.config import AppConfig
+from console.logfollow import LogFollower
+from console.model import ConsoleModel
+from console.nvml import NvmlReader
+from console.process import ServerProcess
+from console.screens.crash import CrashScreen, describe_exit
+from console.screens.help import HelpScreen
+from console.screens.main import MainScreen
+from console.screens.no_server import NoServerScreen
+from console.screens.threshold_dialog import ThresholdDialog, ThresholdRequest
+from console.widgets.log_panel import LogPanel
+from console.widgets.log_view import LogView
+
+HERE = Path(__file__).resolve().parent
+
+#: seconds between log-file reads
+LOG_READ_S = 0.25
+#: seconds between checks of the server child
+PROCESS_CHECK_S = 0.5
+
+
+class SpecConsoleApp(App[int]):
+    """specconsole. ``App.run()`` returns 0 (or the exit code asked for) and leaves the terminal clean.
+
+    Args:
+        config: what to run (see :class:`console.config.AppConfig`).
+        nvml_module: a pynvml-compatible object to use instead of nvidia-ml-py (tests, demo).
+        http_timeout_s: per-request HTTP timeout in seconds.
+    """
+
+    TITLE = "specconsole"
+    CSS_PATH = [HERE / "app.tcss", *themes.css_paths()]
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("plus,equals_sign", "threshold_step(1)", "Thr+1", key_display="+"),
+        Binding("minus", "threshold_step(-1)", "Thr-1", key_display="-"),
+        Binding("t", "threshold_dialog", "Set"),
+        Binding("slash", "log_prompt('search')", "Search", key_display="/"),
+        Binding("n", "next_match(1)", "Next match", show=False),
+        Binding("N", "next_match(-1)", "Previous match", show=False),
+        Binding("f", "log_prompt('include')", "Filter"),
+        Binding("x", "log_prompt('exclude')", "Hide", show=False),
+        Binding("c", "clear_log_filters", "Clear filters", show=False),
+        Binding("p", "toggle_follow", "Pause"),
+        Binding("G,end", "follow", "Follow", show=False),
+        Binding("r", "restart", "Restart"),
+        Binding("colon", "command_palette", "Palette", show=False),
+    ]
+
+    def __init__(self, config: AppConfig, nvml_module: Any = None, http_timeout_s: float = 2.0) -> None:
+        super().__init__()
+        self.cfg = config
+        self.http_timeout_s = http_timeout_s
+        self.theme_name = config.theme
+        self.model = ConsoleModel(
+            mode=config.mode, url=config.url, readonly=config.readonly, interval_s=config.interval_s,
+            log_path=str(config.log_path) if config.log_path else None,
+        )
+        self.nvml = NvmlReader(module=nvml_module)
+        self.client: ServerClient | None = None
+        self.backoff = Backoff(config.interval_s)
+        self.follower: LogFollower | None = None
+        self.proc: ServerProcess | None = None
+        self._wake = asyncio.Event()
+        self._nvml_busy = False
+        self._log_busy = False
+        self._quitting = False
+        self._signalled = False
+        self._session = False
+        self._last_check = st.CHECK_UNKNOWN
+        self._crash_shown = False
+
+    # -- setup -----------------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen:
+        return MainScreen(id="main")
+
+    @property
+    def main_screen(self) -> MainScreen:
+        """The main screen (the bottom of the screen stack)."""
+        return self.screen_stack[0]  # type: ignore[return-value]
+
+    def on_mount(self) -> None:
+        self.apply_theme(self.cfg.theme)
+        if self.cfg.handle_signals:
+            self._install_signal_handlers()
+        self.set_interval(self.cfg.interval_s, self._read_gpus_tick)
+        self._read_gpus_tick()
+        self.set_interval(1.0, self.publish)
+        self.call_after_refresh(self._begin)
+
+    def _begin(self) -> None:
+        if self.cfg.mode == "none":
+            self._show_no_server()
+        else:
+            self.start_session()
+
+    def apply_theme(self, name: str) -> None:
+        """Switch to theme ``name`` (``dark``, ``light``, ``ansi``): its class plus its Textual base theme."""
+        info = themes.get(name)
+        for t in themes.THEMES.values():
+            self.remove_class(t.css_class)
+        self.add_class(info.css_class)
+        self.theme = info.textual_theme
+        self.theme_name = name
+        self.refresh_css()
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
+                pass
+
+    def _on_signal(self, sig: int) -> None:
+        """SIGTERM / SIGHUP (ssh drop): stop the server group, then exit (or force it)."""
+        if self._signalled:
+            return
+        self._signalled = True
+
+        def stop_then_exit() -> None:
+            if self.proc is not None:
+                self.proc.stop()
+            try:
+                self.call_from_thread(self.exit, 128 + sig)
+            except Exception:  # noqa: BLE001 - app already gone
+                pass
+            time.sleep(5.0)  # the terminal may be gone (SIGHUP); do not hang on it
+            os._exit(128 + sig)
+
+        threading.Thread(target=stop_then_exit, name="specconsole-signal", daemon=True).start()
+
+    def start_session(self) -> None:
+        """Start polling (and the server child in launch/demo mode)."""
+        cfg = self.cfg
+        self._session = True
+        self.model.mode, self.model.url = cfg.mode, cfg.url
+        self.model.log_path = str(cfg.log_path) if cfg.log_path else None
+        self.model.connection = st.ConnectionState(url=cfg.url)
+        self.client = ServerClient(cfg.url, api_key=cfg.api_key, timeout_s=self.http_timeout_s)
+        log_panel = self.main_screen.query_one(LogPanel)
+        if cfg.log_path is not None:
+            log_panel.base_title = f"Log {cfg.log_path.name}"
+            self.follower = LogFollower(cfg.log_path, on_scan=self._scan_fact)
+            self._scanned: list[str] = []
+        else:
+            log_panel.base_title = "Log (none: attach --log FILE)"
+        log_panel.update_title()
+        if cfg.server_command:
+            self.proc = ServerProcess(cfg.server_command, cfg.log_path or Path("server.log"), stop_timeout_s=cfg.stop_timeout_s)
+            self._start_process()
+        self.console_line(f"{cfg.mode}: {cfg.url}" + (f", log {cfg.log_path}" if cfg.log_path else ""))
+        if cfg.log_path is not None:
+            self.set_interval(LOG_READ_S, self._read_log_tick)
+        if self.proc is not None:
+            self.set_interval(PROCESS_CHECK_S, self._check_process)
+        self._poll_loop()
+        self.publish()
+
+    def _start_process(self) -> None:
+        assert self.proc is not None
+        try:
+            self.proc.start()
+        except OSError as exc:
+            self.model.on_process(st.ProcessState(phase=st.PHASE_CRASHED, exit_code=None,
+                                                  last_lines=(f"could not start: {exc}",), command=" ".join(self.proc.command)))
+            self.console_line(f"could not start the server: {exc}")
+            return
+        self.model.on_process(st.ProcessState(
+            phase=st.PHASE_STARTING, pid=self.proc.pid, started_at=self.proc.started_at,
+            restarts=self.proc.starts - 1, command=" ".join(self.proc.command),
+        ))
+        self.console_line(f"started server pid {self.proc.pid} (process group {self.proc.pgid})")
+
+    def _show_no_server(self) -> None:
+        from console.config import user_config_dir
+
+        self.push_screen(NoServerScreen(self.cfg.url, str(user_config_dir())), self._after_no_server)
+
+    async def _after_no_server(self, choice: str | None) -> None:
+        if choice == "demo":
+            from console.cli import demo_config
+
+            demo = demo_config(self.cfg)
+            self.cfg = demo
+            self.model.readonly = demo.readonly
+            if demo.nvml == "sim":
+                from console.nvml_sim import SimulatedNvml
+
+                self.nvml = NvmlReader(module=SimulatedNvml())
+            self.start_session()
+        elif choice == "retry":
+            client = ServerClient(self.cfg.url, timeout_s=1.0)
+            ok = await client.health()
+            await client.aclose()
+            if ok:
+                self.cfg = replace(self.cfg, mode="attach")
+                self.start_session()
+            else:
+                self.notify(f"nothing answers on {self.cfg.url}", severity="warning")
+                self._show_no_server()
+        else:
+            self.exit(0)
+
+    # -- output ----------------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Hand the current snapshot to the main screen (and react to a new worker mismatch)."""
+        snap = self.model.snapshot()
+        if snap.worker.status != self._last_check:
+            if snap.worker.status == st.CHECK_MISMATCH:
+                self.console_line("WORKER MISMATCH: " + snap.worker.detail)
+                self.notify(snap.worker.detail, title="worker class mismatch", severity="error", timeout=10)
+            self._last_check = snap.worker.status
+        try:
+            self.main_screen.snapshot = snap
+        except IndexError:  # pragma: no cover - no screen yet
+            pass
+
+    def console_line(self, text: str) -> None:
+        """Write a console message into the log pane (styled as a console line)."""
+        stamp = time.strftime("%H:%M:%S")
+        lines = [(logparse.CONSOLE, f"[console {stamp}] {part}") for part in text.split("\n")]
+        try:
+            self.main_screen.query_one(LogView).add_lines(lines)
+        except Exception:  # noqa: BLE001 - screen not composed yet
+            pass
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    @work(exclusive=True, group="poll", exit_on_error=False)
+    async def _poll_loop(self) -> None:
+        """Poll forever: /server_info + /v1/loads every interval, backing off while down."""
+        assert self.client is not None
+        while True:
+            try:
+                sample = await self.client.poll()
+            except ServerUnreachable as exc:
+                self.model.on_failure(str(exc))
+            else:
+                for msg in self.model.on_sample(sample):
+                    self.console_line(msg)
+                p = self.model.process
+                if p is not None and p.phase not in (st.PHASE_READY, st.PHASE_CRASHED, st.PHASE_STOPPING, st.PHASE_STOPPED):
+                    self.model.on_process(replace(p, phase=st.PHASE_READY))
+            self.publish()
+            failures = self.model.connection.failures
+            starting = self.model.process is not None and self.model.process.phase != st.PHASE_READY
+            delay = self.cfg.interval_s if starting else self.backoff.delay(failures)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                pass
+
+    def poll_now(self) -> None:
+        """Wake the poll loop now (after a change, or when the server became ready)."""
+        self._wake.set()
+
+    # -- NVML ------------------------------------------------------------------------------
+
+    def _read_gpus_tick(self) -> None:
+        if not self._nvml_busy and not self._quitting:
+            self._nvml_busy = True
+            self._read_gpus()
+
+    @work(thread=True, group="nvml", exit_on_error=False)
+    def _read_gpus(self) -> None:
+        try:
+            panel = self.nvml.read()
+        finally:
+            self._nvml_busy = False
+        self._from_thread(self._on_gpus, panel)
+
+    def _on_gpus(self, panel: st.GpuPanelState) -> None:
+        self.model.on_gpus(panel)
+        self.publish()
+
+    def _from_thread(self, fn, *args) -> None:
+        try:
+            self.call_from_thread(fn, *args)
+        except Exception:  # noqa: BLE001 - app shutting down
+            pass
+
+    # -- log -------------------------------------------------------------------------------
+
+    def _scan_fact(self, line: str) -> None:
+        """Called from the log thread for lines above the initial tail: keep only fact lines."""
+        if line.startswith(logparse.START_MARKER) or logparse.classify(line) == logparse.VERIFY:
+            self._scanned.append(line)
+
+    def _read_log_tick(self) -> None:
+        if not self._log_busy and self.follower is not None:
+            self._log_busy = True
+            self._read_log()
+
+    @work(thread=True, group="log", exit_on_error=False)
+    def _read_log(self) -> None:
+        try:
+            assert self.follower is not None
+            lines = self.follower.read_new()
+            scanned, self._scanned = self._scanned, []
+            classified = [(logparse.classify(line), line) for line in lines]
+        finally:
+            self._log_busy = False
+        if lines or scanned:
+            self._from_thread(self._on_log_lines, scanned, classified)
+
+    def _on_log_lines(self, scanned: list[str], lines: list[tuple[str, str]]) -> None:
+        for line in scanned:
+            self.model.on_log_line(line)
+        ready_before = self.model.facts.phase == st.PHASE_READY
+        for _, line in lines:
+            self.model.on_log_line(line)
+        self.main_screen.query_one(LogView).add_lines(lines)
+        if not ready_before and self.model.facts.phase == st.PHASE_READY:
+            self.poll_now()
+        self.publish()
+
+    # -- server process --------------------------------------------------------------------
+
+    def _check_process(self) -> None:
+        proc, p = self.proc, self.model.process
+        if proc is None or p is None or proc.stopping or self._quitting:
+            return
+        if p.phase in (st.PHASE_CRASHED, st.PHASE_STOPPED):
+            return
+        code = proc.poll()
+        if code is None:
+            return
+        last = tuple(proc.last_lines(12))
+        self.model.on_process(replace(p, phase=st.PHASE_CRASHED, exit_code=code, last_lines=last))
+        self.console_line(f"server exited on its own: {describe_exit(code)}; r restarts it")
+        self.publish()
+        self._reap_group()
+        self.push_screen(CrashScreen(self.model.process), self._after_crash)
+
+    @work(thread=True, group="reap", exit_on_error=False)
+    def _reap_group(self) -> None:
+        """After a crash: stop whatever the dead server left in its process group."""
+        if self.proc is not None:
+            left = self.proc.members()
+            if left:
+                self._from_thread(self.console_line, f"stopping {len(left)} leftover process(es) of the crashed server")
+            self.proc.stop()
+
+    def _after_crash(self, choice: str | None) -> None:
+        if choice == "restart":
+            self.action_restart()
+        elif choice == "quit":
+            self.run_worker(self.action_quit(), exclusive=True, group="quit")
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("threshold_step", "threshold_dialog"):
+            return not self.cfg.readonly and self.cfg.mode != "none"
+        if action == "restart":
+            p = self.model.process
+            return self.proc is not None and p is not None and p.phase in (st.PHASE_CRASHED, st.PHASE_STOPPED)
+        return True
+
+    async def action_quit(self) -> None:
+        """Quit; in launch/demo mode stop the server's process group first."""
+        if self._quitting:
+            return
+        self._quitting = True
+        if self.proc is not None and self.proc.popen is not None and (self.proc.poll() is None or self.proc.members()):
+            p = self.model.process or st.ProcessState()
+            self.model.on_process(replace(p, phase=st.PHASE_STOPPING))
+            self.publish()
+            self.notify("stopping the server: SIGTERM to its process group, SIGKILL after "
+                        f"{self.cfg.stop_timeout_s:g} s", timeout=30)
+            await asyncio.to_thread(self.proc.stop)
+        self.exit(0)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_threshold_step(self, delta: int) -> None:
+        """``+``/``-``: threshold +- 1 req from the pending value, else spec_gate's."""
+        base = self.model.base_threshold()
+        if base is None:
+            self._refuse("no threshold known yet (no spec_gate)")
+            return
+        self.request_change(base + delta, None)
+
+    def action_threshold_dialog(self) -> None:
+        g = self.model.gate
+        if g is None:
+            self._refuse("no spec_gate on this server yet")
+            return
+        self.push_screen(
+            ThresholdDialog(self.model.base_threshold(), g.hysteresis, self.model.snapshot_max_running()),
+            self._after_dialog,
+        )
+
+    def _after_dialog(self, req: ThresholdRequest | None) -> None:
+        if req is not None:
+            self.request_change(req.threshold, req.hysteresis)
+
+    def _refuse(self, why: str) -> None:
+        self.model.set_message(why, "error")
+        self.console_line(why)
+        self.notify(why, severity="warning")
+        self.publish()
+
+    def request_change(self, threshold: int | None, hysteresis: int | None) -> None:
+        """Validate and send a gate change; the result shows in the panel and the log pane."""
+        err = self.model.check_request(threshold)
+        if err:
+            self._refuse(err)
+            return
+        parts = []
+        if threshold is not None:
+            parts.append(f"threshold {self.model.base_threshold()} -> {threshold}")
+        if hysteresis is not None:
+            parts.append(f"hysteresis {self.model.gate.hysteresis if self.model.gate else None} -> {hysteresis}")
+        self.console_line("request " + ", ".join(parts) + " (POST /set_internal_state)")
+        self.model.set_message("sending " + ", ".join(parts) + "…", "info")
+        self.publish()
+        self._send_change(threshold, hysteresis)
+
+    @work(group="set", exit_on_error=False)
+    async def _send_change(self, threshold: int | None, hysteresis: int | None) -> None:
+        assert self.client is not None
+        try:
+            result = await self.client.set_gate(threshold, hysteresis)
+        except ServerUnreachable as exc:
+            text = f"change not confirmed: no answer from server ({exc})"
+            self.model.set_message(text, "error")
+            self.console_line(text)
+            self.notify(text, severity="error")
+        else:
+            text = self.model.on_set_result(result, threshold, hysteresis)
+            self.console_line(text)
+            if not result.updated:
+                self.notify(result.reason or "rejected", title="server rejected the change", severity="error")
+        self.publish()
+        self.poll_now()
+
+    def _log_panel(self) -> LogPanel:
+        return self.main_screen.query_one(LogPanel)
+
+    def action_log_prompt(self, kind: str) -> None:
+        self._log_panel().open_prompt(kind)
+
+    def action_next_match(self, direction: int) -> None:
+        if self._log_panel().view.next_match(direction) is None:
+            self.notify("no match" if self._log_panel().view.search else "no search (press /)", timeout=2)
+
+    def action_clear_log_filters(self) -> None:
+        v = self._log_panel().view
+        v.include = v.exclude = v.search = ""
+
+    def action_toggle_follow(self) -> None:
+        v = self._log_panel().view
+        v.follow = not v.follow
+
+    def action_follow(self) -> None:
+        self._log_panel().view.follow = True
+
+    def action_restart(self) -> None:
+        """Restart the server after a crash (launch/demo)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None and self.proc.members():
+            self.notify("the server is still running", severity="warning")
+            return
+        if isinstance(self.screen, CrashScreen):
+            self.screen.dismiss("close")
+        self.model.sample = None
+        self.model.pending = None
+        self.model.connection = st.ConnectionState(url=self.cfg.url)
+        self.console_line("restarting the server")
+        self._start_process()
+        self.poll_now()
+        self.publish()
+
+    def action_set_theme(self, name: str) -> None:
+        self.apply_theme(name)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        from console.commands import console_commands
+
+        for cmd in super().get_system_commands(screen):
+            if cmd.title.lower().startswith("theme"):
+                continue  # our themes replace Textual's theme picker
+            yield cmd
+        yield from console_commands(self)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    async def on_unmount(self) -> None:
+        self._quitting = True
+        if self.client is not None:
+            await self.client.aclose()
+        self.nvml.close()
+        if self.follower is not None:
+            self.follower.close()
+
+    def shutdown_server(self) -> None:
+        """Stop the server group if this app started one (idempotent; used by the CLI's finally)."""
+        if self.proc is not None:
+            self.proc.stop()

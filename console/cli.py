@@ -1,0 +1,215 @@
+"""``specconsole``: parse the command line, pick the mode, run the app, clean up.
+
+    specconsole [--readonly] [--interval S] [--theme dark|light|ansi]
+    specconsole launch [--log-dir DIR] [--stop-timeout S] -- <sglang server args>
+    specconsole attach URL [--log FILE] [--api-key KEY]
+    specconsole demo [--log-dir DIR] [--port P] [--gpus sim|real] [-- <demo server args>]
+
+Without a mode: launch the server of ``specconsole.toml`` (working directory, then the user
+config directory) if there is one, else attach to ``http://127.0.0.1:30000`` if it answers,
+else show how to start a server (and offer the demo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import themes
+from console import __version__
+from console.config import (
+    DEFAULT_URL,
+    AppConfig,
+    ConfigError,
+    api_key_from_server_args,
+    default_log_dir,
+    find_config,
+    load_config,
+    url_from_server_args,
+)
+from console.process import default_server_command, demo_server_command
+
+#: escape sequences that switch off every mouse-tracking mode and bracketed paste, show the cursor
+TERMINAL_RESET = "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?2004l\x1b[?25h"
+
+
+def _common() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS, help="no threshold changes")
+    p.add_argument("--interval", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
+                   help="seconds between polls of the server and NVML (default 1)")
+    p.add_argument("--theme", choices=list(themes.THEMES), default=argparse.SUPPRESS,
+                   help="colour theme (default dark; ansi = 8 colours)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (server arguments go after ``--`` and are split off before parsing)."""
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="specconsole",
+        parents=[common],
+        description="Terminal console for SGLang EAGLE/EAGLE-3 with dynamic speculation disable.",
+        epilog="No mode: launch the server of specconsole.toml, else attach to 127.0.0.1:30000, else explain.",
+    )
+    parser.add_argument("--version", action="version", version=f"specconsole {__version__}")
+    sub = parser.add_subparsers(dest="mode", metavar="{launch,attach,demo}")
+    launch = sub.add_parser("launch", parents=[common], help="start a server and own it: specconsole launch -- <server args>")
+    launch.add_argument("--log-dir", type=Path, default=None, help="where the server log goes")
+    launch.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="SIGTERM to SIGKILL delay when stopping the server group (default 10)")
+    attach = sub.add_parser("attach", parents=[common], help="watch a running server (never stops it)")
+    attach.add_argument("url", help="e.g. http://127.0.0.1:30000")
+    attach.add_argument("--log", type=Path, default=None, help="the server's log file to follow")
+    attach.add_argument("--api-key", default=None, help="the server's --api-key / --admin-api-key")
+    demo = sub.add_parser("demo", parents=[common], help="run against a built-in simulated server (no GPU needed)")
+    demo.add_argument("--log-dir", type=Path, default=None)
+    demo.add_argument("--port", type=int, default=None, help="port of the simulated server (default: a free one)")
+    demo.add_argument("--gpus", choices=("sim", "real"), default="sim",
+                      help="GPU panel: a simulated H200 (default) or this machine's GPUs via NVML")
+    demo.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS")
+    return parser
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _log_file(log_dir: Path, stem: str) -> Path:
+    return log_dir / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+
+
+def demo_config(base: AppConfig, port: int | None = None, extra: list[str] | None = None) -> AppConfig:
+    """The demo session: the simulated server on ``port`` (default: free), threshold 32, hysteresis 4.
+
+    ``extra`` arguments go to ``python -m console.demo_server`` after the defaults (so they win).
+    """
+    port = port or free_port()
+    extra = list(extra if extra is not None else base.demo_args)
+    log_path = _log_file(base.log_dir, "demo")
+    command = demo_server_command() + [
+        "--port", str(port),
+        "--speculative-disable-batch-threshold", "32",
+        "--speculative-disable-hysteresis", "4",
+        *extra,
+    ]
+    return replace(
+        base, mode="demo", url=f"http://127.0.0.1:{port}", log_path=log_path, server_command=command,
+        nvml="sim" if base.nvml != "real" else "real", api_key=None,
+    )
+
+
+def launch_config(base: AppConfig, server_args: list[str]) -> AppConfig:
+    """The launch session: ``python -m server_patch.launch_server <server_args>`` (or $SPECCONSOLE_SERVER_CMD)."""
+    return replace(
+        base,
+        mode="launch",
+        url=url_from_server_args(server_args),
+        api_key=api_key_from_server_args(server_args),
+        log_path=_log_file(base.log_dir, "server"),
+        server_command=default_server_command() + list(server_args),
+    )
+
+
+def resolve(argv: list[str]) -> AppConfig:
+    """Turn the command line (and the config file) into an :class:`AppConfig`. Exits on usage errors."""
+    parser = build_parser()
+    own, extra = argv, []
+    if "--" in argv:
+        i = argv.index("--")
+        own, extra = argv[:i], argv[i + 1:]
+    args = parser.parse_args(own)
+
+    file_cfg = None
+    path = find_config()
+    if path is not None:
+        try:
+            file_cfg = load_config(path)
+        except ConfigError as exc:
+            parser.error(str(exc))
+    console_defaults = file_cfg["console"] if file_cfg else {}
+    interval = getattr(args, "interval", console_defaults.get("interval", 1.0))
+    if interval < 0.1:
+        parser.error("--interval must be >= 0.1 s")
+    base = AppConfig(
+        readonly=getattr(args, "readonly", console_defaults.get("readonly", False)),
+        interval_s=float(interval),
+        theme=getattr(args, "theme", console_defaults.get("theme", themes.DEFAULT_THEME)),
+    )
+    if base.theme not in themes.THEMES:
+        parser.error(f"unknown theme {base.theme!r}; known: {', '.join(themes.THEMES)}")
+
+    if args.mode == "launch":
+        if not extra:
+            parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
+        base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout)
+        return launch_config(base, extra)
+    if args.mode == "attach":
+        if extra:
+            parser.error("attach takes no server arguments")
+        return replace(base, mode="attach", url=args.url, log_path=args.log, api_key=args.api_key)
+    if args.mode == "demo":
+        base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
+                       nvml=args.gpus, demo_args=extra)
+        return demo_config(base, port=args.port)
+    if extra:
+        parser.error("server arguments need a mode: specconsole launch -- <server args>")
+
+    # no mode: config file, else a local server, else explain
+    if file_cfg is not None:
+        server = file_cfg["server"]
+        log_dir = Path(server["log_dir"]).expanduser() if server.get("log_dir") else default_log_dir()
+        if server.get("args"):
+            return launch_config(replace(base, log_dir=log_dir), server["args"])
+        if server.get("attach"):
+            log = Path(server["log"]).expanduser() if server.get("log") else None
+            return replace(base, mode="attach", url=server["attach"], log_path=log, api_key=server.get("api_key"))
+    from console.client import probe
+
+    if probe(DEFAULT_URL):
+        return replace(base, mode="attach", url=DEFAULT_URL)
+    return replace(base, mode="none", url=DEFAULT_URL)
+
+
+def reset_terminal() -> None:
+    """Belt and braces after the app ends: mouse tracking off, cursor on (Textual does this too)."""
+    try:
+        if sys.stdout.isatty():
+            sys.stdout.write(TERMINAL_RESET)
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``specconsole`` entry point. Returns the process exit code."""
+    cfg = resolve(list(sys.argv[1:] if argv is None else argv))
+    from console.app import SpecConsoleApp
+
+    nvml_module = None
+    if cfg.nvml == "sim":
+        from console.nvml_sim import SimulatedNvml
+
+        nvml_module = SimulatedNvml()
+    app = SpecConsoleApp(cfg, nvml_module=nvml_module)
+    code = 0
+    try:
+        code = app.run() or 0
+    finally:
+        app.shutdown_server()
+        reset_terminal()
+    if app.proc is not None and app.cfg.log_path is not None:
+        print(f"specconsole: server log: {app.cfg.log_path}")
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""HTTP client for the server contract in README ("The HTTP + log contract").
+
+Async (httpx.AsyncClient) so polling runs in a Textual async worker without blocking the UI.
+Endpoints used: ``GET /health``, ``GET /server_info``, ``GET /v1/loads?include=core,spec``,
+``POST /set_internal_state``. Nothing else about the server is assumed.
+
+Errors: every failure to get an answer (connection refused, timeout, HTTP 5xx, not JSON)
+raises :class:`ServerUnreachable` with a short human reason; :class:`Backoff` turns a run of
+failures into growing poll delays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from console.state import GateState, LoadState, ServerSample, SetResult
+
+#: HTTP timeout per request, seconds
+DEFAULT_TIMEOUT_S = 2.0
+
+
+class ServerUnreachable(Exception):
+    """The server did not answer usefully (down, slow, auth, or not an SGLang server)."""
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        return "connection refused"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    return type(exc).__name__ + (f": {exc}" if str(exc) else "")
+
+
+def parse_server_info(info: dict[str, Any], loads: dict[str, Any] | None) -> ServerSample:
+    """Turn ``/server_info`` (+ optional ``/v1/loads``) JSON into a :class:`ServerSample`.
+
+    ``gate`` is None when ``internal_states[0]`` has no ``spec_gate`` (gate not enabled).
+    """
+    gate = None
+    states = info.get("internal_states")
+    dp = 1
+    if isinstance(states, list) and states:
+        dp = len(states)
+        first = states[0]
+        if isinstance(first, dict) and isinstance(first.get("spec_gate"), dict):
+            gate = GateState.from_json(first["spec_gate"])
+    version = info.get("version") if isinstance(info.get("version"), str) else None
+    if version is None and gate is not None:
+        version = gate.sglang_version
+    load = LoadState.from_json(loads) if isinstance(loads, dict) else None
+    sim = info.get("simulated")
+    return ServerSample(
+        version=version,
+        gate=gate,
+        load=load,
+        simulated=bool(sim),
+        simulated_note=sim.get("note") if isinstance(sim, dict) else None,
+        dp_size=dp,
+    )
+
+
+def parse_set_result(data: Any) -> SetResult:
+    """Parse the ``/set_internal_state`` answer; raises ValueError when it is not the contract's shape."""
+    if not isinstance(data, dict) or not isinstance(data.get("updated"), bool):
+        raise ValueError(f"unexpected answer: {str(data)[:200]}")
+    thr = data.get("threshold")
+    hys = data.get("hysteresis")
+    return SetResult(
+        updated=data["updated"],
+        reason=data.get("reason") if isinstance(data.get("reason"), str) else None,
+        threshold=thr if isinstance(thr, int) and not isinstance(thr, bool) else None,
+        hysteresis=hys if isinstance(hys, int) and not isinstance(hys, bool) else None,
+    )
+
+
+class ServerClient:
+    """Talks to one server.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:30000`` (trailing slash ignored).
+        api_key: sent as ``Authorization: Bearer <key>`` when set (SGLang's --api-key).
+        timeout_s: per-request timeout in seconds.
+        transport: an httpx transport (tests); None for the network.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, trust_env=False
+        )
+        self._loads_supported = True
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._client.aclose()
+
+    async def _get_json(self, path: str, params: dict[str, str] | None = None) -> Any:
+        try:
+            resp = await self._client.get(path, params=params)
+            resp.raise_for_status()
+            return resp.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ServerUnreachable(_reason(exc)) from exc
+
+    async def health(self) -> bool:
+        """True when ``GET /health`` answers 200."""
+        try:
+            resp = await self._client.get("/health")
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    async def poll(self) -> ServerSample:
+        """One poll: ``/server_info`` then ``/v1/loads?include=core,spec``.
+
+        A server without ``/v1/loads`` (404) still yields a sample with ``load=None``.
+
+        Raises:
+            ServerUnreachable: ``/server_info`` did not answer with JSON.
+        """
+        info = await self._get_json("/server_info")
+        if not isinstance(info, dict):
+            raise ServerUnreachable("/server_info is not a JSON object")
+        loads = None
+        if self._loads_supported:
+            try:
+                resp = await self._client.get("/v1/loads", params={"include": "core,spec"})
+                if resp.status_code == 404:
+                    self._loads_supported = False
+                else:
+                    resp.raise_for_status()
+                    loads = resp.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise ServerUnreachable(_reason(exc)) from exc
+        return parse_server_info(info, loads)
+
+    async def set_gate(self, threshold: int | None = None, hysteresis: int | None = None) -> SetResult:
+        """``POST /set_internal_state`` with the gate keys given (either or both).
+
+        Returns:
+            The server's :class:`SetResult` (``updated`` False with its ``reason`` when rejected).
+
+        Raises:
+            ServerUnreachable: no answer, or an answer that is not the contract's shape.
+        """
+        args: dict[str, int] = {}
+        if threshold is not None:
+            args["speculative_disable_batch_threshold"] = threshold
+        if hysteresis is not None:
+            args["speculative_disable_hysteresis"] = hysteresis
+        try:
+            resp = await self._client.post("/set_internal_state", json={"server_args": args})
+        except httpx.HTTPError as exc:
+            raise ServerUnreachable(_reason(exc)) from exc
+        try:
+            return parse_set_result(resp.json())
+        except ValueError as exc:
+            raise ServerUnreachable(f"HTTP {resp.status_code}: {resp.text[:200]}") from exc
+
+
+@dataclass
+class Backoff:
+    """Poll delay after failures: ``interval * 2**(failures-1)``, capped at ``max_s`` seconds.
+
+    ``delay(0)`` is the normal interval.
+    """
+
+    interval_s: float = 1.0
+    max_s: float = 10.0
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait before the next poll after ``failures`` consecutive failures."""
+        if failures <= 0:
+            return self.interval_s
+        return min(self.max_s, max(self.interval_s, self.interval_s * 2 ** (failures - 1)))
+
+
+def probe(url: str, timeout_s: float = 0.7) -> bool:
+    """Blocking ``GET {url}/health`` (used by the CLI before the UI exists). True on HTTP 200."""
+    try:
+        return httpx.get(url.rstrip("/") + "/health", timeout=timeout_s, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False

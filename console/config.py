@@ -1,0 +1,148 @@
+"""What the app is asked to do (:class:`AppConfig`) and the ``specconsole.toml`` file.
+
+``specconsole.toml`` is read from the working directory, else from the user config directory
+(``$XDG_CONFIG_HOME/specconsole/`` or ``~/.config/specconsole/``)::
+
+    [server]                      # plain `specconsole` launches this server
+    args = ["--model-path", "M", "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", "D", "--speculative-disable-batch-threshold", "32"]
+    log_dir = "logs"              # optional (default: see default_log_dir())
+    # attach = "http://10.0.0.5:30000"   # instead of args: watch this server
+    # log = "/var/log/sglang.log"         # with attach: the log to follow
+    # api_key = "..."
+
+    [console]                     # defaults for every mode; command-line options win
+    interval = 1.0                # seconds between polls
+    theme = "dark"                # dark | light | ansi
+    readonly = false
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_NAME = "specconsole.toml"
+DEFAULT_URL = "http://127.0.0.1:30000"
+
+
+def user_config_dir() -> Path:
+    """``$XDG_CONFIG_HOME/specconsole`` or ``~/.config/specconsole``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "specconsole"
+
+
+def default_log_dir() -> Path:
+    """Where launch/demo write server logs: ``$XDG_STATE_HOME/specconsole/logs`` or ``~/.local/state/...``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "specconsole" / "logs"
+
+
+def find_config(cwd: Path | None = None) -> Path | None:
+    """The config file to use: ``./specconsole.toml``, else the user config dir's, else None."""
+    for candidate in ((cwd or Path.cwd()) / CONFIG_NAME, user_config_dir() / CONFIG_NAME):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class ConfigError(Exception):
+    """The config file is unreadable or has wrong types."""
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    """Parse and type-check a config file; returns ``{"server": {...}, "console": {...}}``."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    server = data.get("server", {})
+    console = data.get("console", {})
+    if not isinstance(server, dict) or not isinstance(console, dict):
+        raise ConfigError(f"{path}: [server] and [console] must be tables")
+    args = server.get("args")
+    if args is not None and (not isinstance(args, list) or not all(isinstance(a, str) for a in args)):
+        raise ConfigError(f"{path}: server.args must be a list of strings")
+    for key, typ in (("interval", (int, float)), ("theme", str), ("readonly", bool)):
+        if key in console and not isinstance(console[key], typ):
+            raise ConfigError(f"{path}: console.{key} has the wrong type")
+    return {"server": server, "console": console, "path": str(path)}
+
+
+@dataclass
+class AppConfig:
+    """Everything :class:`console.app.SpecConsoleApp` needs to run one session.
+
+    Attributes:
+        mode: ``launch`` (start and own a server), ``attach`` (watch one), ``demo`` (start the
+            simulated server) or ``none`` (show how to start one; offers the demo).
+        url: server base URL.
+        api_key: bearer token for the server's API (SGLang ``--api-key``/``--admin-api-key``).
+        log_path: log file to follow (launch/demo: the file the child writes).
+        server_command: full argv of the child (launch/demo).
+        log_dir: directory for launch/demo log files.
+        readonly: no threshold changes.
+        interval_s: seconds between polls (HTTP and NVML).
+        theme: ``dark``, ``light`` or ``ansi``.
+        stop_timeout_s: seconds between SIGTERM and SIGKILL when stopping the server group.
+        nvml: ``real`` (nvidia-ml-py) or ``sim`` (simulated GPU, demo default without NVML).
+        handle_signals: install SIGTERM/SIGHUP handlers (off under the test driver).
+        demo_args: extra arguments for the demo server.
+    """
+
+    mode: str = "attach"
+    url: str = DEFAULT_URL
+    api_key: str | None = None
+    log_path: Path | None = None
+    server_command: list[str] | None = None
+    log_dir: Path = field(default_factory=default_log_dir)
+    readonly: bool = False
+    interval_s: float = 1.0
+    theme: str = "dark"
+    stop_timeout_s: float = 10.0
+    nvml: str = "real"
+    handle_signals: bool = True
+    demo_args: list[str] = field(default_factory=list)
+
+
+def url_from_server_args(args: list[str]) -> str:
+    """Base URL a server started with ``args`` will answer on (``--host``/``--port``, SGLang defaults)."""
+    host, port = "127.0.0.1", "30000"
+    it = iter(range(len(args)))
+    for i in it:
+        a = args[i]
+        for flag in ("--host", "--port"):
+            value = None
+            if a == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif a.startswith(flag + "="):
+                value = a.split("=", 1)[1]
+            if value is not None:
+                if flag == "--host":
+                    host = value
+                else:
+                    port = value
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def api_key_from_server_args(args: list[str]) -> str | None:
+    """``--admin-api-key`` (preferred: it guards /set_internal_state) or ``--api-key`` from server args."""
+    found: dict[str, str] = {}
+    for i, a in enumerate(args):
+        for flag in ("--admin-api-key", "--api-key"):
+            if a == flag and i + 1 < len(args):
+                found[flag] = args[i + 1]
+            elif a.startswith(flag + "="):
+                found[flag] = a.split("=", 1)[1]
+    return found.get("--admin-api-key") or found.get("--api-key")

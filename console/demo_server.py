@@ -1,0 +1,592 @@
+"""A simulated SGLang server for ``specconsole demo``, CI and anyone without a GPU.
+
+Run it like a real server, in its own process, on its own port::
+
+    python -m console.demo_server --port 30000 --speculative-disable-batch-threshold 32 \\
+        --speculative-disable-hysteresis 4 [--log FILE]
+
+It serves the README contract — ``GET /health``, ``GET /server_info`` (with
+``internal_states[0].spec_gate``), ``GET /v1/loads?include=core,spec`` (SGLang 0.5.12 shape),
+``POST /set_internal_state`` (same validation and answers) — and writes SGLang-format log lines
+(startup progress, ``Spec v2 is enabled ...``, ``spec_gate:`` lines, ``Decode batch`` lines) to
+``--log FILE`` or to stdout. Standard library only (``http.server``).
+
+Simulation: the number of concurrent requests follows ``--load`` (levels, e.g. ``1,64,4,128``,
+each reached by a ramp and then held for ``--phase-seconds``, cycling). The running batch size
+is that, capped at ``--max-running-requests`` (the rest waits in the queue). The gate switches
+speculation off when batch size >= threshold N and back on when batch size < N - H. Generation
+throughput (tok/s) and accept length come from the measured H200 table
+(:mod:`console.throughput`), interpolated by batch size: EAGLE-3 column while ON, no-speculation
+column while OFF.
+
+Like SGLang it starts helper processes (one sleeping "scheduler" per TP rank) in its process
+group, so process-group handling can be tested without a GPU.
+
+Test knobs: ``--startup-seconds``, ``--crash-after SECONDS`` (log a traceback, exit non-zero,
+leave the scheduler processes behind as a real crash can), ``--exit-code``, ``--stubborn``
+(ignore SIGTERM), ``--worker-class NAME`` (pretend the live object is NAME: with the default
+startup line this is a worker mismatch), ``--log-spec-version v1|v2`` (override the startup line),
+``--load``, ``--phase-seconds``, ``--tick``, ``--seed``. Unknown SGLang arguments are ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TextIO
+from urllib.parse import parse_qs, urlparse
+
+from console import throughput
+
+SGLANG_VERSION = "0.5.12"
+THRESHOLD_KEY = "speculative_disable_batch_threshold"
+HYSTERESIS_KEY = "speculative_disable_hysteresis"
+GATE_KEYS = {THRESHOLD_KEY, HYSTERESIS_KEY}
+NOTE = "simulated server; " + throughput.SOURCE_NOTE
+
+_SCHEDULER_CODE = """
+import os, sys, time
+parent = os.getppid()
+orphaned = None
+while True:
+    time.sleep(0.2)
+    if os.getppid() != parent:
+        orphaned = orphaned or time.monotonic()
+        if time.monotonic() - orphaned > 60:   # CI safety net: never outlive a lost test by long
+            sys.exit(0)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser: the SGLang options the simulation uses, plus the demo/test knobs."""
+    p = argparse.ArgumentParser(prog="python -m console.demo_server", description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--log", default=None, help="append log lines to FILE (default: stdout)")
+    p.add_argument("--model-path", default="demo/synthetic-8b")
+    p.add_argument("--speculative-algorithm", default="EAGLE3")
+    p.add_argument("--speculative-draft-model-path", default="demo/synthetic-8b-eagle3")
+    p.add_argument("--speculative-num-steps", type=int, default=3)
+    p.add_argument("--speculative-eagle-topk", type=int, default=1)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=4)
+    p.add_argument("--speculative-disable-batch-threshold", type=int, default=None)
+    p.add_argument("--speculative-disable-hysteresis", type=int, default=0)
+    p.add_argument("--max-running-requests", type=int, default=96)
+    p.add_argument("--cuda-graph-max-bs", type=int, default=96)
+    p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    p.add_argument("--disable-overlap-schedule", action="store_true")
+    p.add_argument("--api-key", default=None)
+    # demo / test knobs
+    p.add_argument("--load", default="1,64,4,128", help="concurrency levels (req), e.g. 1,64,4,128; one value = constant")
+    p.add_argument("--phase-seconds", type=float, default=10.0, help="seconds per load level (ramp + hold)")
+    p.add_argument("--jitter", type=float, default=1.0, help="+- requests of seeded noise on the load")
+    p.add_argument("--tick", type=float, default=0.1, help="seconds per simulated decode batch")
+    p.add_argument("--log-interval", type=float, default=1.0, help="seconds between 'Decode batch' log lines")
+    p.add_argument("--startup-seconds", type=float, default=3.0)
+    p.add_argument("--crash-after", type=float, default=None, help="crash SECONDS after ready")
+    p.add_argument("--exit-code", type=int, default=1, help="exit code of --crash-after")
+    p.add_argument("--stubborn", action="store_true", help="ignore SIGTERM (needs SIGKILL)")
+    p.add_argument("--worker-class", default=None, help="pretend the live draft worker is this class")
+    p.add_argument("--log-spec-version", choices=("v1", "v2"), default=None, help="override the startup Spec line")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+class LogWriter:
+    """Writes SGLang-format lines: ``[YYYY-mm-dd HH:MM:SS TPn] message`` (TP tag optional)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+
+    def __call__(self, msg: str, tp: int | None = None) -> None:
+        ts = time.strftime("%Y-%m-%d %H:%M:%S")
+        tag = f" TP{tp}" if tp is not None else ""
+        with self.lock:
+            for i, line in enumerate(msg.split("\n")):
+                self.stream.write((f"[{ts}{tag}] {line}" if i == 0 else line) + "\n")
+            self.stream.flush()
+
+
+def parse_levels(text: str) -> list[float]:
+    """``"1,64,4,128"`` -> [1.0, 64.0, 4.0, 128.0]; ``"fixed:8"`` or ``"8"`` -> [8.0]."""
+    text = text.split(":", 1)[1] if text.startswith("fixed:") else text
+    levels = [float(x) for x in text.split(",") if x.strip()]
+    if not levels or any(x < 0 for x in levels):
+        raise ValueError(f"bad --load {text!r}")
+    return levels
+
+
+def load_at(levels: list[float], phase_s: float, t: float, ramp_frac: float = 0.4) -> float:
+    """Concurrent requests at time ``t`` seconds: ramp to each level, hold it, next level, cycle."""
+    if len(levels) == 1 or phase_s <= 0:
+        return levels[0]
+    k = int(t // phase_s)
+    f = (t - k * phase_s) / phase_s
+    cur = levels[k % len(levels)]
+    prev = levels[(k - 1) % len(levels)]
+    if f < ramp_frac:
+        return prev + (cur - prev) * f / ramp_frac
+    return cur
+
+
+@dataclass
+class GateSim:
+    """The gate as server_patch implements it (README): N, H, on/off with hysteresis, counters."""
+
+    enabled: bool
+    threshold: int
+    hysteresis: int
+    spec_on: bool = True
+    switches: int = 0
+    steps_on: int = 0
+    steps_off: int = 0
+    off_steps_graph: int = 0
+    last_switch: dict[str, Any] | None = None
+
+    def decide(self, batch_size: int, step: int) -> str | None:
+        """Apply the rule to one decode batch; returns ``"on"``/``"off"`` when it switches."""
+        if not self.enabled or batch_size <= 0:
+            return None
+        if self.spec_on and batch_size >= self.threshold:
+            self.spec_on = False
+        elif not self.spec_on and batch_size < self.threshold - self.hysteresis:
+            self.spec_on = True
+        else:
+            return None
+        self.switches += 1
+        direction = "on" if self.spec_on else "off"
+        self.last_switch = {"step": step, "direction": direction, "batch_size": batch_size}
+        return direction
+
+
+class Simulation:
+    """State of the simulated server; all public methods are thread-safe."""
+
+    def __init__(self, args: argparse.Namespace, log: LogWriter) -> None:
+        self.args = args
+        self.log = log
+        self.lock = threading.Lock()
+        self.rng = random.Random(args.seed)
+        self.levels = parse_levels(args.load)
+        self.overlap = not args.disable_overlap_schedule
+        self.worker_class = args.worker_class or ("EAGLEWorkerV2" if self.overlap else "EAGLEWorker")
+        self.spec_version = "v2" if self.worker_class.endswith("V2") else "v1"
+        self.gate = GateSim(
+            enabled=args.speculative_disable_batch_threshold is not None,
+            threshold=args.speculative_disable_batch_threshold or 0,
+            hysteresis=args.speculative_disable_hysteresis or 0,
+        )
+        self.pending: dict[str, int] = {}
+        self.step = 0
+        self.batch = 0
+        self.waiting = 0
+        self.tput = 0.0
+        self.accept_recent: float | None = None
+        self.accept_now: float | None = None
+        self.token_usage = 0.0
+        self.t0 = time.monotonic()
+        self.ready = False
+
+    # -- simulation ------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Advance by one decode batch at wall time ``now`` (monotonic seconds)."""
+        a = self.args
+        with self.lock:
+            if self.pending:
+                self._apply_pending()
+            target = load_at(self.levels, a.phase_seconds, now - self.t0)
+            if a.jitter > 0 and target >= 2:
+                target += self.rng.uniform(-a.jitter, a.jitter)
+            target = max(0, int(round(target)))
+            self.batch = min(target, a.max_running_requests)
+            self.waiting = target - self.batch
+            direction = self.gate.decide(self.batch, self.step)
+            if direction == "off":
+                for r in range(a.tp_size):
+                    self.log(f"spec_gate: speculation off (batch {self.batch} >= {self.gate.threshold})", tp=r)
+            elif direction == "on":
+                for r in range(a.tp_size):
+                    self.log(f"spec_gate: speculation on (batch {self.batch} < {self.gate.threshold - self.gate.hysteresis})", tp=r)
+            on = self.gate.spec_on
+            if self.batch == 0:
+                self.tput = 0.0
+                return
+            noise = 1.0 + self.rng.uniform(-0.02, 0.02)
+            self.tput = throughput.gen_throughput(self.batch, on) * noise
+            steps_per_s = self.tput / self.batch
+            if on:
+                self.accept_now = throughput.accept_length(self.batch) + self.rng.uniform(-0.03, 0.03)
+                self.accept_recent = self.accept_now
+                steps_per_s /= self.accept_now
+            steps = max(1, int(round(steps_per_s * a.tick)))
+            self.step += steps
+            if on:
+                self.gate.steps_on += steps
+            else:
+                self.gate.steps_off += steps
+                if self.batch <= a.cuda_graph_max_bs:
+                    self.gate.off_steps_graph += steps
+            self.token_usage = min(1.0, (self.batch + self.waiting * 0.2) * 384 / 812_345 * 8)
+
+    def _apply_pending(self) -> None:
+        for key, attr in ((THRESHOLD_KEY, "threshold"), (HYSTERESIS_KEY, "hysteresis")):
+            if key in self.pending:
+                old, new = getattr(self.gate, attr), self.pending[key]
+                setattr(self.gate, attr, new)
+                if old != new:
+                    for r in range(self.args.tp_size):
+                        self.log(f"spec_gate: {attr} {old} -> {new}", tp=r)
+        self.pending = {}
+
+    def decode_line(self) -> str | None:
+        """SGLang's periodic ``Decode batch`` line for the current state (None when idle)."""
+        with self.lock:
+            if self.batch == 0:
+                return None
+            on = self.gate.spec_on
+            al = self.accept_now if on and self.accept_now else 1.0
+            rate = (al - 1.0) / max(1, self.args.speculative_num_steps)
+            tokens = self.batch * 384
+            graph = self.batch <= self.args.cuda_graph_max_bs
+            return (
+                f"Decode batch, #running-req: {self.batch}, #token: {tokens}, token usage: {self.token_usage:.2f}, "
+                f"accept len: {al:.2f}, accept rate: {rate:.2f}, cuda graph: {graph}, "
+                f"gen throughput (token/s): {self.tput:.2f}, #queue-req: {self.waiting}"
+            )
+
+    # -- HTTP views ------------------------------------------------------------------------
+
+    def spec_gate(self) -> dict[str, Any]:
+        """``internal_states[i].spec_gate`` exactly as the README describes it."""
+        a, g = self.args, self.gate
+        ranks = [
+            {
+                "tp_rank": r, "spec_enabled": g.spec_on, "threshold": g.threshold, "hysteresis": g.hysteresis,
+                "switches": g.switches, "decode_steps_on": g.steps_on, "decode_steps_off": g.steps_off,
+            }
+            for r in range(a.tp_size)
+        ]
+        return {
+            "worker_class": self.worker_class,
+            "spec_version": self.spec_version,
+            "overlap": self.overlap,
+            "sglang_version": SGLANG_VERSION,
+            "speculative_algorithm": a.speculative_algorithm,
+            "topk": a.speculative_eagle_topk,
+            "num_steps": a.speculative_num_steps,
+            "num_draft_tokens": a.speculative_num_draft_tokens,
+            "spec_enabled": g.spec_on,
+            "threshold": g.threshold,
+            "hysteresis": g.hysteresis,
+            "max_running_requests": a.max_running_requests,
+            "cuda_graph_max_bs": a.cuda_graph_max_bs,
+            "last_decode_batch_size": self.batch,
+            "decode_steps_on": g.steps_on,
+            "decode_steps_off": g.steps_off,
+            "switches": g.switches,
+            "last_switch": g.last_switch,
+            "accept_length_recent": round(self.accept_recent, 3) if self.accept_recent is not None else None,
+            "off_cuda_graph": True,
+            "off_steps_cuda_graph": g.off_steps_graph,
+            "tp_rank": 0,
+            "tp_size": a.tp_size,
+            "ranks": ranks,
+        }
+
+    def server_info(self) -> dict[str, Any]:
+        """``GET /server_info``: server args, version, internal_states (+ ``simulated``)."""
+        a = self.args
+        with self.lock:
+            state: dict[str, Any] = {
+                "last_gen_throughput": round(self.tput, 2),
+                "avg_spec_accept_length": self.accept_recent,
+            }
+            if self.gate.enabled:
+                state["spec_gate"] = self.spec_gate()
+            return {
+                "model_path": a.model_path,
+                "speculative_algorithm": a.speculative_algorithm,
+                "speculative_draft_model_path": a.speculative_draft_model_path,
+                "tp_size": a.tp_size,
+                "max_running_requests": a.max_running_requests,
+                "cuda_graph_max_bs": a.cuda_graph_max_bs,
+                "host": a.host,
+                "port": a.port,
+                "version": SGLANG_VERSION,
+                "simulated": {"note": NOTE},
+                "internal_states": [state],
+            }
+
+    def loads(self, include: set[str]) -> dict[str, Any]:
+        """``GET /v1/loads?include=...`` in SGLang 0.5.12's shape (one DP rank)."""
+        a = self.args
+        with self.lock:
+            entry: dict[str, Any] = {
+                "dp_rank": 0,
+                "num_running_reqs": self.batch,
+                "num_waiting_reqs": self.waiting,
+                "gen_throughput": round(self.tput, 2),
+                "max_running_requests": a.max_running_requests,
+                "token_usage": round(self.token_usage, 4),
+            }
+            if "spec" in include or "all" in include:
+                al = self.accept_recent if self.accept_recent is not None else 0.0
+                entry["speculative"] = {
+                    "accept_length": round(al, 3),
+                    "accept_rate": round(max(0.0, al - 1.0) / max(1, a.speculative_num_steps), 3),
+                }
+            return {
+                "timestamp": time.time(),
+                "version": SGLANG_VERSION,
+                "dp_rank_count": 1,
+                "loads": [entry],
+                "aggregate": {
+                    "total_running_reqs": self.batch,
+                    "total_waiting_reqs": self.waiting,
+                    "total_gen_throughput": round(self.tput, 2),
+                    "avg_token_usage": round(self.token_usage, 4),
+                },
+            }
+
+    def set_internal_state(self, body: Any) -> dict[str, Any]:
+        """``POST /set_internal_state``: validate per README; apply from the next decode batch."""
+        with self.lock:
+            g = self.gate
+            cur_t = self.pending.get(THRESHOLD_KEY, g.threshold) if g.enabled else None
+            cur_h = self.pending.get(HYSTERESIS_KEY, g.hysteresis) if g.enabled else None
+
+            def reject(reason: str, args: Any) -> dict[str, Any]:
+                if g.enabled:
+                    for r in range(self.args.tp_size):
+                        self.log(f"spec_gate: rejected {args!r}: {reason}", tp=r)
+                return {"updated": False, "reason": reason, "threshold": cur_t, "hysteresis": cur_h}
+
+            sa = body.get("server_args") if isinstance(body, dict) else None
+            if not isinstance(sa, dict) or not sa:
+                return reject("body must be {\"server_args\": {...}} with at least one key", sa)
+            keys = set(sa)
+            if not keys & GATE_KEYS:
+                return {"updated": False, "reason": "demo server: only the speculation gate keys can be set",
+                        "threshold": cur_t, "hysteresis": cur_h}
+            if not g.enabled:
+                return reject("speculation gate not enabled (start with --speculative-disable-batch-threshold)", sa)
+            if keys - GATE_KEYS:
+                return reject(f"gate keys cannot be mixed with other keys: {sorted(keys - GATE_KEYS)}", sa)
+            new_t, new_h = sa.get(THRESHOLD_KEY, cur_t), sa.get(HYSTERESIS_KEY, cur_h)
+            for name, val in (("threshold", new_t), ("hysteresis", new_h)):
+                if isinstance(val, bool) or not isinstance(val, int):
+                    return reject(f"{name} must be an integer, got {val!r}", sa)
+            if new_t < 1:
+                return reject("threshold must be >= 1", sa)
+            if new_t > self.args.max_running_requests:
+                return reject(f"threshold {new_t} > max_running_requests {self.args.max_running_requests}", sa)
+            if new_h < 0:
+                return reject("hysteresis must be >= 0", sa)
+            if new_h >= new_t:
+                return reject(f"hysteresis {new_h} must be < threshold {new_t}", sa)
+            if THRESHOLD_KEY in sa:
+                self.pending[THRESHOLD_KEY] = new_t
+            if HYSTERESIS_KEY in sa:
+                self.pending[HYSTERESIS_KEY] = new_h
+            return {"updated": True, "reason": None, "threshold": new_t, "hysteresis": new_h}
+
+
+def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
+    """The request handler class bound to ``sim``."""
+    api_key = sim.args.api_key
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "demo-sglang/" + SGLANG_VERSION
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base class name
+            pass  # no access log: the console polls every second
+
+        def _send(self, code: int, obj: Any) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authorized(self, path: str) -> bool:
+            if not api_key or path == "/health":
+                return True
+            if self.headers.get("Authorization") == f"Bearer {api_key}":
+                return True
+            self._send(401, {"error": "Unauthorized"})
+            return False
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server API
+            url = urlparse(self.path)
+            if not self._authorized(url.path):
+                return
+            if url.path in ("/health", "/health_generate"):
+                self._send(200 if sim.ready else 503, {})
+            elif url.path in ("/server_info", "/get_server_info"):
+                self._send(200, sim.server_info())
+            elif url.path == "/v1/loads":
+                q = parse_qs(url.query)
+                include = set(",".join(q.get("include", ["core"])).split(","))
+                self._send(200, sim.loads(include))
+            else:
+                self._send(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            url = urlparse(self.path)
+            if not self._authorized(url.path):
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if url.path != "/set_internal_state":
+                self._send(404, {"detail": "Not Found"})
+                return
+            try:
+                body = json.loads(raw or b"null")
+            except ValueError:
+                self._send(400, {"updated": False, "reason": "body is not JSON", "threshold": None, "hysteresis": None})
+                return
+            self._send(200, sim.set_internal_state(body))
+
+    return Handler
+
+
+def _startup_lines(args: argparse.Namespace, sim: Simulation, log: LogWriter, pause) -> None:
+    family = args.log_spec_version or ("v2" if sim.overlap else "v1")
+    log(
+        f"server_args=ServerArgs(model_path='{args.model_path}', speculative_algorithm='{args.speculative_algorithm}', "
+        f"speculative_draft_model_path='{args.speculative_draft_model_path}', tp_size={args.tp_size}, "
+        f"max_running_requests={args.max_running_requests}, cuda_graph_max_bs={args.cuda_graph_max_bs}, "
+        f"speculative_disable_batch_threshold={args.speculative_disable_batch_threshold}, "
+        f"speculative_disable_hysteresis={args.speculative_disable_hysteresis}, port={args.port})"
+    )
+    log(f"[demo] {NOTE}")
+    if family == "v2":
+        log("Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.")
+    else:
+        log("Spec v1 is used for eagle/eagle3/standalone speculative decoding because overlap schedule is disabled.")
+    pause(0.1)
+    for r in range(args.tp_size):
+        log("Init torch distributed begin.", tp=r)
+    pause(0.1)
+    log("Load weight begin. avail mem=139.21 GB", tp=0)
+    pause(0.25)
+    log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=124.10 GB, mem usage=15.11 GB.", tp=0)
+    log("KV Cache is allocated. #tokens: 812345, K size: 49.58 GB, V size: 49.58 GB", tp=0)
+    pause(0.1)
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=22.10 GB", tp=0)
+    pause(0.25)
+    log(f"Capture cuda graph end. Time elapsed: 4.12 s. mem usage=1.20 GB. avail mem=20.90 GB.", tp=0)
+    log("Capture draft cuda graph begin. This can take up to several minutes. avail mem=20.90 GB", tp=0)
+    pause(0.1)
+    log("Capture draft cuda graph end. Time elapsed: 1.05 s. mem usage=0.31 GB. avail mem=20.59 GB.", tp=0)
+    if sim.gate.enabled:
+        for r in range(args.tp_size):
+            log(
+                f"spec_gate: worker={sim.worker_class} spec={sim.spec_version} overlap={'on' if sim.overlap else 'off'} "
+                f"threshold={sim.gate.threshold} hysteresis={sim.gate.hysteresis}",
+                tp=r,
+            )
+    log(
+        f"max_total_num_tokens=812345, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        f"max_running_requests={args.max_running_requests}, context_len=8192, available_gpu_mem=20.59 GB",
+        tp=0,
+    )
+    pause(0.1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the simulated server until SIGTERM/SIGINT (or ``--crash-after``). Returns the exit code."""
+    args, unknown = build_parser().parse_known_args(argv)
+    stream: TextIO = open(args.log, "a", buffering=1) if args.log else sys.stdout
+    log = LogWriter(stream)
+    sim = Simulation(args, log)
+    stop = threading.Event()
+    children: list[subprocess.Popen[bytes]] = []
+
+    def on_term(signum: int, frame: Any) -> None:
+        if args.stubborn and signum == signal.SIGTERM:
+            log("Received SIGTERM; ignoring it (demo --stubborn)")
+            return
+        log(f"Received signal {signal.Signals(signum).name}; shutting down")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+
+    total = max(0.0, args.startup_seconds)
+
+    def pause(frac: float) -> None:
+        stop.wait(total * frac)
+
+    if unknown:
+        log(f"[demo] ignoring SGLang arguments it does not simulate: {' '.join(unknown)}")
+    for _ in range(max(1, args.tp_size)):
+        children.append(subprocess.Popen([sys.executable, "-c", _SCHEDULER_CODE], stdin=subprocess.DEVNULL))
+    _startup_lines(args, sim, log, pause)
+    try:
+        httpd = ThreadingHTTPServer((args.host, args.port), make_handler(sim))
+    except OSError as exc:
+        log(f"ERROR: could not bind {args.host}:{args.port}: {exc}")
+        for c in children:
+            c.kill()
+        return 1
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    log(f"INFO:     Started server process [{os.getpid()}]")
+    log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    sim.t0 = time.monotonic()
+    sim.ready = True
+    log("The server is fired up and ready to roll!")
+
+    ready_at = time.monotonic()
+    next_log = ready_at + args.log_interval
+    while not stop.is_set():
+        now = time.monotonic()
+        if args.crash_after is not None and now - ready_at >= args.crash_after:
+            log(
+                "Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "sglang/srt/managers/scheduler.py", line 2871, in run_scheduler_process\n'
+                "    scheduler.event_loop_overlap()\n"
+                '  File "sglang/srt/speculative/eagle_worker_v2.py", line 412, in forward_batch_generation\n'
+                "    logits = self.draft_model_runner.forward(batch)\n"
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated: demo --crash-after)",
+                tp=0,
+            )
+            log("Received sigquit from a child process. It usually means the child failed.")
+            stream.flush()
+            os._exit(args.exit_code)  # leave the scheduler children behind, like a real crash can
+        sim.tick(now)
+        if now >= next_log:
+            line = sim.decode_line()
+            if line:
+                log(line, tp=0)
+            next_log = now + args.log_interval
+        stop.wait(args.tick)
+
+    httpd.shutdown()
+    for c in children:
+        c.terminate()
+    for c in children:
+        try:
+            c.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            c.kill()
+    log("Server stopped.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Number formatting for the widgets: every number with its unit, ``n/a`` for missing values."""
+
+from __future__ import annotations
+
+NA = "n/a"
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def num(value: float | int | None, unit: str = "", digits: int = 0) -> str:
+    """``num(2457.3, "tok/s") -> "2,457 tok/s"``; None -> ``n/a``."""
+    if value is None:
+        return NA
+    text = f"{value:,.{digits}f}"
+    return f"{text} {unit}" if unit else text
+
+
+def duration(seconds: float | None) -> str:
+    """``12 s``, ``3 min 05 s``, ``1 h 02 min``; None -> ``n/a``."""
+    if seconds is None:
+        return NA
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+def mem_gib(used_mib: float | None, total_mib: float | None) -> str:
+    """``71.2/140.4 GiB``; a missing side is ``n/a``."""
+    if used_mib is None and total_mib is None:
+        return NA
+    u = f"{used_mib / 1024:.1f}" if used_mib is not None else NA
+    t = f"{total_mib / 1024:.1f}" if total_mib is not None else NA
+    return f"{u}/{t} GiB"
+
+
+def pair(a: float | None, b: float | None, unit: str) -> str:
+    """``312/700 W``; missing sides are ``n/a``; both missing -> ``n/a``."""
+    if a is None and b is None:
+        return NA
+    left = f"{a:.0f}" if a is not None else NA
+    right = f"{b:.0f}" if b is not None else NA
+    return f"{left}/{right} {unit}"
+
+
+def sparkline(values: tuple[float | None, ...] | list[float | None], width: int, top: float | None = None) -> str:
+    """The last ``width`` values as block characters scaled to ``top`` (default: their max).
+
+    None values render as spaces. Returns exactly ``width`` characters (left-padded).
+    """
+    vals = list(values)[-width:] if width > 0 else []
+    real = [v for v in vals if v is not None]
+    hi = top if top else (max(real) if real else 1.0)
+    hi = hi or 1.0
+    out = []
+    for v in vals:
+        if v is None:
+            out.append(" ")
+        else:
+            idx = int(round(max(0.0, min(1.0, v / hi)) * (len(BLOCKS) - 1)))
+            out.append(BLOCKS[max(1, idx)] if v > 0 else BLOCKS[1])
+    return " " * (width - len(out)) + "".join(out)

@@ -1,0 +1,232 @@
+"""Headless end-to-end check of the console against a server (made for the GPU machine).
+
+Runs the real app under Textual's test driver (no terminal needed), waits for ``spec_gate``,
+presses ``+``, waits until ``spec_gate`` confirms the new threshold, presses ``-`` to restore
+it, and writes to ``--out DIR``:
+
+* ``before.svg`` / ``after.svg`` — screenshots of the main screen (``--size``, default 160x50);
+* ``observed.json`` — what the console saw: GPU rows, worker class and its log cross-check,
+  spec_enabled, threshold before/after (+ whether confirmed and restored), load, log tail.
+
+Usage::
+
+    python -m console.headless_check --url http://127.0.0.1:30000 --log /path/server.log --out DIR
+    python -m console.headless_check --demo --out DIR                 # simulated server
+    python -m console.headless_check --launch --out DIR -- <server args>   # start, check, stop
+
+Exit code 0 when the threshold change was confirmed (and restored), 1 otherwise, 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from console import state as st
+from console.config import AppConfig, default_log_dir
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m console.headless_check", description=__doc__.split("\n\n")[0])
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="attach to this server")
+    target.add_argument("--demo", action="store_true", help="start the simulated server")
+    target.add_argument("--launch", action="store_true", help="start the server given after --")
+    p.add_argument("--log", type=Path, default=None, help="server log to follow (attach)")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--out", type=Path, required=True, help="directory for the SVGs and observed.json")
+    p.add_argument("--size", default="160x50", help="terminal size COLSxROWS (default 160x50)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each step (launch: for readiness too)")
+    p.add_argument("--interval", type=float, default=0.5, help="poll interval, seconds")
+    p.add_argument("--log-dir", type=Path, default=None, help="launch/demo: where the server log goes")
+    p.add_argument("--no-restore", action="store_true", help="leave the threshold at +1")
+    p.add_argument("--gpus", choices=("real", "sim"), default="real", help="NVML (default) or a simulated GPU")
+    return p
+
+
+async def _wait(pilot: Any, cond: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        await pilot.pause(0.1)
+    return cond()
+
+
+def _gate_dict(g: st.GateState | None) -> dict[str, Any] | None:
+    return dataclasses.asdict(g) if g is not None else None
+
+
+def observe(app: Any) -> dict[str, Any]:
+    """The values the console shows right now, as JSON-ready data."""
+    snap: st.ConsoleSnapshot = app.model.snapshot()
+    g = snap.gate
+    from console.widgets.log_view import LogView
+
+    try:
+        log_tail = app.main_screen.query_one(LogView).visible_texts()[-40:]
+    except Exception:  # noqa: BLE001
+        log_tail = []
+    return {
+        "mode": snap.mode,
+        "url": snap.url,
+        "version": snap.version,
+        "reachable": snap.connection.reachable,
+        "last_error": snap.connection.last_error,
+        "worker_class": g.worker_class if g else None,
+        "spec_version": g.spec_version if g else None,
+        "overlap": g.overlap if g else None,
+        "worker_check": dataclasses.asdict(snap.worker),
+        "spec_enabled": g.spec_enabled if g else None,
+        "threshold": g.threshold if g else None,
+        "hysteresis": g.hysteresis if g else None,
+        "max_running_requests": snap.max_running_requests,
+        "running_batch": snap.running_batch,
+        "load": dataclasses.asdict(snap.load) if snap.load else None,
+        "gate": _gate_dict(g),
+        "gpus": {
+            "status": snap.gpus.status,
+            "message": snap.gpus.message,
+            "driver_version": snap.gpus.driver_version,
+            "simulated": snap.gpus.simulated,
+            "rows": [dataclasses.asdict(r) for r in snap.gpus.rows],
+        },
+        "process": dataclasses.asdict(snap.process) if snap.process else None,
+        "message": snap.message,
+        "log_tail": log_tail,
+    }
+
+
+async def run_check(
+    cfg: AppConfig,
+    out: Path,
+    size: tuple[int, int] = (160, 50),
+    timeout: float = 60.0,
+    restore: bool = True,
+    nvml_module: Any = None,
+    ready_timeout: float | None = None,
+    progress: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
+    """Run the check; returns (and writes to ``out/observed.json``) the observations.
+
+    Args:
+        cfg: the session (attach/demo/launch) to run; signal handlers are disabled.
+        out: output directory (created).
+        size: terminal (columns, rows).
+        timeout: seconds per step.
+        restore: press ``-`` afterwards to put the threshold back.
+        nvml_module: pynvml replacement (None: nvidia-ml-py).
+        ready_timeout: seconds to wait for the first spec_gate (default ``timeout``).
+    """
+    from console.app import SpecConsoleApp
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = dataclasses.replace(cfg, handle_signals=False)
+    app = SpecConsoleApp(cfg, nvml_module=nvml_module)
+    result: dict[str, Any] = {"ok": False, "steps": []}
+
+    def step(name: str, ok: bool, **extra: Any) -> None:
+        result["steps"].append({"step": name, "ok": ok, **extra})
+        progress(f"{name}: {'ok' if ok else 'FAILED'}")
+
+    try:
+        async with app.run_test(size=size) as pilot:
+            got_gate = await _wait(pilot, lambda: app.model.gate is not None and app.model.gate.threshold is not None,
+                                   ready_timeout or timeout)
+            await _wait(pilot, lambda: app.model.gpus.status != st.GPU_STARTING, 5.0)
+            await _wait(pilot, lambda: app.model.worker_check().status != st.CHECK_UNVERIFIED or cfg.log_path is None, 5.0)
+            step("spec_gate seen", got_gate)
+            result["before"] = observe(app)
+            app.save_screenshot(str(out / "before.svg"))
+            if got_gate:
+                before = app.model.gate.threshold
+                target = before + 1
+                max_running = app.model.snapshot_max_running()
+                if max_running is not None and target > max_running:
+                    target = before - 1  # at the upper bound: step down instead
+                    await pilot.press("minus")
+                else:
+                    await pilot.press("plus")
+                confirmed = await _wait(
+                    pilot, lambda: app.model.gate is not None and app.model.gate.threshold == target and app.model.pending is None,
+                    timeout,
+                )
+                await pilot.pause(0.3)
+                step("threshold change confirmed by spec_gate", confirmed, before=before, requested=target,
+                     after=app.model.gate.threshold if app.model.gate else None, message=app.model.message)
+                result["after"] = observe(app)
+                app.save_screenshot(str(out / "after.svg"))
+                result["threshold_before"] = before
+                result["threshold_requested"] = target
+                result["threshold_after"] = result["after"]["threshold"]
+                result["confirmed"] = confirmed
+                restored = None
+                if restore and confirmed:
+                    await pilot.press("minus" if target > before else "plus")
+                    restored = await _wait(
+                        pilot, lambda: app.model.gate is not None and app.model.gate.threshold == before and app.model.pending is None,
+                        timeout,
+                    )
+                    step("threshold restored", restored)
+                result["restored"] = restored
+                result["ok"] = bool(confirmed and (restored is not False))
+            if app.proc is not None:
+                pgid = app.proc.pgid
+                await app.action_quit()
+                left = app.proc.members()
+                step("server process group stopped", not left, pgid=pgid, left=left)
+                result["ok"] = result["ok"] and not left
+    finally:
+        app.shutdown_server()
+    (out / "observed.json").write_text(json.dumps(result, indent=2, default=str))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: ``python -m console.headless_check ...``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    server_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, server_args = argv[:i], argv[i + 1:]
+    args = _parser().parse_args(argv)
+    try:
+        cols, rows = (int(x) for x in args.size.lower().split("x"))
+    except ValueError:
+        print("--size must look like 160x50", file=sys.stderr)
+        return 2
+    base = AppConfig(interval_s=args.interval, log_dir=args.log_dir or default_log_dir(), nvml=args.gpus)
+    from console.cli import demo_config, launch_config
+
+    if args.url:
+        cfg = dataclasses.replace(base, mode="attach", url=args.url, log_path=args.log, api_key=args.api_key)
+    elif args.demo:
+        cfg = demo_config(base, extra=server_args or ["--startup-seconds", "0.5"])
+    else:
+        if not server_args:
+            print("--launch needs the server arguments after --", file=sys.stderr)
+            return 2
+        cfg = launch_config(base, server_args)
+    nvml_module = None
+    if args.gpus == "sim":
+        from console.nvml_sim import SimulatedNvml
+
+        nvml_module = SimulatedNvml(seed=0)
+    ready_timeout = max(args.timeout, 600.0) if args.launch else args.timeout
+    result = asyncio.run(run_check(
+        cfg, args.out, size=(cols, rows), timeout=args.timeout, restore=not args.no_restore,
+        nvml_module=nvml_module, ready_timeout=ready_timeout, progress=lambda s: print(s, flush=True),
+    ))
+    print(f"wrote {args.out / 'observed.json'}, {args.out / 'before.svg'}, {args.out / 'after.svg'}")
+    print("OK" if result["ok"] else "FAILED")
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The server child of ``specconsole launch`` / ``demo``: its own process group, its log file, its end.
+
+The child runs in a new session (``start_new_session=True``), so it and everything it spawns
+(SGLang's scheduler / detokenizer processes, one per TP rank) share one process group whose id
+is the child's pid, and the terminal's SIGINT/SIGHUP do not reach them directly. Stopping sends
+SIGTERM to the whole group, waits, then SIGKILLs whatever is left, so no scheduler process
+(and no GPU memory) stays behind. Output (stdout + stderr) goes to a log file that the console
+follows like any other server log.
+
+Linux: group membership is read from ``/proc``; elsewhere ``killpg(pgid, 0)`` is used.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from console.logparse import START_MARKER
+
+#: command that starts the real server; ``SPECCONSOLE_SERVER_CMD`` replaces it (tests point it
+#: at ``python -m console.demo_server``)
+SERVER_CMD_ENV = "SPECCONSOLE_SERVER_CMD"
+
+
+def default_server_command() -> list[str]:
+    """``python -m server_patch.launch_server``, or the shell-split ``$SPECCONSOLE_SERVER_CMD``."""
+    override = os.environ.get(SERVER_CMD_ENV)
+    if override:
+        return shlex.split(override)
+    return [sys.executable, "-m", "server_patch.launch_server"]
+
+
+def demo_server_command() -> list[str]:
+    """The built-in simulated server, started exactly like a real one."""
+    return [sys.executable, "-m", "console.demo_server"]
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids whose process group is ``pgid``.
+
+    Zombies are left out: they hold no memory, and in a container without an init that
+    reaps, orphaned zombies never go away.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():  # pragma: no cover - non-Linux fallback
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may contain spaces/parens -> split after last ')'
+        rest = stat[stat.rfind(")") + 2:].split()
+        if len(rest) < 3:
+            continue
+        state, pgrp = rest[0], int(rest[2])
+        if pgrp == pgid and state not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024) -> list[str]:
+    """The last ``n`` lines of a text file (reads at most ``max_bytes`` from its end)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").splitlines()
+    return lines[-n:]
+
+
+class ServerProcess:
+    """One server child and its process group.
+
+    Args:
+        command: argv of the server (e.g. ``default_server_command() + server_args``).
+        log_path: file that receives the child's stdout+stderr (appended; created with parents).
+        env: environment for the child (None: inherit).
+        stop_timeout_s: seconds between SIGTERM to the group and SIGKILL.
+
+    Not thread-safe except :meth:`stop`, which may be called from any thread (and more than
+    once; later calls wait for the first).
+    """
+
+    def __init__(
+        self,
+        command: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        stop_timeout_s: float = 10.0,
+    ) -> None:
+        self.command = list(command)
+        self.log_path = Path(log_path)
+        self.env = env
+        self.stop_timeout_s = stop_timeout_s
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.started_at: float | None = None
+        self.starts = 0
+        self.stopping = False
+        self._stop_lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid (also its process group id), None before :meth:`start`."""
+        return self.popen.pid if self.popen else None
+
+    @property
+    def pgid(self) -> int | None:
+        """The process group id of the child and everything it spawned."""
+        return self.pid
+
+    def start(self) -> None:
+        """Start (or restart) the child in its own session, appending output to the log file.
+
+        Writes a ``[specconsole] starting server: <cmd>`` marker line first, so log readers
+        know a new run begins. Raises OSError when the command cannot be started.
+        """
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"{START_MARKER} {shlex.join(self.command)}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self.env,
+                close_fds=True,
+            )
+        self.started_at = time.monotonic()
+        self.starts += 1
+        self.stopping = False
+
+    def poll(self) -> int | None:
+        """The child's exit code (negative: killed by that signal), None while it runs."""
+        return self.popen.poll() if self.popen else None
+
+    def members(self) -> list[int]:
+        """Live pids left in the child's process group (empty when everything is gone)."""
+        return group_members(self.pgid) if self.pgid else []
+
+    def _signal_group(self, sig: int) -> None:
+        if self.pgid is None:
+            return
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _wait_group(self, deadline: float) -> bool:
+        """Reap the child and wait until the group is empty or ``deadline``; True if empty."""
+        while True:
+            self.poll()
+            if not self.members():
+                self.poll()
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """Stop the whole group: SIGTERM, wait up to ``timeout_s`` (default ``stop_timeout_s``), SIGKILL.
+
+        Also cleans up after a crash: if the leader already exited, its leftover children
+        are stopped the same way. Idempotent.
+
+        Returns:
+            The child's exit code, or None if it was never started.
+        """
+        if self.popen is None:
+            return None
+        timeout_s = self.stop_timeout_s if timeout_s is None else timeout_s
+        with self._stop_lock:
+            self.stopping = True
+            if self.members():
+                self._signal_group(signal.SIGTERM)
+                if not self._wait_group(time.monotonic() + timeout_s):
+                    self._signal_group(signal.SIGKILL)
+                    self._wait_group(time.monotonic() + 5.0)
+            try:
+                return self.popen.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not delivered?
+                return None
+
+    def last_lines(self, n: int = 12) -> list[str]:
+        """The last ``n`` lines of the log file (for the crash screen)."""
+        return tail_lines(self.log_path, n)

@@ -1,0 +1,52 @@
+"""Shown when a launched server exits on its own: exit code, last log lines, restart."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Label, Static
+
+from console.state import ProcessState
+
+
+def describe_exit(code: int | None) -> str:
+    """``exit code 1`` or ``killed by SIGKILL (exit code -9)``."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {code})"
+    return f"exit code {code}"
+
+
+class CrashScreen(ModalScreen[str]):
+    """Dismisses with ``"restart"``, ``"quit"`` or ``"close"`` (look at the log)."""
+
+    BINDINGS = [
+        Binding("r", "choose('restart')", "Restart server"),
+        Binding("escape", "choose('close')", "Close (read the log)"),
+        Binding("q", "choose('quit')", "Quit"),
+    ]
+
+    def __init__(self, process: ProcessState) -> None:
+        super().__init__()
+        self.process = process
+
+    def compose(self) -> ComposeResult:
+        p = self.process
+        with Vertical(id="crash-body"):
+            yield Label(f"The server crashed: {describe_exit(p.exit_code)}", id="crash-title")
+            yield Static(p.command, id="crash-command")
+            yield Label("Last log lines:", id="crash-label")
+            yield Static("\n".join(p.last_lines) or "(log is empty)", id="crash-lines", markup=False)
+            yield Label("r restart · Escape close and read the log · q quit", id="crash-keys")
+
+    def action_choose(self, what: str) -> None:
+        self.dismiss(what)

@@ -1,0 +1,69 @@
+"""The main screen: status bar, speculation + load panels, GPU panel, log panel, footer.
+
+It owns the ``snapshot`` reactive and hands every new snapshot to the widgets. It also sets
+size classes on itself so the CSS can use more space on bigger terminals: ``-tall`` (at least
+34 rows) and ``-wide`` (at least 120 columns).
+"""
+
+from __future__ import annotations
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from console.state import ConsoleSnapshot
+from console.widgets.base import SnapshotWidget
+from console.widgets.gpu_panel import GpuTable
+from console.widgets.load_panel import LoadPanel
+from console.widgets.log_panel import LogPanel
+from console.widgets.spec_panel import SpecPanel
+from console.widgets.status_bar import StatusBar
+
+TALL_ROWS = 34
+WIDE_COLS = 120
+
+
+class MainScreen(Screen):
+    """The operator's view (fits 80x24; grows with the terminal)."""
+
+    snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, always_update=True)
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status-bar")
+        with Horizontal(id="top"):
+            spec = SpecPanel(id="spec-panel", classes="panel")
+            spec.border_title = "Speculation"
+            yield spec
+            load = LoadPanel(id="load-panel", classes="panel")
+            load.border_title = "Load · batch size (req)"
+            yield load
+        gpus = VerticalScroll(GpuTable(id="gpu-table"), id="gpu-panel", classes="panel")
+        gpus.border_title = "GPUs"
+        gpus.can_focus = False
+        yield gpus
+        yield LogPanel(id="log-panel", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._apply_size(self.size.width, self.size.height)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._apply_size(event.size.width, event.size.height)
+
+    def _apply_size(self, width: int, height: int) -> None:
+        self.set_class(height >= TALL_ROWS, "-tall")
+        self.set_class(width >= WIDE_COLS, "-wide")
+
+    def watch_snapshot(self, snapshot: ConsoleSnapshot) -> None:
+        for widget in self.query(SnapshotWidget):
+            widget.snapshot = snapshot
+        g = snapshot.gpus
+        title = "GPUs"
+        if g.simulated:
+            title += " · simulated (demo)"
+        elif g.driver_version:
+            title += f" · driver {g.driver_version}"
+        self.query_one("#gpu-panel").border_title = title

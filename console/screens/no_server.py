@@ -1,0 +1,60 @@
+"""Shown by plain ``specconsole`` when there is no config file and nothing answers on 127.0.0.1:30000."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Markdown
+
+TEXT = """\
+# No server found
+
+No `specconsole.toml` in this directory or in `{config_dir}`, and nothing answers on
+`{url}`.
+
+**Try it without a GPU** — press `d` to start the demo (a simulated server, same screens).
+
+**Start a server under the console** (it owns the process group and stops it on quit):
+
+```
+specconsole launch -- --model-path M --speculative-algorithm EAGLE3 \\
+    --speculative-draft-model-path D --speculative-disable-batch-threshold 32
+```
+
+**Watch a running server**: `specconsole attach http://HOST:PORT --log server.log`
+
+**Or write `specconsole.toml`** and run plain `specconsole`:
+
+```
+[server]
+args = ["--model-path", "M", "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", "D", "--speculative-disable-batch-threshold", "32"]
+```
+
+`d` demo · `a` try {url} again · `q` quit
+"""
+
+
+class NoServerScreen(Screen[str]):
+    """Dismisses with ``"demo"``, ``"retry"`` or ``"quit"``."""
+
+    BINDINGS = [
+        Binding("d", "choose('demo')", "Start demo"),
+        Binding("a", "choose('retry')", "Attach again"),
+        Binding("q", "choose('quit')", "Quit"),
+    ]
+
+    def __init__(self, url: str, config_dir: str) -> None:
+        super().__init__()
+        self.url = url
+        self.config_dir = config_dir
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="no-server-body"):
+            yield Markdown(TEXT.format(url=self.url, config_dir=self.config_dir))
+        yield Footer()
+
+    def action_choose(self, what: str) -> None:
+        self.dismiss(what)

@@ -1,0 +1,404 @@
+"""Immutable state of the console: what the widgets render, and nothing else.
+
+Every dataclass here is frozen. The data layer builds them (:mod:`console.client`,
+:mod:`console.nvml`, :mod:`console.logparse`, :mod:`console.process`), :mod:`console.model`
+folds them into one :class:`ConsoleSnapshot`, and widgets only read that snapshot.
+
+Units are in the field names or docstrings: batch size and queue length in requests (req),
+throughput in tok/s, memory in MiB, temperature in °C, power in W, clocks in MHz, times in
+seconds of ``time.monotonic()`` unless stated otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+def _int(value: Any) -> int | None:
+    """``value`` as an int, or None when it is missing or not a number (bools are not numbers)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _float(value: Any) -> float | None:
+    """``value`` as a float, or None when it is missing or not a number."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def _bool(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class LastSwitch:
+    """The gate's last on<->off switch: decode step index, direction ``"on"``/``"off"``, batch size (req)."""
+
+    step: int | None
+    direction: str | None
+    batch_size: int | None
+
+
+@dataclass(frozen=True)
+class RankState:
+    """One TP rank's gate state, from ``spec_gate.ranks``."""
+
+    tp_rank: int | None
+    spec_enabled: bool | None
+    threshold: int | None
+    hysteresis: int | None
+    switches: int | None
+    decode_steps_on: int | None
+    decode_steps_off: int | None
+
+
+@dataclass(frozen=True)
+class GateState:
+    """``GET /server_info`` -> ``internal_states[0].spec_gate`` (README contract), typed.
+
+    Missing or ill-typed keys become None (rendered ``n/a``); nothing here raises.
+    """
+
+    worker_class: str | None = None
+    spec_version: str | None = None
+    overlap: bool | None = None
+    sglang_version: str | None = None
+    speculative_algorithm: str | None = None
+    topk: int | None = None
+    num_steps: int | None = None
+    num_draft_tokens: int | None = None
+    spec_enabled: bool | None = None
+    threshold: int | None = None
+    hysteresis: int | None = None
+    max_running_requests: int | None = None
+    cuda_graph_max_bs: int | None = None
+    last_decode_batch_size: int | None = None
+    decode_steps_on: int | None = None
+    decode_steps_off: int | None = None
+    switches: int | None = None
+    last_switch: LastSwitch | None = None
+    accept_length_recent: float | None = None
+    off_cuda_graph: bool | None = None
+    off_steps_cuda_graph: int | None = None
+    tp_rank: int | None = None
+    tp_size: int | None = None
+    ranks: tuple[RankState, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "GateState":
+        """Build from the ``spec_gate`` dict of one ``internal_states`` entry."""
+        ls = data.get("last_switch")
+        last_switch = None
+        if isinstance(ls, Mapping):
+            last_switch = LastSwitch(_int(ls.get("step")), _str(ls.get("direction")), _int(ls.get("batch_size")))
+        ranks = []
+        for r in data.get("ranks") or ():
+            if isinstance(r, Mapping):
+                ranks.append(
+                    RankState(
+                        _int(r.get("tp_rank")),
+                        _bool(r.get("spec_enabled")),
+                        _int(r.get("threshold")),
+                        _int(r.get("hysteresis")),
+                        _int(r.get("switches")),
+                        _int(r.get("decode_steps_on")),
+                        _int(r.get("decode_steps_off")),
+                    )
+                )
+        return cls(
+            worker_class=_str(data.get("worker_class")),
+            spec_version=_str(data.get("spec_version")),
+            overlap=_bool(data.get("overlap")),
+            sglang_version=_str(data.get("sglang_version")),
+            speculative_algorithm=_str(data.get("speculative_algorithm")),
+            topk=_int(data.get("topk")),
+            num_steps=_int(data.get("num_steps")),
+            num_draft_tokens=_int(data.get("num_draft_tokens")),
+            spec_enabled=_bool(data.get("spec_enabled")),
+            threshold=_int(data.get("threshold")),
+            hysteresis=_int(data.get("hysteresis")),
+            max_running_requests=_int(data.get("max_running_requests")),
+            cuda_graph_max_bs=_int(data.get("cuda_graph_max_bs")),
+            last_decode_batch_size=_int(data.get("last_decode_batch_size")),
+            decode_steps_on=_int(data.get("decode_steps_on")),
+            decode_steps_off=_int(data.get("decode_steps_off")),
+            switches=_int(data.get("switches")),
+            last_switch=last_switch,
+            accept_length_recent=_float(data.get("accept_length_recent")),
+            off_cuda_graph=_bool(data.get("off_cuda_graph")),
+            off_steps_cuda_graph=_int(data.get("off_steps_cuda_graph")),
+            tp_rank=_int(data.get("tp_rank")),
+            tp_size=_int(data.get("tp_size")),
+            ranks=tuple(ranks),
+        )
+
+    @property
+    def ranks_disagree(self) -> bool:
+        """True when TP ranks report different spec_enabled / threshold / hysteresis."""
+        seen = {(r.spec_enabled, r.threshold, r.hysteresis) for r in self.ranks}
+        return len(seen) > 1
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """Live load from ``GET /v1/loads?include=core,spec``, summed over DP ranks.
+
+    ``running_reqs`` is the running batch size (req), ``waiting_reqs`` the queue length (req),
+    ``gen_throughput`` tok/s, ``token_usage`` a fraction of the KV pool in [0, 1].
+    """
+
+    running_reqs: int | None = None
+    waiting_reqs: int | None = None
+    gen_throughput: float | None = None
+    max_running_requests: int | None = None
+    token_usage: float | None = None
+    accept_length: float | None = None
+    dp_ranks: int = 1
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "LoadState":
+        """Build from the ``/v1/loads`` answer (SGLang 0.5.12 shape); sums ``loads[*]``."""
+        loads = [x for x in (data.get("loads") or ()) if isinstance(x, Mapping)]
+        if not loads:
+            return cls(dp_ranks=0)
+
+        def total(key: str, conv=_int):
+            vals = [conv(x.get(key)) for x in loads]
+            vals = [v for v in vals if v is not None]
+            return sum(vals) if vals else None
+
+        usage = [_float(x.get("token_usage")) for x in loads]
+        usage = [u for u in usage if u is not None]
+        accept = []
+        for x in loads:
+            spec = x.get("speculative")
+            if isinstance(spec, Mapping):
+                a = _float(spec.get("accept_length"))
+                if a is not None:
+                    accept.append(a)
+        return cls(
+            running_reqs=total("num_running_reqs"),
+            waiting_reqs=total("num_waiting_reqs"),
+            gen_throughput=total("gen_throughput", _float),
+            max_running_requests=total("max_running_requests"),
+            token_usage=(sum(usage) / len(usage)) if usage else None,
+            accept_length=(sum(accept) / len(accept)) if accept else None,
+            dp_ranks=len(loads),
+        )
+
+
+@dataclass(frozen=True)
+class ServerSample:
+    """One poll of the server: version, gate (None: gate not enabled), load (None: no /v1/loads)."""
+
+    version: str | None
+    gate: GateState | None
+    load: LoadState | None
+    simulated: bool = False
+    simulated_note: str | None = None
+    dp_size: int = 1
+
+
+@dataclass(frozen=True)
+class SetResult:
+    """Answer of ``POST /set_internal_state`` (README contract).
+
+    ``updated`` False means nothing was applied and ``reason`` says why; ``threshold`` and
+    ``hysteresis`` are the values in force after the call.
+    """
+
+    updated: bool
+    reason: str | None
+    threshold: int | None
+    hysteresis: int | None
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One GPU as NVML reports it. Any None field is not supported there (rendered ``n/a``).
+
+    Memory in MiB, temperature in °C, power and power limit in W, SM clock in MHz,
+    utilization in percent. ``lost`` is NVML's GPU_IS_LOST (fell off the bus).
+    """
+
+    index: int
+    name: str | None = None
+    util_pct: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mig: bool = False
+    lost: bool = False
+
+
+#: GpuPanelState.status values
+GPU_OK = "ok"
+GPU_STARTING = "starting"
+GPU_NO_LIBRARY = "library_not_found"
+GPU_DRIVER_MISMATCH = "driver_mismatch"
+GPU_NO_DRIVER = "driver_not_loaded"
+GPU_NO_PERMISSION = "no_permission"
+GPU_NONE = "no_gpus"
+GPU_ERROR = "error"
+
+
+@dataclass(frozen=True)
+class GpuPanelState:
+    """Everything the GPU panel shows: an overall status, a message for non-ok states, rows."""
+
+    status: str = GPU_STARTING
+    message: str = "reading NVML…"
+    driver_version: str | None = None
+    rows: tuple[GpuRow, ...] = ()
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class ConnectionState:
+    """Reachability of the server's HTTP endpoint.
+
+    ``reachable`` is None before the first answer or failure. ``down_since`` is the monotonic
+    time of the first failure of the current outage (None while reachable).
+    """
+
+    url: str = ""
+    reachable: bool | None = None
+    down_since: float | None = None
+    last_error: str | None = None
+    failures: int = 0
+
+
+#: WorkerCheck.status values
+CHECK_VERIFIED = "verified"
+CHECK_MISMATCH = "mismatch"
+CHECK_UNVERIFIED = "unverified"
+CHECK_UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class WorkerCheck:
+    """Which speculative worker runs, and how it is known.
+
+    ``live_class`` comes from the live object (``spec_gate.worker_class``); ``log_family``
+    (``"v1"``/``"v2"``) from SGLang's startup line; ``log_worker`` from the
+    ``spec_gate: worker=...`` line. ``status`` is one of ``verified``, ``mismatch`` (an alarm),
+    ``unverified`` (no log line to cross-check) or ``unknown`` (no spec_gate).
+    """
+
+    status: str = CHECK_UNKNOWN
+    live_class: str | None = None
+    live_version: str | None = None
+    log_family: str | None = None
+    log_worker: str | None = None
+    detail: str = "waiting for spec_gate"
+
+
+@dataclass(frozen=True)
+class PendingChange:
+    """A threshold/hysteresis change the server accepted but spec_gate has not shown yet."""
+
+    threshold: int | None
+    hysteresis: int | None
+    old_threshold: int | None
+    old_hysteresis: int | None
+    since: float
+
+
+#: ProcessState.phase values (launch / demo modes)
+PHASE_STARTING = "starting"
+PHASE_LOADING = "loading weights"
+PHASE_KV = "allocating KV cache"
+PHASE_GRAPHS = "capturing CUDA graphs"
+PHASE_WARMUP = "warming up"
+PHASE_READY = "ready"
+PHASE_CRASHED = "crashed"
+PHASE_STOPPING = "stopping"
+PHASE_STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """The server child in launch/demo mode: phase, pid/pgid, exit code and last log lines."""
+
+    phase: str = PHASE_STARTING
+    pid: int | None = None
+    exit_code: int | None = None
+    last_lines: tuple[str, ...] = ()
+    started_at: float | None = None
+    restarts: int = 0
+    command: str = ""
+
+
+@dataclass(frozen=True)
+class ConsoleSnapshot:
+    """The one state object the widgets render.
+
+    ``batch_history`` holds the running batch size (req) per poll, oldest first;
+    ``throughput_history`` tok/s per poll; ``gpu_util_history[i]`` GPU i's utilization (%)
+    per NVML read (None where n/a). ``now`` is the monotonic time the snapshot was taken (for
+    durations such as "unreachable for 12 s"). ``message`` is the last threshold-control
+    outcome (e.g. the server's reason for a rejection).
+    """
+
+    mode: str = "attach"
+    url: str = ""
+    readonly: bool = False
+    interval_s: float = 1.0
+    version: str | None = None
+    sample_seen: bool = False
+    gate: GateState | None = None
+    load: LoadState | None = None
+    connection: ConnectionState = field(default_factory=ConnectionState)
+    worker: WorkerCheck = field(default_factory=WorkerCheck)
+    pending: PendingChange | None = None
+    process: ProcessState | None = None
+    gpus: GpuPanelState = field(default_factory=GpuPanelState)
+    batch_history: tuple[int, ...] = ()
+    throughput_history: tuple[float, ...] = ()
+    gpu_util_history: tuple[tuple[float | None, ...], ...] = ()
+    simulated_note: str | None = None
+    log_path: str | None = None
+    message: str | None = None
+    message_level: str = "info"
+    now: float = 0.0
+
+    @property
+    def running_batch(self) -> int | None:
+        """Running batch size (req): /v1/loads if present, else spec_gate's last decode batch."""
+        if self.load is not None and self.load.running_reqs is not None:
+            return self.load.running_reqs
+        if self.gate is not None:
+            return self.gate.last_decode_batch_size
+        return None
+
+    @property
+    def max_running_requests(self) -> int | None:
+        """Upper bound for the threshold (req): spec_gate's value, else /v1/loads'."""
+        if self.gate is not None and self.gate.max_running_requests is not None:
+            return self.gate.max_running_requests
+        if self.load is not None:
+            return self.load.max_running_requests
+        return None
+
+    @property
+    def down_for_s(self) -> float | None:
+        """Seconds the server has been unreachable, None while reachable."""
+        if self.connection.down_since is None:
+            return None
+        return max(0.0, self.now - self.connection.down_since)

@@ -1,0 +1,109 @@
+"""The GPU panel: one row per GPU, or a clear state when NVML cannot be used.
+
+Columns: index, name, utilization (%) with its recent history, memory used/total (GiB),
+temperature (°C), power/limit (W), SM clock (MHz). Missing fields are ``n/a``; a lost GPU
+says ``GPU lost``; a MIG-enabled GPU is marked ``MIG`` (NVML gives no utilization there).
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from console import fmt
+from console import state as st
+from console.widgets.base import SnapshotWidget
+
+#: temperature (°C) from which the value is highlighted
+HOT_C = 80.0
+
+
+def _cols(width: int) -> dict[str, int]:
+    """Column widths for a panel ``width`` cells wide (history column takes the slack)."""
+    cols = {"idx": 2, "name": 8, "util": 5, "mem": 16, "temp": 5, "power": 10, "clock": 9, "hist": 8}
+    fixed = sum(cols.values()) + len(cols) - 1
+    slack = width - fixed
+    if slack > 0:
+        cols["name"] += min(slack, 6)
+        slack -= min(slack, 6)
+        cols["hist"] += slack
+    elif slack < 0:
+        cols["hist"] = max(0, cols["hist"] + slack)
+    return cols
+
+
+def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
+    """The panel's content as Rich text (``styles``: header, value, na, hot, lost, warn, hist)."""
+    g = s.gpus
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if g.status != st.GPU_OK:
+        label = {
+            st.GPU_STARTING: "reading NVML…",
+            st.GPU_NO_LIBRARY: "NVML unavailable",
+            st.GPU_DRIVER_MISMATCH: "NVML driver/library mismatch",
+            st.GPU_NO_DRIVER: "NVIDIA driver not loaded",
+            st.GPU_NO_PERMISSION: "NVML: no permission",
+            st.GPU_NONE: "no GPUs",
+            st.GPU_ERROR: "NVML error",
+        }.get(g.status, g.status)
+        text.append(label, styles["warn"])
+        if g.message and g.message != label:
+            text.append(f" · {g.message}", styles["na"])
+        text.append("\n(the rest of the console keeps working)", styles["na"])
+        return text
+    c = _cols(width)
+    header = [("#", "idx"), ("name", "name"), ("util", "util"), ("memory", "mem"),
+              ("temp", "temp"), ("power", "power"), ("SM clock", "clock"), ("history", "hist")]
+    parts = []
+    for title, key in header:
+        if c[key] <= 0:
+            continue
+        parts.append(title[: c[key]].rjust(c[key]) if key in ("util", "mem", "temp", "power", "clock") else title[: c[key]].ljust(c[key]))
+    text.append(" ".join(parts), styles["header"])
+    hists = s.gpu_util_history
+    for i, row in enumerate(g.rows):
+        text.append("\n")
+        text.append(str(row.index).ljust(c["idx"]) + " ", styles["value"])
+        name = (row.name or fmt.NA) + (" MIG" if row.mig else "")
+        text.append(name[: c["name"]].ljust(c["name"]) + " ", styles["value"] if row.name else styles["na"])
+        if row.lost:
+            text.append("GPU lost (fell off the bus?) — NVML GPU_IS_LOST", styles["lost"])
+            continue
+        cells = [
+            ("util", fmt.num(row.util_pct) + ("%" if row.util_pct is not None else ""), row.util_pct is None),
+            ("mem", fmt.mem_gib(row.mem_used_mib, row.mem_total_mib), row.mem_used_mib is None),
+            ("temp", fmt.num(row.temp_c, "°C"), row.temp_c is None),
+            ("power", fmt.pair(row.power_w, row.power_limit_w, "W"), row.power_w is None),
+            ("clock", fmt.num(row.sm_clock_mhz, "MHz"), row.sm_clock_mhz is None),
+            ("hist", None, False),
+        ]
+        for key, value, missing in cells:
+            w = c[key]
+            if w <= 0:
+                continue
+            if key == "hist":
+                hist = hists[i] if i < len(hists) else ()
+                text.append(fmt.sparkline(hist, w, top=100.0), styles["hist"])
+                continue
+            style = styles["na"] if missing else styles["value"]
+            if key == "temp" and row.temp_c is not None and row.temp_c >= HOT_C:
+                style = styles["hot"]
+            text.append(value.rjust(w)[-w:] + " ", style)
+    return text
+
+
+class GpuTable(SnapshotWidget):
+    """The rows (height grows with the number of GPUs; the panel scrolls when short of room)."""
+
+    COMPONENT_CLASSES = {"gpu--header", "gpu--value", "gpu--na", "gpu--hot", "gpu--lost", "gpu--warn", "gpu--hist"}
+
+    def render(self) -> Text:
+        styles = {k: self.style_of(f"gpu--{k}") for k in ("header", "value", "na", "hot", "lost", "warn", "hist")}
+        return render_rows(self.snapshot, self.size.width, styles)
+
+    def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
+        rows = len(snapshot.gpus.rows) + 1 if snapshot.gpus.status == st.GPU_OK else 2
+        if rows != self._rows:
+            self._rows = rows
+            self.styles.height = rows  # dynamic: one line per GPU plus the header
+
+    _rows = 0

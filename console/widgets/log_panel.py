@@ -1,0 +1,89 @@
+"""The log panel: :class:`LogView` plus a one-line prompt for search / include / exclude."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import Input
+
+from console.widgets.log_view import LogView
+
+PROMPTS = {
+    "search": "search (n / N next / previous match, empty clears)",
+    "include": "show only lines containing (a|b = a or b, empty clears)",
+    "exclude": "hide lines containing (a|b = a or b, empty clears)",
+}
+
+
+class LogPrompt(Input):
+    """The prompt; Escape closes it without applying."""
+
+    BINDINGS = [Binding("escape", "close", "Cancel", show=True)]
+
+    def action_close(self) -> None:
+        if isinstance(self.parent, LogPanel):
+            self.parent.close_prompt()
+
+
+class LogPanel(Vertical):
+    """Bordered container; its border title shows follow/pause, filters and search."""
+
+    def __init__(self, title: str = "Log", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.base_title = title
+        self.prompt_kind: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield LogView(id="log-view")
+        yield LogPrompt(id="log-prompt", classes="-hidden")
+
+    @property
+    def view(self) -> LogView:
+        return self.query_one(LogView)
+
+    def on_mount(self) -> None:
+        self.update_title()
+
+    def open_prompt(self, kind: str) -> None:
+        """Show the prompt for ``kind`` (``search``, ``include`` or ``exclude``), prefilled."""
+        prompt = self.query_one(LogPrompt)
+        self.prompt_kind = kind
+        prompt.placeholder = PROMPTS[kind]
+        prompt.value = getattr(self.view, kind)
+        prompt.remove_class("-hidden")
+        prompt.focus()
+
+    def close_prompt(self) -> None:
+        """Hide the prompt and give focus back to the log."""
+        self.prompt_kind = None
+        prompt = self.query_one(LogPrompt)
+        prompt.add_class("-hidden")
+        self.view.focus()
+
+    @on(Input.Submitted, "#log-prompt")
+    def _submitted(self, event: Input.Submitted) -> None:
+        kind = self.prompt_kind
+        value = event.value.strip()
+        self.close_prompt()
+        if kind is None:
+            return
+        setattr(self.view, kind, value)
+        if kind == "search" and value:
+            self.view.next_match(1)
+
+    @on(LogView.StateChanged)
+    def update_title(self) -> None:
+        """Border title: ``Log · following · +include -exclude · /search (3 matches)``."""
+        v = self.view
+        parts = [self.base_title]
+        parts.append("following" if v.follow else f"PAUSED (+{v.new_while_paused} new)")
+        if v.include:
+            parts.append(f"only: {v.include}")
+        if v.exclude:
+            parts.append(f"hide: {v.exclude}")
+        if v.search:
+            parts.append(f"/{v.search} ({len(v.match_rows())} matches)")
+        parts.append(f"{len(v.shown)}/{len(v.entries)} lines")
+        self.border_title = " · ".join(parts)
