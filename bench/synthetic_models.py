@@ -1,0 +1,875 @@
+"""Synthetic EAGLE-3 target/draft pair with predictable greedy output and acceptance.
+
+Implements ``shared/design/synthetic-models.md`` (corrections against the SGLang 0.5.12 source
+are listed below). ``python -m bench.synthetic_models --out DIR --preset {tiny,1b,8b}`` writes::
+
+    DIR/target/config.json                  LlamaForCausalLM
+    DIR/target/generation_config.json
+    DIR/target/model.safetensors            (or model-0000i-of-0000n.safetensors + model.safetensors.index.json
+                                             when larger than --max-shard-gb; the 8b preset is sharded)
+    DIR/target/tokenizer.json, tokenizer_config.json, special_tokens_map.json
+    DIR/draft/config.json                   LlamaForCausalLMEagle3 (1 decoder layer)
+    DIR/draft/model.safetensors
+    DIR/draft/tokenizer.json, tokenizer_config.json, special_tokens_map.json
+    DIR/oracle.json                         pi, corrupted keys, draft successor map, ids, expected acceptance
+
+Construction (all "SGLang" references are to sglang 0.5.12, ``python/sglang/srt``):
+
+* Vocabulary: ``V`` word tokens ``"w0".."w{V-1}"`` with ids ``0..V-1``, then 4 special tokens
+  ``<unk> <s> </s> <pad>`` with ids ``V..V+3``; ``config.vocab_size`` is ``V+4`` rounded up to a
+  multiple of 64 (rows past ``V+3`` are padding no tokenizer id maps to).
+* ``pi`` is a random permutation of ``0..V-1`` forming a single cycle; the target's greedy next
+  token after word ``x`` is ``pi[x]``.
+* Target (``models/llama.py``): embedding ``E`` Gaussian (std 1). Every ``o_proj`` / ``down_proj``
+  is zero (optionally ``proj_noise``-sized noise), so each decoder layer adds exactly 0 to the
+  residual stream: the residual stays ``E[x_t]`` through all layers (llama.py:308-330, fused
+  add+RMSNorm), the EAGLE-3 aux hidden states ``hidden_states + residual`` captured before layers
+  ``[2, L//2, L-3]`` (llama.py:392-395, 798-805) all equal ``E[x_t]``, and the final RMSNorm
+  (llama.py:412) gives ``n = E[x]/rms(E[x])`` (norm weights are 1; RMSNorm only rescales by a
+  positive scalar, so it cannot move the argmax). ``lm_head`` row ``j < V`` is the unit vector
+  ``u[pi^-1(j)] = E[pi^-1(j)]/|E[pi^-1(j)]|``; special/padding rows are 0. The logit of
+  ``pi(x)`` is exactly ``sqrt(H)`` (|n| = sqrt(H), cos = 1); every other word's logit is
+  ``sqrt(H)*cos(E[x], E[y]) ~ N(0, 1)``; special tokens score exactly 0. Unit rows (instead of the
+  note's raw ``E`` rows) keep logits O(sqrt(H)): the measured gap to the runner-up is >= 39 logits
+  (1b) / >= 58 (8b) in bf16 (``bench.margin_check``), so even temperature-1 sampling follows the
+  chain (runner-up probability < V*e^-39 per token); at tiny size the gap is ~12.
+* Draft (``models/llama_eagle3.py``): ``fc`` (3H -> H) = ``[I, 0, 0]`` so the residual starts as the
+  first aux hidden state ``E[x_t]`` (llama_eagle3.py:217-225). The decoder layer feeds
+  ``cat(input_layernorm(embed), hidden_norm(hidden))`` (width 2H) into ``qkv_proj``
+  (llama_eagle3.py:55-68, 93-98) -- random weights, but ``o_proj`` is zero so attention adds 0 and
+  the token embedding has no effect. The residual after attention is still ``E[x_t]``
+  (llama_eagle3.py:95, 110); ``post_attention_layernorm`` hands the MLP ``n = E[x]/rms(E[x])``.
+  The MLP is a key-value memory over all ``V`` words: row ``i`` of ``gate_proj`` is ``s*u[i]``,
+  row ``i`` of ``up_proj`` is ``u[i]``, column ``i`` of ``down_proj`` is
+  ``(E[m(i)] - E[i]) / (s*H)`` where ``m(i) = pi(i)`` (or a wrong successor for corrupted keys).
+  For the matching key ``gate = s*sqrt(H)`` exactly, so ``SiLU(gate)*up = s*H*sigmoid(s*sqrt(H))
+  ~= s*H`` and the MLP adds ``E[m(x)] - E[x]``; other keys give O(1) activations whose mean part
+  cancels (sum over a permutation) and whose random part is ~ ``sqrt(2V/H)`` (std-1 units) against
+  a signal of norm ``sqrt(H)``. The final ``norm(mlp_out + residual)`` (llama_eagle3.py:241-247)
+  then meets the same ``lm_head`` as the target (``draft_vocab_size = V``, ``d2t`` all zeros:
+  SGLang maps draft id ``i`` to target id ``i + d2t[i]``, llama_eagle3.py:318-321, used as
+  ``hot_token_id[topk_index]`` in speculative/eagle_worker.py:864-865), so the draft predicts
+  ``pi(m(x_t))`` = ``x_{t+2}`` unless ``x_t`` is corrupted, and its pre-norm output hidden
+  ``E[m(x_t)]`` (llama_eagle3.py:246) is exactly what the next draft step needs. Needs
+  ``intermediate_size >= V`` (the draft's intermediate is raised to ``V`` rounded up to 256 if needed).
+* Corrections to the design note: the draft residual is the *fc output* (not normed) and the
+  draft MLP sees the post-attention-RMSNorm'd residual, so keys are matched against
+  ``E[x]/rms(E[x])`` (norm sqrt(H)) -- the scales above follow from that; ``SiLU(gate)*up`` is
+  ``s*H`` only with ``up`` at unit scale (the note scales both by s); the draft's output hidden used
+  by the next step is the *pre-norm* ``mlp_out + residual``; the target aux layers are the inputs
+  of layers 2, L//2, L-3 and must be distinct (L >= 7), because SGLang appends one aux tensor per
+  layer index, in ascending order (duplicates would shrink the fc input below 3H).
+* EOS: ``eos_token_id = V+2`` (``</s>``) is in config.json and generation_config.json (SGLang
+  stops on their union, configs/model_config.py:1309-1327), but its lm_head row is 0 so greedy
+  decoding of a word prompt never produces it: no ``ignore_eos`` needed (though it is harmless).
+  The tokenizer adds no BOS (no post-processor, ``add_bos_token: false``), so a text prompt
+  "w5 w17" is exactly ids [5, 17] and the continuation is ``pi`` applied to the last word.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+
+DESIGN_NOTE = "shared/design/synthetic-models.md"
+
+#: Special tokens, in id order, placed right after the V word tokens.
+SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>", "<pad>")
+#: config.vocab_size is padded up to a multiple of this (GEMM-friendly logits width).
+VOCAB_PAD_MULTIPLE = 64
+#: Gate scale ``s`` of the draft's key-value memory (see module docstring).
+MEMORY_GATE_SCALE = 1.0
+ORACLE_FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """Model shape of one preset. ``vocab`` is the default number of word tokens ``V``."""
+
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab: int
+    max_position_embeddings: int
+    dtype: str
+    rope_theta: float = 500000.0
+    rms_norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+PRESETS: dict[str, Preset] = {
+    # CPU tests: 8 layers so that SGLang's default capture layers [2, 4, 5] are distinct.
+    "tiny": Preset("tiny", 256, 8, 4, 2, 512, 128, 4096, "float32"),
+    # Llama-3.2-1B-like shape (hidden 2048, 16 layers, 16 heads, 8 KV heads); intermediate 8192 >= V.
+    "1b": Preset("1b", 2048, 16, 16, 8, 8192, 8192, 16384, "bfloat16"),
+    # Llama-3.1-8B shape.
+    "8b": Preset("8b", 4096, 32, 32, 8, 14336, 8192, 16384, "bfloat16"),
+}
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_ST_DTYPE = {
+    torch.float32: "F32",
+    torch.bfloat16: "BF16",
+    torch.float16: "F16",
+    torch.int64: "I64",
+    torch.bool: "BOOL",
+}
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def sglang_default_capture_layers(num_layers: int) -> list[int]:
+    """Layer indices whose *input* SGLang captures as EAGLE-3 aux hidden states, in capture order.
+
+    SGLang sets ``layers_to_capture = [2, L//2, L-3]`` when the draft config has no
+    ``eagle_config.eagle_aux_hidden_state_layer_ids`` (models/llama.py:798-805) and appends
+    ``hidden_states + residual`` once per layer index ``i`` that is in that list while looping
+    ``i`` upward (llama.py:392-395), so the result is sorted and de-duplicated.
+
+    Raises ValueError when the three layers are not distinct and >= 1 (then the draft's ``fc``,
+    which expects 3 * hidden inputs, would not match, and layer 0 has no residual yet).
+    """
+    wanted = [2, num_layers // 2, num_layers - 3]
+    layers = sorted(set(wanted))
+    if len(layers) != 3 or layers[0] < 1:
+        raise ValueError(
+            f"num_layers={num_layers}: default EAGLE-3 capture layers {wanted} are not 3 distinct "
+            "layers >= 1 (need num_layers >= 7)"
+        )
+    return layers
+
+
+def vocab_layout(vocab: int) -> dict:
+    """Token-id layout for ``vocab`` word tokens.
+
+    Returns a dict with ``vocab`` (word ids are ``0..vocab-1``), ``special_tokens`` (name -> id:
+    ``<unk>`` = vocab, ``<s>`` = vocab+1, ``</s>`` = vocab+2, ``<pad>`` = vocab+3), ``bos_token_id``,
+    ``eos_token_id``, ``pad_token_id``, ``unk_token_id``, ``tokenizer_size`` (vocab + 4) and
+    ``vocab_size`` (the config value: tokenizer_size rounded up to a multiple of 64).
+    """
+    if vocab < 2:
+        raise ValueError(f"vocab must be >= 2, got {vocab}")
+    specials = {tok: vocab + i for i, tok in enumerate(SPECIAL_TOKENS)}
+    return {
+        "vocab": vocab,
+        "special_tokens": specials,
+        "unk_token_id": specials["<unk>"],
+        "bos_token_id": specials["<s>"],
+        "eos_token_id": specials["</s>"],
+        "pad_token_id": specials["<pad>"],
+        "tokenizer_size": vocab + len(SPECIAL_TOKENS),
+        "vocab_size": _round_up(vocab + len(SPECIAL_TOKENS), VOCAB_PAD_MULTIPLE),
+    }
+
+
+def build_maps(vocab: int, p_wrong: float, seed: int) -> tuple[list[int], list[int], list[int]]:
+    """The oracle's maps, drawn with ``numpy.random.default_rng(seed)`` (device independent).
+
+    Returns ``(pi, draft_successor, corrupted)``:
+
+    * ``pi[x]``: the target's greedy next token after word ``x``; one cycle through all ``vocab``.
+    * ``corrupted``: sorted list of ``round(p_wrong * vocab)`` distinct word ids (memory keys whose
+      value is wrong).
+    * ``draft_successor[x]``: the token whose embedding the draft's MLP writes for key ``x``:
+      ``pi[x]`` unless ``x`` is corrupted, else a uniformly drawn word ``!= pi[x]``.
+
+    Raises ValueError for ``p_wrong`` outside [0, 1] or ``vocab < 2``.
+    """
+    if not 0.0 <= p_wrong <= 1.0:
+        raise ValueError(f"p_wrong must be in [0, 1], got {p_wrong}")
+    if vocab < 2:
+        raise ValueError(f"vocab must be >= 2, got {vocab}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(vocab)
+    pi = np.empty(vocab, dtype=np.int64)
+    pi[order] = np.roll(order, -1)
+    n_wrong = int(math.floor(p_wrong * vocab + 0.5))
+    corrupted = np.sort(rng.choice(vocab, size=n_wrong, replace=False)) if n_wrong else np.array([], np.int64)
+    succ = pi.copy()
+    for c in corrupted:
+        w = int(rng.integers(vocab - 1))
+        if w >= pi[c]:
+            w += 1
+        succ[c] = w
+    return pi.tolist(), succ.tolist(), [int(c) for c in corrupted]
+
+
+# ---------------------------------------------------------------------------------------------
+# Oracle
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Oracle:
+    """What a generated pair will do, without running it (``DIR/oracle.json``).
+
+    Token ids ``0..vocab-1`` are the words ``"w0".."w{vocab-1}"``; ``special_tokens`` come after.
+    """
+
+    pi: list[int]
+    draft_successor: list[int]
+    corrupted: list[int]
+    p_wrong: float
+    seed: int
+    preset: str
+    vocab: int
+    vocab_size: int
+    special_tokens: dict[str, int]
+    eos_token_id: int
+    bos_token_id: int
+    pad_token_id: int
+    unk_token_id: int
+    hidden_size: int
+    num_layers: int
+    draft_intermediate_size: int
+    target_layers_to_capture: list[int]
+    dtype: str
+    device: str = "cpu"
+    proj_noise: float = 0.0
+    format_version: int = ORACLE_FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        self._pi_inv = [0] * self.vocab
+        for x, y in enumerate(self.pi):
+            self._pi_inv[y] = x
+        self._corrupted_set = set(self.corrupted)
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def accept_rate(self) -> float:
+        """Per-draft-token acceptance ``1 - |corrupted| / vocab`` (``1 - p_wrong`` up to rounding)."""
+        return 1.0 - len(self.corrupted) / self.vocab
+
+    def is_word(self, token: int) -> bool:
+        """True for word ids ``0..vocab-1`` (the only ids the chain visits)."""
+        return 0 <= int(token) < self.vocab
+
+    def _check_word(self, token: int) -> int:
+        token = int(token)
+        if not self.is_word(token):
+            raise ValueError(
+                f"token {token} is not a word id (0..{self.vocab - 1}); the chain is only defined on words"
+            )
+        return token
+
+    # -- target -------------------------------------------------------------------------------
+    def next_token(self, token: int) -> int:
+        """The target's greedy next token after word ``token``: ``pi[token]``."""
+        return self.pi[self._check_word(token)]
+
+    def prev_token(self, token: int) -> int:
+        """``pi^-1[token]``."""
+        return self._pi_inv[self._check_word(token)]
+
+    def chain(self, start_token: int, n: int) -> list[int]:
+        """The expected greedy continuation: ``[pi(start), pi(pi(start)), ...]``, ``n`` ids.
+
+        Holds for any prompt whose last token is ``start_token`` (the target ignores context),
+        with speculation on, off or switching. Raises ValueError if ``start_token`` is not a word
+        id or ``n < 0``.
+        """
+        x = self._check_word(start_token)
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        out = []
+        for _ in range(n):
+            x = self.pi[x]
+            out.append(x)
+        return out
+
+    # -- draft --------------------------------------------------------------------------------
+    def draft_chain(self, key: int, num_steps: int) -> list[int]:
+        """The draft's chain proposal (topk 1) when the last *verified* position holds ``key``.
+
+        In SGLang's EAGLE-3 loop the first draft step sees the target's aux hidden of the
+        second-to-last committed token ``key`` (and the embedding of the last committed token
+        ``pi(key)``); step ``i`` proposes ``pi(m^i(key))`` with ``m = draft_successor``.
+        Equal to ``chain(pi(key), num_steps + 1)[1:]`` up to the first corrupted key.
+        """
+        k = self._check_word(key)
+        out = []
+        for _ in range(num_steps):
+            k = self.draft_successor[k]
+            out.append(self.pi[k])
+        return out
+
+    def draft_correct(self, key: int) -> bool:
+        """Whether the draft's step with memory key ``key`` proposes the right token (key not corrupted)."""
+        return self._check_word(key) not in self._corrupted_set
+
+    # -- acceptance ---------------------------------------------------------------------------
+    def expected_accept_length(self, num_steps: int) -> float:
+        """Expected mean accept length per verify for chain drafting (topk 1, ``num_steps`` steps).
+
+        accept length = 1 + number of leading draft tokens the target accepts (SGLang counts the
+        bonus token: ``spec_accept_length = completion_tokens / spec_verify_ct``,
+        managers/tokenizer_manager.py:2130-2132). With per-token acceptance ``a`` (``accept_rate``)
+        independent across tokens, ``P(first i drafts accepted) = a^i``, so
+
+            E[L] = 1 + sum_{i=1..k} a^i = (1 - a^(k+1)) / (1 - a)     (= k + 1 when a = 1)
+
+        -- Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative
+        Decoding", ICML 2023, Eq. (1) (gamma = k). Here the corrupted keys are a fixed random
+        subset, so a single prompt's rounds scatter around this; ``simulate_spec_decode`` gives
+        the exact value for a given prompt. Raises ValueError if ``num_steps < 1``.
+        """
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        a = self.accept_rate
+        if a >= 1.0:
+            return float(num_steps + 1)
+        return (1.0 - a ** (num_steps + 1)) / (1.0 - a)
+
+    def expected_accept_rate(self, num_steps: int) -> float:
+        """Expected SGLang ``spec_accept_rate`` (correct drafts / proposed drafts, no bonus).
+
+        ``(expected_accept_length(k) - 1) / k`` (tokenizer_manager.py:2126-2129 counts a draft
+        as correct only within the accepted prefix, so this is below ``accept_rate`` for k > 1).
+        """
+        return (self.expected_accept_length(num_steps) - 1.0) / num_steps
+
+    def simulate_spec_decode(self, last_prompt_token: int, max_new_tokens: int, num_steps: int) -> dict:
+        """Exact EAGLE-3 chain-drafting trace (topk 1) for a prompt ending in ``last_prompt_token``.
+
+        Round structure (SGLang): prefill emits ``pi(last)``; each verify round proposes
+        ``draft_chain(key, num_steps)`` where ``key`` is the second-to-last committed token,
+        accepts ``n`` leading drafts and adds the target's bonus token, committing ``n + 1``.
+
+        Returns ``{"tokens": ids (== chain(last, max_new_tokens)), "accept_lengths": [n+1 per
+        round], "verify_ct": rounds, "mean_accept_length": mean of accept_lengths,
+        "sglang_spec_accept_length": max_new_tokens / verify_ct}``. The last round may overshoot
+        ``max_new_tokens`` (SGLang trims the tokens but counts the round), so the SGLang number is
+        exact only when no round overshoots; expect small tail effects for short outputs.
+        """
+        last = self._check_word(last_prompt_token)
+        if max_new_tokens < 1 or num_steps < 1:
+            raise ValueError("max_new_tokens and num_steps must be >= 1")
+        tokens = [self.pi[last]]
+        key = last
+        accept = []
+        while len(tokens) < max_new_tokens:
+            n, k = 0, key
+            while n < num_steps and k not in self._corrupted_set:
+                n += 1
+                k = self.pi[k]
+            tokens.extend(self.chain(tokens[-1], n + 1))
+            accept.append(n + 1)
+            for _ in range(n + 1):
+                key = self.pi[key]
+        tokens = tokens[:max_new_tokens]
+        return {
+            "tokens": tokens,
+            "accept_lengths": accept,
+            "verify_ct": len(accept),
+            "mean_accept_length": (sum(accept) / len(accept)) if accept else float("nan"),
+            "sglang_spec_accept_length": (max_new_tokens / len(accept)) if accept else float("nan"),
+        }
+
+    # -- prompts ------------------------------------------------------------------------------
+    def random_prompts(self, num_prompts: int, length: int, seed: int = 0) -> list[list[int]]:
+        """``num_prompts`` prompts of ``length`` random *word* ids (never special tokens)."""
+        return random_prompt_ids(self.vocab, num_prompts, length, seed)
+
+    @staticmethod
+    def to_text(ids: Iterable[int]) -> str:
+        """Word ids -> the text the tokenizer maps back to them, e.g. [5, 17] -> "w5 w17"."""
+        return ids_to_text(ids)
+
+    # -- (de)serialisation --------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """The ``oracle.json`` content (adds derived ``accept_rate`` / ``expected_accept_length``)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["accept_rate"] = self.accept_rate
+        d["expected_accept_length"] = {str(k): self.expected_accept_length(k) for k in range(1, 9)}
+        d["word_token_ids"] = [0, self.vocab]
+        d["design_note"] = DESIGN_NOTE
+        return d
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``to_json()`` to ``path``."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Oracle":
+        """Read an ``oracle.json`` (``path`` may be the file or the generator's output dir).
+
+        Raises FileNotFoundError if missing, ValueError on an unknown ``format_version``.
+        """
+        p = Path(path)
+        if p.is_dir():
+            p = p / "oracle.json"
+        d = json.loads(p.read_text())
+        if d.get("format_version") != ORACLE_FORMAT_VERSION:
+            raise ValueError(f"{p}: unsupported oracle format_version {d.get('format_version')!r}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def random_prompt_ids(vocab: int, num_prompts: int, length: int, seed: int = 0) -> list[list[int]]:
+    """Random prompts of word ids only (uniform in ``0..vocab-1``), seeded; shape [num_prompts][length].
+
+    Prompts never contain special tokens, so each continuation is ``Oracle.chain(prompt[-1], n)``.
+    (SGLang's ``bench_serving --dataset-name random --random-sample false`` draws ids below
+    ``tokenizer.vocab_size`` = vocab + 4, benchmark/datasets/random.py:145-153, so a few of its
+    prompts contain specials; only a prompt *ending* in one has an unpredictable continuation.)
+    """
+    if length < 1 or num_prompts < 0:
+        raise ValueError("length must be >= 1 and num_prompts >= 0")
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, vocab, size=(num_prompts, length)).tolist()
+
+
+def ids_to_text(ids: Iterable[int]) -> str:
+    """Word ids -> whitespace-joined words, e.g. [5, 17] -> "w5 w17" (the tokenizer's inverse)."""
+    return " ".join(f"w{int(i)}" for i in ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer / configs
+# ---------------------------------------------------------------------------------------------
+
+
+def write_tokenizer(out_dir: str | os.PathLike, vocab: int, model_max_length: int) -> None:
+    """Write tokenizer.json (``tokenizers`` WordLevel + WhitespaceSplit), tokenizer_config.json and
+    special_tokens_map.json to ``out_dir``.
+
+    Words ``w0..w{vocab-1}`` get ids ``0..vocab-1``, specials follow (see ``vocab_layout``); the
+    specials are also registered as special added tokens so they encode as one id and are
+    skipped by ``skip_special_tokens``. No post-processor: nothing (no BOS) is added on encode.
+    ``tokenizer_class`` is ``PreTrainedTokenizerFast`` (not a Llama class, whose transformers-v5
+    constructor would rebuild the pre-tokenizer and whose v4 default adds BOS).
+    """
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    lay = vocab_layout(vocab)
+    table = {f"w{i}": i for i in range(vocab)}
+    table.update(lay["special_tokens"])
+    tok = Tokenizer(models.WordLevel(vocab=table, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    specials = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
+    cfg = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **specials,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": model_max_length,
+        # Plain concatenation of message contents, so /v1/chat/completions works too.
+        "chat_template": "{% for message in messages %}{{ message['content'] }}{% if not loop.last %} {% endif %}{% endfor %}",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    (out / "special_tokens_map.json").write_text(json.dumps(specials, indent=1) + "\n")
+
+
+def _llama_config(p: Preset, lay: dict, dtype: str, *, layers: int, intermediate: int) -> dict:
+    return {
+        "model_type": "llama",
+        "hidden_size": p.hidden_size,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": layers,
+        "num_attention_heads": p.num_heads,
+        "num_key_value_heads": p.num_kv_heads,
+        "head_dim": p.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": p.max_position_embeddings,
+        "rms_norm_eps": p.rms_norm_eps,
+        "rope_theta": p.rope_theta,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "vocab_size": lay["vocab_size"],
+        "bos_token_id": lay["bos_token_id"],
+        "eos_token_id": lay["eos_token_id"],
+        "pad_token_id": lay["pad_token_id"],
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "torch_dtype": dtype,
+    }
+
+
+def target_config(p: Preset, vocab: int, dtype: str) -> dict:
+    """config.json of the target (``LlamaForCausalLM``, ``tie_word_embeddings: false``)."""
+    cfg = {"architectures": ["LlamaForCausalLM"]}
+    cfg.update(_llama_config(p, vocab_layout(vocab), dtype, layers=p.num_layers, intermediate=p.intermediate_size))
+    return cfg
+
+
+def draft_intermediate_size(p: Preset, vocab: int) -> int:
+    """The draft's MLP width: the preset's, raised to ``vocab`` rounded up to 256 if smaller."""
+    return max(p.intermediate_size, _round_up(vocab, 256))
+
+
+def draft_config(p: Preset, vocab: int, dtype: str) -> dict:
+    """config.json of the draft (``LlamaForCausalLMEagle3``, 1 layer).
+
+    Keys SGLang reads (models/llama_eagle3.py): ``draft_vocab_size`` (= vocab: lm_head rows and
+    d2t length, 270-288), ``target_hidden_size`` (fc input = 3 x this, 148-164),
+    ``tie_word_embeddings`` (false, else lm_head = embed_tokens, 271-272). No ``eagle_config``:
+    SGLang then captures its default layers [2, L//2, L-3] (model_executor/model_runner.py:428-441)
+    and the draft expects 3 aux states (llama_eagle3.py:154-158).
+    """
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"]}
+    cfg.update(_llama_config(p, vocab_layout(vocab), dtype, layers=1, intermediate=draft_intermediate_size(p, vocab)))
+    cfg["draft_vocab_size"] = vocab
+    cfg["target_hidden_size"] = p.hidden_size
+    return cfg
+
+
+def generation_config(vocab: int) -> dict:
+    """generation_config.json: token ids only (no sampling defaults for SGLang to pick up)."""
+    lay = vocab_layout(vocab)
+    return {
+        "bos_token_id": lay["bos_token_id"],
+        "eos_token_id": lay["eos_token_id"],
+        "pad_token_id": lay["pad_token_id"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TensorSpec:
+    """One tensor to write: ``make()`` returns it (any device) with exactly ``shape``/``dtype``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    make: Callable[[], torch.Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty((), dtype=self.dtype).element_size()
+
+
+def write_safetensors(path: str | os.PathLike, specs: Sequence[TensorSpec], metadata: dict | None = None) -> int:
+    """Stream ``specs`` into one safetensors file, creating each tensor only when it is written.
+
+    Writes the standard layout (8-byte little-endian header length, JSON header padded with
+    spaces to 8 bytes, then the raw little-endian tensor bytes in ``specs`` order) so peak host
+    memory is one tensor, not the whole model. Returns the data size in bytes. Raises ValueError
+    if a made tensor's shape/dtype differs from its spec.
+    """
+    header: dict = {"__metadata__": {"format": "pt", **(metadata or {})}}
+    off = 0
+    for s in specs:
+        n = s.nbytes
+        header[s.name] = {"dtype": _ST_DTYPE[s.dtype], "shape": list(s.shape), "data_offsets": [off, off + n]}
+        off += n
+    hbytes = json.dumps(header, separators=(",", ":")).encode()
+    hbytes += b" " * (-len(hbytes) % 8)
+    with open(path, "wb") as f:
+        f.write(len(hbytes).to_bytes(8, "little"))
+        f.write(hbytes)
+        for s in specs:
+            t = s.make()
+            if tuple(t.shape) != tuple(s.shape) or t.dtype != s.dtype:
+                raise ValueError(f"{s.name}: made {tuple(t.shape)} {t.dtype}, spec {s.shape} {s.dtype}")
+            t = t.detach().contiguous().to("cpu").reshape(-1)
+            f.write(memoryview(t.view(torch.uint8).numpy()))
+            del t
+    return off
+
+
+def write_sharded(out_dir: Path, specs: Sequence[TensorSpec], max_shard_bytes: int) -> list[str]:
+    """Write ``specs`` as ``model.safetensors`` or, above ``max_shard_bytes``, as HF-style shards
+    ``model-0000i-of-0000n.safetensors`` plus ``model.safetensors.index.json``. Returns file names."""
+    shards: list[list[TensorSpec]] = [[]]
+    size = 0
+    for s in specs:
+        if shards[-1] and size + s.nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(s)
+        size += s.nbytes
+    if len(shards) == 1:
+        write_safetensors(out_dir / "model.safetensors", shards[0])
+        return ["model.safetensors"]
+    names, weight_map, total = [], {}, 0
+    for i, shard in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        total += write_safetensors(out_dir / name, shard)
+        names.append(name)
+        weight_map.update({s.name: name for s in shard})
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")
+    return names
+
+
+class _WeightBuilder:
+    """Makes the tensors of both models on ``device`` (see module docstring for the math)."""
+
+    def __init__(self, p: Preset, oracle_maps, vocab: int, dtype: torch.dtype, device: torch.device,
+                 seed: int, proj_noise: float):
+        self.p, self.vocab, self.dtype, self.device = p, vocab, dtype, device
+        self.pi, self.succ, _ = oracle_maps
+        self.lay = vocab_layout(vocab)
+        self.proj_noise = proj_noise
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(seed)
+        H, Vs = p.hidden_size, self.lay["vocab_size"]
+        # Embedding (std 1), rounded to the storage dtype; everything derived uses the rounded copy
+        # so that the model's own arithmetic sees exactly these values.
+        e = torch.randn(Vs, H, generator=self.gen, device=device, dtype=torch.float32)
+        self.embed = e.to(dtype)
+        self.E = self.embed.float()
+        del e
+        self.U = self.E[:vocab] / self.E[:vocab].norm(dim=1, keepdim=True)  # unit rows of word embeds
+        self.pi_t = torch.tensor(self.pi, device=device)
+        self.succ_t = torch.tensor(self.succ, device=device)
+        pi_inv = torch.empty_like(self.pi_t)
+        pi_inv[self.pi_t] = torch.arange(vocab, device=device)
+        self.pi_inv_t = pi_inv
+
+    # -- primitives -------------------------------------------------------------------------
+    def ones(self, n: int) -> torch.Tensor:
+        return torch.ones(n, dtype=self.dtype, device=self.device)
+
+    def rand(self, out: int, inp: int) -> torch.Tensor:
+        """Gaussian with std 1/sqrt(fan_in): unit-scale activations, no overflow in bf16."""
+        t = torch.randn(out, inp, generator=self.gen, device=self.device, dtype=self.dtype)
+        return t.mul_(1.0 / math.sqrt(inp))
+
+    def residual_out(self, out: int, inp: int) -> torch.Tensor:
+        """o_proj / down_proj: zeros, or ``proj_noise/sqrt(fan_in)`` Gaussian noise."""
+        if self.proj_noise == 0.0:
+            return torch.zeros(out, inp, dtype=self.dtype, device=self.device)
+        t = torch.randn(out, inp, generator=self.gen, device=self.device, dtype=self.dtype)
+        return t.mul_(self.proj_noise / math.sqrt(inp))
+
+    def lm_head_rows(self, rows: int) -> torch.Tensor:
+        """[rows, H]: row j < vocab = u[pi^-1(j)], other rows 0 (specials/padding never win)."""
+        head = torch.zeros(rows, self.p.hidden_size, dtype=torch.float32, device=self.device)
+        head[: self.vocab] = self.U[self.pi_inv_t]
+        return head.to(self.dtype)
+
+    # -- draft memory -----------------------------------------------------------------------
+    def memory_gate(self, inter: int) -> torch.Tensor:
+        g = torch.zeros(inter, self.p.hidden_size, dtype=torch.float32, device=self.device)
+        g[: self.vocab] = MEMORY_GATE_SCALE * self.U
+        return g.to(self.dtype)
+
+    def memory_up(self, inter: int) -> torch.Tensor:
+        u = torch.zeros(inter, self.p.hidden_size, dtype=torch.float32, device=self.device)
+        u[: self.vocab] = self.U
+        return u.to(self.dtype)
+
+    def memory_down(self, inter: int) -> torch.Tensor:
+        H = self.p.hidden_size
+        d = torch.zeros(H, inter, dtype=torch.float32, device=self.device)
+        diff = self.E[self.succ_t] - self.E[: self.vocab]  # [V, H]
+        d[:, : self.vocab] = diff.T / (MEMORY_GATE_SCALE * H)
+        return d.to(self.dtype)
+
+    def fc(self) -> torch.Tensor:
+        H = self.p.hidden_size
+        w = torch.zeros(H, 3 * H, dtype=self.dtype, device=self.device)
+        w[:, :H] = torch.eye(H, dtype=self.dtype, device=self.device)
+        return w
+
+    # -- plans ------------------------------------------------------------------------------
+    def target_specs(self) -> list[TensorSpec]:
+        """HF Llama names, as SGLang's LlamaForCausalLM.load_weights expects (llama.py:615-686)."""
+        p, dt = self.p, self.dtype
+        H, I, hd = p.hidden_size, p.intermediate_size, p.head_dim
+        q, kv = p.num_heads * hd, p.num_kv_heads * hd
+        Vs = self.lay["vocab_size"]
+        specs = [TensorSpec("model.embed_tokens.weight", (Vs, H), dt, lambda: self.embed)]
+        for i in range(p.num_layers):
+            pre = f"model.layers.{i}."
+            specs += [
+                TensorSpec(pre + "input_layernorm.weight", (H,), dt, lambda: self.ones(H)),
+                TensorSpec(pre + "self_attn.q_proj.weight", (q, H), dt, lambda: self.rand(q, H)),
+                TensorSpec(pre + "self_attn.k_proj.weight", (kv, H), dt, lambda: self.rand(kv, H)),
+                TensorSpec(pre + "self_attn.v_proj.weight", (kv, H), dt, lambda: self.rand(kv, H)),
+                TensorSpec(pre + "self_attn.o_proj.weight", (H, q), dt, lambda: self.residual_out(H, q)),
+                TensorSpec(pre + "post_attention_layernorm.weight", (H,), dt, lambda: self.ones(H)),
+                TensorSpec(pre + "mlp.gate_proj.weight", (I, H), dt, lambda: self.rand(I, H)),
+                TensorSpec(pre + "mlp.up_proj.weight", (I, H), dt, lambda: self.rand(I, H)),
+                TensorSpec(pre + "mlp.down_proj.weight", (H, I), dt, lambda: self.residual_out(H, I)),
+            ]
+        specs += [
+            TensorSpec("model.norm.weight", (H,), dt, lambda: self.ones(H)),
+            TensorSpec("lm_head.weight", (Vs, H), dt, lambda: self.lm_head_rows(Vs)),
+        ]
+        return specs
+
+    def draft_specs(self) -> list[TensorSpec]:
+        """EAGLE-3 checkpoint names (as in the public EAGLE-3 Llama checkpoints: ``midlayer.*``,
+        ``fc``, ``norm``, ``lm_head``, ``d2t``, ``t2d``), mapped by SGLang's
+        LlamaForCausalLMEagle3.load_weights (llama_eagle3.py:293-346: ``midlayer`` -> ``layers.0``,
+        ``model.`` prefix added, q/k/v and gate/up stacked, ``d2t`` -> hot_token_id, ``t2d`` skipped).
+        ``embed_tokens`` is included for self-containedness; SGLang replaces it with the target's
+        (speculative/eagle_worker.py:177-188, same hidden size)."""
+        p, dt = self.p, self.dtype
+        H, hd = p.hidden_size, p.head_dim
+        I = draft_intermediate_size(p, self.vocab)
+        q, kv = p.num_heads * hd, p.num_kv_heads * hd
+        V, Vs = self.vocab, self.lay["vocab_size"]
+        m = "midlayer."
+        return [
+            TensorSpec("embed_tokens.weight", (Vs, H), dt, lambda: self.embed),
+            TensorSpec("fc.weight", (H, 3 * H), dt, self.fc),
+            TensorSpec(m + "hidden_norm.weight", (H,), dt, lambda: self.ones(H)),
+            TensorSpec(m + "input_layernorm.weight", (H,), dt, lambda: self.ones(H)),
+            TensorSpec(m + "self_attn.q_proj.weight", (q, 2 * H), dt, lambda: self.rand(q, 2 * H)),
+            TensorSpec(m + "self_attn.k_proj.weight", (kv, 2 * H), dt, lambda: self.rand(kv, 2 * H)),
+            TensorSpec(m + "self_attn.v_proj.weight", (kv, 2 * H), dt, lambda: self.rand(kv, 2 * H)),
+            TensorSpec(m + "self_attn.o_proj.weight", (H, q), dt, lambda: torch.zeros(H, q, dtype=dt, device=self.device)),
+            TensorSpec(m + "post_attention_layernorm.weight", (H,), dt, lambda: self.ones(H)),
+            TensorSpec(m + "mlp.gate_proj.weight", (I, H), dt, lambda: self.memory_gate(I)),
+            TensorSpec(m + "mlp.up_proj.weight", (I, H), dt, lambda: self.memory_up(I)),
+            TensorSpec(m + "mlp.down_proj.weight", (H, I), dt, lambda: self.memory_down(I)),
+            TensorSpec("norm.weight", (H,), dt, lambda: self.ones(H)),
+            TensorSpec("lm_head.weight", (V, H), dt, lambda: self.lm_head_rows(V)),
+            TensorSpec("d2t", (V,), torch.int64, lambda: torch.zeros(V, dtype=torch.int64)),
+            TensorSpec("t2d", (Vs,), torch.bool, lambda: torch.arange(Vs) < V),
+        ]
+
+
+def _resolve_device(device: str | None) -> torch.device:
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    d = torch.device(device)
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but torch.cuda.is_available() is False")
+    return d
+
+
+def generate_pair(
+    out_dir: str | os.PathLike,
+    preset: str = "tiny",
+    vocab: int | None = None,
+    p_wrong: float = 0.0,
+    seed: int = 0,
+    device: str | None = None,
+    dtype: str | None = None,
+    proj_noise: float = 0.0,
+    max_shard_gb: float = 5.0,
+) -> Oracle:
+    """Write the synthetic target/draft pair and ``oracle.json`` under ``out_dir``; return the Oracle.
+
+    Args:
+        out_dir: created if missing; ``target/``, ``draft/`` and ``oracle.json`` are overwritten.
+        preset: ``"tiny"`` (H=256, 8 layers, V=128, float32), ``"1b"`` (H=2048, 16 layers, 16/8
+            heads, intermediate 8192) or ``"8b"`` (H=4096, 32 layers, 32/8 heads, intermediate
+            14336), both V=8192 and bfloat16.
+        vocab: number of word tokens V (default: the preset's). config.vocab_size is V+4 rounded up to 64.
+        p_wrong: fraction of memory keys with a wrong draft successor; per-draft-token acceptance
+            is ``1 - round(p_wrong*V)/V``.
+        seed: seeds ``pi``/corruption (numpy, device independent) and the weights (torch, so
+            weights differ between cpu and cuda for one seed; behaviour does not).
+        device: "cpu", "cuda" (or "cuda:N"); default cuda when available.
+        dtype: "bfloat16" / "float32" / "float16" storage dtype (default: the preset's).
+        proj_noise: 0 (default) makes every target o_proj/down_proj exactly zero; > 0 fills them with
+            N(0, (proj_noise/sqrt(fan_in))^2) noise (cost realism; keep <= ~0.02, the argmax
+            guarantee then rests on the margin instead of exact arithmetic).
+        max_shard_gb: target/draft files above this are written as HF shards with an index.
+
+    Raises ValueError for an unknown preset/dtype, ``p_wrong`` outside [0, 1], or vocab < 2.
+    Design: shared/design/synthetic-models.md; math: see the module docstring.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    p = PRESETS[preset]
+    vocab = int(vocab or p.vocab)
+    dtype = dtype or p.dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(_DTYPES)}")
+    if proj_noise < 0:
+        raise ValueError("proj_noise must be >= 0")
+    layers = sglang_default_capture_layers(p.num_layers)
+    dev = _resolve_device(device)
+    maps = build_maps(vocab, p_wrong, seed)
+    lay = vocab_layout(vocab)
+    out = Path(out_dir)
+    tdir, ddir = out / "target", out / "draft"
+    for d in (tdir, ddir):
+        d.mkdir(parents=True, exist_ok=True)
+        for old in d.glob("model*.safetensors*"):
+            old.unlink()
+
+    with torch.no_grad():
+        b = _WeightBuilder(p, maps, vocab, _DTYPES[dtype], dev, seed, proj_noise)
+        max_bytes = int(max_shard_gb * (1 << 30))
+        write_sharded(tdir, b.target_specs(), max_bytes)
+        write_sharded(ddir, b.draft_specs(), max_bytes)
+        del b
+    (tdir / "config.json").write_text(json.dumps(target_config(p, vocab, dtype), indent=1) + "\n")
+    (ddir / "config.json").write_text(json.dumps(draft_config(p, vocab, dtype), indent=1) + "\n")
+    (tdir / "generation_config.json").write_text(json.dumps(generation_config(vocab), indent=1) + "\n")
+    for d in (tdir, ddir):
+        write_tokenizer(d, vocab, p.max_position_embeddings)
+
+    pi, succ, corrupted = maps
+    oracle = Oracle(
+        pi=pi, draft_successor=succ, corrupted=corrupted, p_wrong=float(p_wrong), seed=int(seed),
+        preset=preset, vocab=vocab, vocab_size=lay["vocab_size"], special_tokens=lay["special_tokens"],
+        eos_token_id=lay["eos_token_id"], bos_token_id=lay["bos_token_id"],
+        pad_token_id=lay["pad_token_id"], unk_token_id=lay["unk_token_id"],
+        hidden_size=p.hidden_size, num_layers=p.num_layers,
+        draft_intermediate_size=draft_intermediate_size(p, vocab), target_layers_to_capture=layers,
+        dtype=dtype, device=str(dev), proj_noise=float(proj_noise),
+    )
+    oracle.save(out / "oracle.json")
+    return oracle
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (see ``--help``). Returns the process exit code."""
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.synthetic_models",
+        description="Write a synthetic EAGLE-3 target/draft pair (+ oracle.json) for SGLang.",
+    )
+    ap.add_argument("--out", required=True, help="output directory (target/, draft/, oracle.json)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    ap.add_argument("--vocab", type=int, default=None, help="number of word tokens V (default: preset's)")
+    ap.add_argument("--p-wrong", type=float, default=0.0, help="fraction of draft keys made wrong (acceptance ~ 1-p)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default=None, help="cpu | cuda[:N] (default: cuda if available)")
+    ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None, help="default: preset's")
+    ap.add_argument("--proj-noise", type=float, default=0.0, help="noise scale for target o_proj/down_proj (default 0: exact zeros)")
+    ap.add_argument("--max-shard-gb", type=float, default=5.0)
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    o = generate_pair(a.out, preset=a.preset, vocab=a.vocab, p_wrong=a.p_wrong, seed=a.seed,
+                      device=a.device, dtype=a.dtype, proj_noise=a.proj_noise, max_shard_gb=a.max_shard_gb)
+    dt = time.perf_counter() - t0
+    size = sum(f.stat().st_size for f in Path(a.out).rglob("*") if f.is_file())
+    print(
+        f"wrote {a.out}: preset={o.preset} V={o.vocab} vocab_size={o.vocab_size} dtype={o.dtype} "
+        f"device={o.device} p_wrong={o.p_wrong} accept_rate={o.accept_rate:.4f} "
+        f"E[accept_len|3 steps]={o.expected_accept_length(3):.3f} eos={o.eos_token_id} "
+        f"{size / 1e9:.2f} GB in {dt:.1f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
