@@ -26,7 +26,7 @@ Test knobs: ``--startup-seconds``, ``--crash-after SECONDS`` (log a traceback, e
 leave the scheduler processes behind as a real crash can), ``--exit-code``, ``--stubborn``
 (ignore SIGTERM), ``--worker-class NAME`` (pretend the live object is NAME: with the default
 startup line this is a worker mismatch), ``--log-spec-version v1|v2`` (override the startup line),
-``--load``, ``--phase-seconds``, ``--tick``, ``--seed``. Unknown SGLang arguments are ignored.
+``--load``, ``--phase-seconds``, ``--tick``, ``--seed``, ``--apply-delay``. Unknown SGLang arguments are ignored.
 """
 
 from __future__ import annotations
@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stubborn", action="store_true", help="ignore SIGTERM (needs SIGKILL)")
     p.add_argument("--worker-class", default=None, help="pretend the live draft worker is this class")
     p.add_argument("--log-spec-version", choices=("v1", "v2"), default=None, help="override the startup Spec line")
+    p.add_argument("--apply-delay", type=float, default=0.0,
+                   help="seconds before an accepted gate change takes effect (a slow decode step)")
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -133,7 +135,7 @@ def load_at(levels: list[float], phase_s: float, t: float, ramp_frac: float = 0.
     k = int(t // phase_s)
     f = (t - k * phase_s) / phase_s
     cur = levels[k % len(levels)]
-    prev = levels[(k - 1) % len(levels)]
+    prev = levels[(k - 1) % len(levels)] if k > 0 else cur
     if f < ramp_frac:
         return prev + (cur - prev) * f / ramp_frac
     return cur
@@ -187,6 +189,7 @@ class Simulation:
             hysteresis=args.speculative_disable_hysteresis or 0,
         )
         self.pending: dict[str, int] = {}
+        self.pending_at = 0.0
         self.step = 0
         self.batch = 0
         self.waiting = 0
@@ -203,7 +206,7 @@ class Simulation:
         """Advance by one decode batch at wall time ``now`` (monotonic seconds)."""
         a = self.args
         with self.lock:
-            if self.pending:
+            if self.pending and now >= self.pending_at:
                 self._apply_pending()
             target = load_at(self.levels, a.phase_seconds, now - self.t0)
             if a.jitter > 0 and target >= 2:
@@ -395,6 +398,7 @@ class Simulation:
                 return reject("hysteresis must be >= 0", sa)
             if new_h >= new_t:
                 return reject(f"hysteresis {new_h} must be < threshold {new_t}", sa)
+            self.pending_at = time.monotonic() + self.args.apply_delay
             if THRESHOLD_KEY in sa:
                 self.pending[THRESHOLD_KEY] = new_t
             if HYSTERESIS_KEY in sa:

@@ -45,10 +45,10 @@ _ERROR = re.compile(
 )
 _WARNING = re.compile(r"\bWARNING\b|\bWarning\b|\bwarn(ing)?:", re.IGNORECASE)
 _DECODE = re.compile(r"Decode batch[.,]")
-_DECODE_FIELDS = re.compile(
-    r"#running-req: (?P<running>\d+).*?(?:accept len: (?P<accept>[\d.]+))?.*?"
-    r"gen throughput \(token/s\): (?P<tput>[\d.]+)(?:, #queue-req: (?P<queue>\d+))?"
-)
+_RUNNING = re.compile(r"#running-req: (\d+)")
+_ACCEPT = re.compile(r"accept len: ([\d.]+)")
+_TPUT = re.compile(r"gen throughput \(token/s\): ([\d.]+)")
+_QUEUE = re.compile(r"#queue-req: (\d+)")
 
 _PHASES = (
     (re.compile(r"The server is fired up and ready to roll"), st.PHASE_READY),
@@ -122,14 +122,15 @@ def parse_decode(line: str) -> DecodeStats | None:
     """Parse a ``Decode batch, #running-req: R, ... gen throughput (token/s): G, #queue-req: Q`` line."""
     if not _DECODE.search(line):
         return None
-    m = _DECODE_FIELDS.search(line)
-    if not m:
+    running, tput = _RUNNING.search(line), _TPUT.search(line)
+    if not running or not tput:
         return None
+    accept, queue = _ACCEPT.search(line), _QUEUE.search(line)
     return DecodeStats(
-        int(m.group("running")),
-        float(m.group("accept")) if m.group("accept") else None,
-        float(m.group("tput")),
-        int(m.group("queue")) if m.group("queue") else None,
+        int(running.group(1)),
+        float(accept.group(1)) if accept else None,
+        float(tput.group(1)),
+        int(queue.group(1)) if queue else None,
     )
 
 

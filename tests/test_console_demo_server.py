@@ -1,0 +1,139 @@
+"""The simulated server speaks the README contract (HTTP + log lines) and simulates the gate faithfully."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from console import demo_server as ds
+from console import logparse
+from console import throughput
+from console_support import DemoServer
+
+README_GATE_KEYS = {
+    "worker_class", "spec_version", "overlap", "sglang_version", "speculative_algorithm", "topk", "num_steps",
+    "num_draft_tokens", "spec_enabled", "threshold", "hysteresis", "max_running_requests", "cuda_graph_max_bs",
+    "last_decode_batch_size", "decode_steps_on", "decode_steps_off", "switches", "last_switch",
+    "accept_length_recent", "off_cuda_graph", "off_steps_cuda_graph", "tp_rank", "tp_size", "ranks",
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = DemoServer(tmp_path_factory.mktemp("demo"), ["--load", "fixed:8", "--tp-size", "2"]).wait_ready()
+    yield srv
+    srv.stop()
+
+
+def test_server_info_has_spec_gate_per_readme(server):
+    info = server.get("/server_info")
+    assert info["version"] == "0.5.12"
+    gate = info["internal_states"][0]["spec_gate"]
+    assert README_GATE_KEYS <= set(gate)
+    assert gate["worker_class"] == "EAGLEWorkerV2" and gate["spec_version"] == "v2" and gate["overlap"] is True
+    assert (gate["threshold"], gate["hysteresis"], gate["tp_size"]) == (32, 4, 2)
+    assert [r["tp_rank"] for r in gate["ranks"]] == [0, 1]
+    assert set(gate["ranks"][0]) == {"tp_rank", "spec_enabled", "threshold", "hysteresis", "switches",
+                                     "decode_steps_on", "decode_steps_off"}
+
+
+def test_loads_shape(server):
+    loads = server.get("/v1/loads?include=core,spec")
+    assert {"timestamp", "version", "dp_rank_count", "loads", "aggregate"} <= set(loads)
+    (entry,) = loads["loads"]
+    assert entry["dp_rank"] == 0 and entry["num_running_reqs"] == 8 and entry["num_waiting_reqs"] == 0
+    assert entry["max_running_requests"] == 96
+    assert entry["gen_throughput"] == pytest.approx(throughput.gen_throughput(8, True), rel=0.05)
+    assert set(entry["speculative"]) == {"accept_length", "accept_rate"}
+    assert "speculative" not in server.get("/v1/loads?include=core")["loads"][0]
+
+
+@pytest.mark.parametrize("args,reason", [
+    ({"speculative_disable_batch_threshold": 0}, "threshold must be >= 1"),
+    ({"speculative_disable_batch_threshold": 97}, "threshold 97 > max_running_requests 96"),
+    ({"speculative_disable_batch_threshold": "16"}, "threshold must be an integer, got '16'"),
+    ({"speculative_disable_batch_threshold": True}, "threshold must be an integer, got True"),
+    ({"speculative_disable_hysteresis": -1}, "hysteresis must be >= 0"),
+    ({"speculative_disable_hysteresis": 32}, "hysteresis 32 must be < threshold 32"),
+    ({"speculative_disable_batch_threshold": 4, "speculative_disable_hysteresis": 4}, "hysteresis 4 must be < threshold 4"),
+    ({"speculative_disable_batch_threshold": 16, "max_micro_batch_size": 2}, "gate keys cannot be mixed"),
+])
+def test_set_internal_state_rejections(server, args, reason):
+    ans = server.post({"server_args": args})
+    assert ans["updated"] is False and reason in ans["reason"]
+    assert (ans["threshold"], ans["hysteresis"]) == (32, 4)  # unchanged
+    gate = server.get("/server_info")["internal_states"][0]["spec_gate"]
+    assert (gate["threshold"], gate["hysteresis"]) == (32, 4)
+    assert f"spec_gate: rejected {args!r}: " in server.log.read_text()
+
+
+def test_set_internal_state_applies_and_logs(server):
+    ans = server.post({"server_args": {"speculative_disable_batch_threshold": 16, "speculative_disable_hysteresis": 2}})
+    assert ans == {"updated": True, "reason": None, "threshold": 16, "hysteresis": 2}
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        gate = server.get("/server_info")["internal_states"][0]["spec_gate"]
+        if gate["threshold"] == 16:
+            break
+        time.sleep(0.05)
+    assert (gate["threshold"], gate["hysteresis"]) == (16, 2)
+    assert all(r["threshold"] == 16 for r in gate["ranks"])
+    log = server.log.read_text()
+    assert "[" in log and " TP0] spec_gate: threshold 32 -> 16" in log and " TP1] spec_gate: threshold 32 -> 16" in log
+    assert "spec_gate: hysteresis 4 -> 2" in log
+    ans = server.post({"server_args": {"speculative_disable_batch_threshold": 32, "speculative_disable_hysteresis": 4}})
+    assert ans["updated"] is True
+
+
+def test_log_lines_are_sglang_format(server):
+    lines = server.log.read_text().splitlines()
+    kinds = {logparse.classify(line) for line in lines}
+    assert {logparse.VERIFY, logparse.DECODE} <= kinds
+    assert any(line.endswith("Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.") for line in lines)
+    assert any("TP0] spec_gate: worker=EAGLEWorkerV2 spec=v2 overlap=on threshold=32 hysteresis=4" in line for line in lines)
+    decode = [logparse.parse_decode(line) for line in lines if logparse.classify(line) == logparse.DECODE]
+    assert decode and decode[-1].running_reqs == 8 and decode[-1].queue_reqs == 0
+    ts, tp, msg = logparse.split_prefix(next(line for line in lines if "Decode batch" in line))
+    assert ts is not None and tp == 0 and msg.startswith("Decode batch, #running-req: 8")
+
+
+def test_gate_not_enabled_has_no_spec_gate(tmp_path):
+    srv = DemoServer(tmp_path, ["--load", "fixed:2"], gate=False).wait_ready()
+    try:
+        assert "spec_gate" not in srv.get("/server_info")["internal_states"][0]
+        ans = srv.post({"server_args": {"speculative_disable_batch_threshold": 8}})
+        assert ans["updated"] is False and "not enabled" in ans["reason"]
+    finally:
+        srv.stop()
+
+
+def test_api_key_is_enforced(tmp_path):
+    srv = DemoServer(tmp_path, ["--api-key", "sekret"]).wait_ready()
+    try:
+        assert httpx.get(srv.url + "/server_info", timeout=2).status_code == 401
+        ok = httpx.get(srv.url + "/server_info", headers={"Authorization": "Bearer sekret"}, timeout=2)
+        assert ok.status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_gate_hysteresis_semantics():
+    g = ds.GateSim(enabled=True, threshold=32, hysteresis=4)
+    seq = [(10, None), (31, None), (32, "off"), (40, None), (30, None), (28, None), (27, "on"), (31, None), (33, "off")]
+    for step, (bs, expect) in enumerate(seq):
+        assert g.decide(bs, step) == expect, (bs, expect)
+    assert g.switches == 3 and g.last_switch == {"step": 8, "direction": "off", "batch_size": 33}
+    assert ds.GateSim(enabled=False, threshold=1, hysteresis=0).decide(100, 0) is None
+
+
+def test_load_pattern_rises_and_falls():
+    levels = ds.parse_levels("1,64,4,128")
+    values = [ds.load_at(levels, 10.0, t) for t in range(0, 40)]
+    assert values[0] == 1 and max(values) == 128 and min(values) == 1
+    assert values[9] == 1 and values[19] == 64 and values[29] == 4 and values[39] == 128  # holds
+    assert 1 < values[12] < 64  # ramps
+    assert ds.parse_levels("fixed:8") == [8.0] and ds.load_at([8.0], 10, 123) == 8
+    with pytest.raises(ValueError):
+        ds.parse_levels("")

@@ -1,0 +1,321 @@
+"""Textual Pilot tests of the whole console against the simulated server (no GPU, no terminal)."""
+
+from __future__ import annotations
+
+import sys
+
+import httpx
+import pytest
+
+from console import state as st
+from console.app import SpecConsoleApp
+from console.cli import launch_config
+from console.config import AppConfig
+from console.nvml_sim import SimDevice, SimulatedNvml
+from console.screens.crash import CrashScreen
+from console.screens.no_server import NoServerScreen
+from console.widgets.log_view import LogView
+from console_support import FAST_DEMO, demo_cfg, free_port, screen_text, wait_for
+
+SIZE = (100, 30)
+
+
+def fake_gpus() -> SimulatedNvml:
+    return SimulatedNvml(devices=[SimDevice(util_pct=37.0, temp_c=51.0, power_w=312.0)])
+
+
+async def server_gate(url: str) -> dict:
+    async with httpx.AsyncClient() as c:
+        r = await c.get(url + "/server_info", timeout=2)
+        return r.json()["internal_states"][0]["spec_gate"]
+
+
+def log_texts(app: SpecConsoleApp) -> str:
+    return "\n".join(app.main_screen.query_one(LogView).visible_texts())
+
+
+@pytest.fixture
+def make_app(tmp_path):
+    apps: list[SpecConsoleApp] = []
+
+    def make(extra=None, cfg=None, **kw) -> SpecConsoleApp:
+        app = SpecConsoleApp(cfg or demo_cfg(tmp_path, extra, **kw), nvml_module=fake_gpus())
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:  # never leave a server behind, whatever the test did
+        app.shutdown_server()
+
+
+async def test_panels_show_values_from_the_server(make_app):
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None and app.model.snapshot().running_batch == 8, what="spec_gate")
+        await wait_for(pilot, lambda: app.model.worker_check().status == st.CHECK_VERIFIED, what="log cross-check")
+        await wait_for(pilot, lambda: "H200" in screen_text(app), what="GPU row")
+        gate = await server_gate(app.cfg.url)
+        text = screen_text(app)
+        assert "SPEC ON" in text
+        assert f"batch 8 < threshold {gate['threshold']}" in text
+        assert gate["worker_class"] == "EAGLEWorkerV2" and "EAGLEWorkerV2 ✓ log agrees" in text
+        assert f"threshold {gate['threshold']} req" in text and f"hysteresis {gate['hysteresis']} req" in text
+        assert "batch 8 req" in text and "queue 0 req" in text and "tok/s" in text
+        assert "SGLang 0.5.12" in text
+        # GPU row from the (fake) NVML
+        assert "37%" in text and "51 °C" in text and "312/700 W" in text and "1,980 MHz" in text
+        # the log pane follows the server log, with the verifying lines
+        logs = log_texts(app)
+        assert "Spec v2 is enabled by default" in logs
+        assert "spec_gate: worker=EAGLEWorkerV2" in logs
+
+
+async def test_plus_changes_threshold_on_server_shown_only_when_confirmed(make_app):
+    app = make_app(["--load", "fixed:8", "--apply-delay", "1.0"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        assert app.model.gate.threshold == 32
+        await pilot.press("plus")
+        # accepted by the server, but spec_gate still says 32: shown as pending, not as the value
+        await wait_for(pilot, lambda: app.model.pending is not None, what="accepted change")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "threshold 32 req → 33 pending" in text
+        await wait_for(pilot, lambda: app.model.pending is None and app.model.gate.threshold == 33, what="confirmation")
+        assert (await server_gate(app.cfg.url))["threshold"] == 33
+        await pilot.pause(0.2)
+        assert "threshold 33 req" in screen_text(app)
+        logs = log_texts(app)
+        assert "request threshold 32 -> 33" in logs
+        assert "threshold 32 -> 33 confirmed by spec_gate" in logs
+        await wait_for(pilot, lambda: "spec_gate: threshold 32 -> 33" in log_texts(app), what="server's log line")
+        await pilot.press("minus")
+        await wait_for(pilot, lambda: app.model.gate.threshold == 32 and app.model.pending is None, what="minus")
+
+
+async def test_rejected_value_shows_the_servers_reason(make_app):
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ThresholdDialog", what="dialog")
+        hys = app.screen.query_one("#hysteresis-input")
+        hys.value = "40"
+        await pilot.press("enter")
+        reason = "hysteresis 40 must be < threshold 32"
+        await wait_for(pilot, lambda: reason in (app.model.message or ""), what="rejection")
+        await pilot.pause(0.2)
+        assert reason in screen_text(app)
+        assert "rejected by server: " + reason in log_texts(app)
+        gate = await server_gate(app.cfg.url)
+        assert (gate["threshold"], gate["hysteresis"]) == (32, 4)
+
+
+async def test_out_of_range_threshold_is_refused_before_sending(make_app):
+    app = make_app(["--load", "fixed:8", "--max-running-requests", "32"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        # threshold 32 == max running requests 32: "+" would exceed it
+        await pilot.press("plus")
+        await pilot.pause(0.2)
+        assert "refused: above max running requests 32" in (app.model.message or "")
+        assert "refused" in screen_text(app)
+        # the exact-value dialog refuses 0 and keeps the dialog open
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ThresholdDialog", what="dialog")
+        app.screen.query_one("#threshold-input").value = "0"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert "must be >= 1" in str(app.screen.query_one("#threshold-error").render())
+        await pilot.press("escape")
+        server_log = app.cfg.log_path.read_text()
+        assert "rejected" not in server_log  # nothing reached the server
+        assert (await server_gate(app.cfg.url))["threshold"] == 32
+
+
+async def test_spec_state_flips_when_the_batch_crosses_the_threshold(make_app):
+    app = make_app(["--load", "8,48", "--phase-seconds", "1.5"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "SPEC ON" in screen_text(app), what="SPEC ON")
+        await wait_for(pilot, lambda: "SPEC OFF" in screen_text(app), timeout=10, what="SPEC OFF")
+        await wait_for(pilot, lambda: "SPEC ON" in screen_text(app), timeout=10, what="SPEC ON again")
+        g = app.model.gate
+        assert g.switches >= 2
+        await wait_for(
+            pilot,
+            lambda: "spec_gate: speculation off (batch" in log_texts(app) and "spec_gate: speculation on (batch" in log_texts(app),
+            what="switch lines in the log pane",
+        )
+        assert any(b >= 32 for b in app.model.batch_history) and any(b < 28 for b in app.model.batch_history)
+
+
+async def test_server_crash_is_displayed_and_restart_offered(make_app):
+    app = make_app(["--load", "fixed:8", "--crash-after", "0.6", "--exit-code", "3"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        pgid = app.proc.pgid
+        await wait_for(pilot, lambda: isinstance(app.screen, CrashScreen), timeout=10, what="crash screen")
+        await pilot.pause(0.2)
+        text = screen_text(app)
+        assert "exit code 3" in text
+        assert "CUDA out of memory" in text  # last log lines
+        assert "r restart" in text
+        # the crashed server's leftover scheduler process is stopped too
+        await wait_for(pilot, lambda: app.proc.members() == [], timeout=10, what="group cleanup")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.proc.pgid != pgid and app.model.process.phase == st.PHASE_READY,
+                       timeout=10, what="restart")
+        assert "restarting the server" in log_texts(app)
+
+
+async def test_quit_stops_the_launched_server_process_group(tmp_path, monkeypatch, make_app):
+    # launch mode, with the server command pointed at the simulated server (no GPU needed)
+    monkeypatch.setenv("SPECCONSOLE_SERVER_CMD", f"{sys.executable} -m console.demo_server")
+    port = free_port()
+    base = AppConfig(log_dir=tmp_path, interval_s=0.2, handle_signals=False, stop_timeout_s=3.0)
+    cfg = launch_config(base, ["--port", str(port), "--tp-size", "2", "--speculative-disable-batch-threshold", "16", *FAST_DEMO])
+    assert cfg.url == f"http://127.0.0.1:{port}"
+    app = make_app(cfg=cfg)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        pgid = app.proc.pgid
+        assert len(app.proc.members()) >= 3  # the server and its two "scheduler" processes
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.proc.popen.returncode is not None, timeout=10, what="server exit")
+    assert app.proc.members() == []
+    from console.process import group_members
+
+    assert group_members(pgid) == []
+
+
+async def test_quit_kills_a_server_that_ignores_sigterm(make_app):
+    app = make_app(["--load", "fixed:8", "--stubborn"], stop_timeout_s=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.proc.popen.returncode is not None, timeout=10, what="server exit")
+    assert app.proc.popen.returncode == -9  # SIGKILL after the timeout
+    assert app.proc.members() == []
+
+
+async def test_worker_mismatch_is_an_alarm(make_app):
+    app = make_app(["--load", "fixed:8", "--worker-class", "EAGLEWorker"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.worker_check().status == st.CHECK_MISMATCH, what="mismatch")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "EAGLEWorker ✗ MISMATCH" in text
+        assert "log says Spec v2" in text
+        assert "WORKER MISMATCH" in log_texts(app)
+
+
+async def test_v1_worker_is_verified_by_the_spec_v1_line(make_app):
+    app = make_app(["--load", "fixed:8", "--disable-overlap-schedule"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.worker_check().status == st.CHECK_VERIFIED, what="verified")
+        assert app.model.gate.worker_class == "EAGLEWorker"
+        assert "Spec v1 is used" in log_texts(app)
+
+
+async def test_readonly_refuses_threshold_keys(make_app):
+    app = make_app(["--load", "fixed:8"], readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await pilot.press("plus", "t")
+        await pilot.pause(0.5)
+        assert app.model.pending is None and app.screen.__class__.__name__ == "MainScreen"
+        assert (await server_gate(app.cfg.url))["threshold"] == 32
+        assert "read-only" in screen_text(app)
+
+
+async def test_attach_to_nothing_shows_unreachable_and_keeps_running(tmp_path):
+    cfg = AppConfig(mode="attach", url=f"http://127.0.0.1:{free_port()}", interval_s=0.2, handle_signals=False)
+    app = SpecConsoleApp(cfg, nvml_module=SimulatedNvml(init_error=12))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.connection.failures >= 2, what="failures")
+        await wait_for(pilot, lambda: "unreachable for" in screen_text(app), what="unreachable text")
+        text = screen_text(app)
+        assert "connection refused" in text
+        assert "NVML unavailable" in text
+        await pilot.press("plus")  # no gate: refused, nothing breaks
+        await pilot.pause(0.2)
+        assert "no threshold known yet" in (app.model.message or "")
+
+
+async def test_log_filter_search_and_pause(make_app):
+    app = make_app(["--load", "8,48", "--phase-seconds", "1"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: "spec_gate: speculation off" in log_texts(app), timeout=10, what="switch lines")
+        view = app.main_screen.query_one(LogView)
+        await pilot.press("f")
+        await pilot.press(*"spec_gate")
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert view.include == "spec_gate"
+        assert view.shown and all("spec_gate" in t for t in view.visible_texts())
+        await pilot.press("x")
+        await pilot.press(*"worker=")
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert not any("worker=" in t for t in view.visible_texts())
+        await pilot.press("c")
+        await pilot.press("slash", *"decode batch", "enter")
+        await pilot.pause(0.2)
+        assert view.search == "decode batch" and view.match_rows()
+        assert view.follow is False  # jumping to a match pauses following
+        assert "PAUSED" in str(app.main_screen.query_one("#log-panel").border_title)
+        await pilot.press("p")
+        assert view.follow is True
+
+
+async def test_startup_progress_then_ready(make_app):
+    app = make_app(["--load", "fixed:8", "--startup-seconds", "2.5"])
+    seen: set[str] = set()
+    async with app.run_test(size=SIZE) as pilot:
+        def progressed() -> bool:
+            text = screen_text(app)
+            for phase in (st.PHASE_LOADING, st.PHASE_GRAPHS):
+                if f"starting: {phase}" in text:
+                    seen.add(phase)
+            p = app.model.process
+            return p is not None and p.phase == st.PHASE_READY and app.model.gate is not None
+
+        await wait_for(pilot, progressed, timeout=15, what="ready")
+    assert seen, "no startup phase was shown"
+
+
+async def test_no_server_screen_offers_the_demo(tmp_path):
+    cfg = AppConfig(mode="none", url=f"http://127.0.0.1:{free_port()}", interval_s=0.2, handle_signals=False,
+                    log_dir=tmp_path, demo_args=FAST_DEMO + ["--load", "fixed:8"], stop_timeout_s=3.0)
+    app = SpecConsoleApp(cfg, nvml_module=fake_gpus())
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, NoServerScreen), what="no-server screen")
+            await pilot.pause(0.2)
+            assert "No server found" in screen_text(app)
+            await pilot.press("d")
+            await wait_for(pilot, lambda: app.model.gate is not None, timeout=15, what="demo running")
+            assert app.cfg.mode == "demo"
+            await pilot.press("q")
+    finally:
+        app.shutdown_server()
+    assert app.proc.members() == []
+
+
+async def test_help_palette_and_theme_switch(make_app):
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "HelpScreen", what="help")
+        await pilot.press("escape")
+        assert app.has_class("theme-dark")
+        app.apply_theme("light")
+        await pilot.pause(0.1)
+        assert app.has_class("theme-light") and not app.has_class("theme-dark") and app.theme == "textual-light"
+        await pilot.press("colon")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "CommandPalette", what="palette")
+        await pilot.press(*"Theme: ansi")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.has_class("theme-ansi"), what="ansi theme")
+        assert app.theme == "ansi-dark"

@@ -1,0 +1,479 @@
+"""Unit tests of the console's UI-free layer: parsing, model, client, log follower, process group, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from console import cli, fmt, logparse, throughput
+from console import state as st
+from console.client import Backoff, ServerClient, ServerUnreachable, parse_server_info, parse_set_result
+from console.config import AppConfig, ConfigError, api_key_from_server_args, find_config, load_config, url_from_server_args
+from console.logfollow import LogFollower
+from console.model import CONFIRM_TIMEOUT_S, ConsoleModel, validate_threshold
+from console.process import ServerProcess, group_members
+from console.screens.threshold_dialog import ThresholdRequest, parse_request
+from console.widgets.batch_chart import chart_rows, nice_max
+from console.widgets.spec_panel import badge_state, big_text
+
+GATE = {
+    "worker_class": "EAGLEWorkerV2", "spec_version": "v2", "overlap": True, "sglang_version": "0.5.12",
+    "speculative_algorithm": "EAGLE3", "topk": 1, "num_steps": 3, "num_draft_tokens": 4, "spec_enabled": True,
+    "threshold": 32, "hysteresis": 4, "max_running_requests": 48, "cuda_graph_max_bs": 48,
+    "last_decode_batch_size": 12, "decode_steps_on": 100, "decode_steps_off": 5, "switches": 2,
+    "last_switch": {"step": 90, "direction": "on", "batch_size": 20}, "accept_length_recent": 2.94,
+    "off_cuda_graph": True, "off_steps_cuda_graph": 5, "tp_rank": 0, "tp_size": 1,
+    "ranks": [{"tp_rank": 0, "spec_enabled": True, "threshold": 32, "hysteresis": 4, "switches": 2,
+               "decode_steps_on": 100, "decode_steps_off": 5}],
+}
+INFO = {"version": "0.5.12", "internal_states": [{"spec_gate": GATE}]}
+LOADS = {"timestamp": 0, "version": "0.5.12", "dp_rank_count": 2, "loads": [
+    {"dp_rank": 0, "num_running_reqs": 5, "num_waiting_reqs": 1, "gen_throughput": 100.0, "max_running_requests": 48,
+     "token_usage": 0.2, "speculative": {"accept_length": 3.0, "accept_rate": 0.66}},
+    {"dp_rank": 1, "num_running_reqs": 7, "num_waiting_reqs": 0, "gen_throughput": 50.5, "max_running_requests": 48,
+     "token_usage": 0.4, "speculative": {"accept_length": 2.0, "accept_rate": 0.33}},
+], "aggregate": {}}
+
+
+# -- throughput model ------------------------------------------------------------------------
+
+def test_throughput_model_matches_the_h200_table():
+    for bs, none, eagle, _ in throughput.H200_TABLE:
+        assert throughput.gen_throughput(bs, False) == none
+        assert throughput.gen_throughput(bs, True) == eagle
+    xs = [1, 2, 3, 4, 8, 16, 32, 64, 100, 128, 160]
+    for on in (True, False):
+        ys = [throughput.gen_throughput(x, on) for x in xs]
+        assert ys == sorted(ys)
+    assert 4 < throughput.crossover_batch_size() < 16
+    assert throughput.gen_throughput(0, True) == 0.0
+
+
+# -- state / client parsing -------------------------------------------------------------------
+
+def test_parse_server_info_and_loads():
+    sample = parse_server_info(INFO, LOADS)
+    g = sample.gate
+    assert g.worker_class == "EAGLEWorkerV2" and g.threshold == 32 and g.last_switch.direction == "on"
+    assert g.ranks[0].decode_steps_off == 5 and not g.ranks_disagree
+    load = sample.load
+    assert (load.running_reqs, load.waiting_reqs, load.dp_ranks) == (12, 1, 2)
+    assert load.gen_throughput == pytest.approx(150.5) and load.token_usage == pytest.approx(0.3)
+    assert load.accept_length == pytest.approx(2.5)
+    assert sample.version == "0.5.12"
+
+
+def test_parsing_is_robust_to_garbage():
+    g = st.GateState.from_json({"threshold": "32", "spec_enabled": 1, "switches": True, "ranks": [1, None], "last_switch": 5})
+    assert g.threshold is None and g.spec_enabled is None and g.switches is None and g.ranks == () and g.last_switch is None
+    assert parse_server_info({"internal_states": [{}]}, None).gate is None  # gate not enabled
+    assert parse_server_info({}, {"loads": "x"}).load == st.LoadState(dp_ranks=0)
+    with pytest.raises(ValueError):
+        parse_set_result({"updated": "yes"})
+    r = parse_set_result({"updated": False, "reason": "no", "threshold": 32, "hysteresis": True})
+    assert r == st.SetResult(False, "no", 32, None)
+
+
+def test_snapshot_running_batch_falls_back_to_spec_gate():
+    g = st.GateState.from_json(GATE)
+    assert st.ConsoleSnapshot(gate=g).running_batch == 12
+    assert st.ConsoleSnapshot(gate=g, load=st.LoadState(running_reqs=3)).running_batch == 3
+    assert st.ConsoleSnapshot().running_batch is None
+
+
+def test_backoff():
+    b = Backoff(interval_s=1.0, max_s=10.0)
+    assert [b.delay(n) for n in range(7)] == [1.0, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+async def test_client_against_a_mock_transport():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/server_info":
+            return httpx.Response(200, json=INFO)
+        if request.url.path == "/v1/loads":
+            return httpx.Response(404)
+        if request.url.path == "/set_internal_state":
+            body = json.loads(request.content)
+            return httpx.Response(200, json={"updated": True, "reason": None, "threshold": 16, "hysteresis": 4,
+                                             "echo": body})
+        return httpx.Response(404)
+
+    client = ServerClient("http://x:1/", api_key="k", transport=httpx.MockTransport(handler))
+    sample = await client.poll()
+    assert sample.gate.threshold == 32 and sample.load is None  # no /v1/loads: still a sample
+    await client.poll()
+    assert [r.url.path for r in seen].count("/v1/loads") == 1  # not asked again after a 404
+    res = await client.set_gate(threshold=16)
+    assert res.updated and res.threshold == 16
+    assert json.loads(seen[-1].content) == {"server_args": {"speculative_disable_batch_threshold": 16}}
+    assert seen[-1].headers["authorization"] == "Bearer k"
+    await client.aclose()
+
+
+async def test_client_unreachable_reasons():
+    def handler(request):
+        raise httpx.ConnectError("refused")
+
+    client = ServerClient("http://x:1", transport=httpx.MockTransport(handler))
+    with pytest.raises(ServerUnreachable, match="connection refused"):
+        await client.poll()
+    with pytest.raises(ServerUnreachable):
+        await client.set_gate(threshold=3)
+    await client.aclose()
+    client = ServerClient("http://x:1", transport=httpx.MockTransport(lambda r: httpx.Response(500, text="boom")))
+    with pytest.raises(ServerUnreachable, match="HTTP 500"):
+        await client.poll()
+    with pytest.raises(ServerUnreachable, match="HTTP 500"):
+        await client.set_gate(threshold=3)
+    await client.aclose()
+
+
+# -- log parsing -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line,kind", [
+    ("[2026-11-30 12:00:00] Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.", logparse.VERIFY),
+    ("[2026-11-30 12:00:00] Spec v1 is used for eagle/eagle3/standalone speculative decoding because overlap schedule is disabled.", logparse.VERIFY),
+    ("[2026-11-30 12:00:00 TP0] spec_gate: worker=EAGLEWorkerV2 spec=v2 overlap=on threshold=32 hysteresis=4", logparse.VERIFY),
+    ("[2026-11-30 12:00:00 TP0] spec_gate: speculation off (batch 37 >= 32)", logparse.SWITCH),
+    ("[2026-11-30 12:00:00 TP1] spec_gate: speculation on (batch 20 < 28)", logparse.SWITCH),
+    ("[2026-11-30 12:00:00 TP0] spec_gate: threshold 32 -> 16", logparse.GATE),
+    ("[2026-11-30 12:00:00 TP0] spec_gate: hysteresis 4 -> 2", logparse.GATE),
+    ("[2026-11-30 12:00:00 TP0] spec_gate: rejected {'speculative_disable_batch_threshold': 0}: threshold must be >= 1", logparse.REJECTED),
+    ("[2026-11-30 12:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):", logparse.ERROR),
+    ("torch.OutOfMemoryError: CUDA out of memory.", logparse.ERROR),
+    ("[2026-11-30 12:00:00] WARNING: something odd", logparse.WARNING),
+    ("[2026-11-30 12:00:00 TP0] Decode batch, #running-req: 3, #token: 9, token usage: 0.00, accept len: 2.95, "
+     "accept rate: 0.65, cuda graph: True, gen throughput (token/s): 371.00, #queue-req: 0", logparse.DECODE),
+    ("[2026-11-30 12:00:00 TP0] Load weight begin. avail mem=139.21 GB", logparse.PLAIN),
+    ("[console 12:00:00] threshold 32 -> 33 confirmed by spec_gate", logparse.CONSOLE),
+])
+def test_classify(line, kind):
+    assert logparse.classify(line) == kind
+
+
+def test_split_prefix_and_decode():
+    assert logparse.split_prefix("[2026-11-30 12:00:00 DP1 TP3] hello") == ("2026-11-30 12:00:00", 3, "hello")
+    assert logparse.split_prefix("no prefix") == (None, None, "no prefix")
+    d = logparse.parse_decode("Decode batch, #running-req: 37, #token: 9, token usage: 0.10, accept len: 1.00, "
+                              "accept rate: 0.00, cuda graph: False, gen throughput (token/s): 5980.00, #queue-req: 4")
+    assert (d.running_reqs, d.accept_length, d.gen_throughput, d.queue_reqs) == (37, 1.0, 5980.0, 4)
+
+
+def test_log_facts_and_startup_phases():
+    facts = logparse.LogFacts()
+    for line in [
+        "[t] Spec v1 is used for eagle/eagle3/standalone speculative decoding because overlap schedule is disabled.",
+        "[2026-11-30 12:00:00 TP0] Load weight begin. avail mem=1 GB",
+        "[2026-11-30 12:00:00 TP0] Capture cuda graph begin. This can take up to several minutes.",
+        "[2026-11-30 12:00:00 TP0] spec_gate: worker=EAGLEWorker spec=v1 overlap=off threshold=8 hysteresis=0",
+        "[2026-11-30 12:00:00 TP0] Load weight end.",  # phases never go backwards
+    ]:
+        facts.feed(line)
+    assert facts.family == "v1" and facts.family_reason == "overlap schedule is disabled"
+    assert (facts.gate_worker, facts.gate_spec, facts.gate_overlap) == ("EAGLEWorker", "v1", "off")
+    assert facts.phase == st.PHASE_GRAPHS
+    facts.feed("[2026-11-30 12:00:00] The server is fired up and ready to roll!")
+    assert facts.phase == st.PHASE_READY
+    facts.feed(logparse.START_MARKER + " python -m x")  # a restart forgets the old run
+    assert facts.family is None and facts.gate_worker is None and facts.phase == st.PHASE_STARTING
+
+
+def test_check_worker():
+    g2 = st.GateState.from_json(GATE)
+    g1 = st.GateState.from_json({**GATE, "worker_class": "EAGLEWorker", "spec_version": "v1", "overlap": False})
+    v2 = logparse.LogFacts(family="v2", gate_worker="EAGLEWorkerV2")
+    assert logparse.check_worker(g2, v2, True).status == st.CHECK_VERIFIED
+    mism = logparse.check_worker(g1, logparse.LogFacts(family="v2"), True)
+    assert mism.status == st.CHECK_MISMATCH and "log says Spec v2" in mism.detail
+    assert logparse.check_worker(g2, logparse.LogFacts(gate_worker="EAGLEWorker"), True).status == st.CHECK_MISMATCH
+    inconsistent = st.GateState.from_json({**GATE, "spec_version": "v1"})
+    assert logparse.check_worker(inconsistent, None, False).status == st.CHECK_MISMATCH
+    assert "attach --log" in logparse.check_worker(g2, None, False).detail
+    assert logparse.check_worker(g2, logparse.LogFacts(), True).status == st.CHECK_UNVERIFIED
+    assert logparse.check_worker(None, v2, True).status == st.CHECK_UNKNOWN
+
+
+# -- model -----------------------------------------------------------------------------------
+
+def _sample(threshold=32, hysteresis=4, max_running=48, spec_enabled=True):
+    gate = {**GATE, "threshold": threshold, "hysteresis": hysteresis, "max_running_requests": max_running,
+            "spec_enabled": spec_enabled}
+    return parse_server_info({"version": "0.5.12", "internal_states": [{"spec_gate": gate}]}, LOADS)
+
+
+def test_validate_threshold():
+    assert validate_threshold(1, 48) is None and validate_threshold(48, 48) is None
+    assert "must be >= 1" in validate_threshold(0, 48)
+    assert "above max running requests 48" in validate_threshold(49, 48)
+    assert validate_threshold(1000, None) is None
+
+
+def test_change_is_shown_only_once_confirmed():
+    now = [0.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    m.on_sample(_sample())
+    assert m.check_request(33) is None
+    text = m.on_set_result(st.SetResult(True, None, 33, 4), 33, None)
+    assert "accepted" in text and m.pending.threshold == 33 and m.base_threshold() == 33
+    snap = m.snapshot()
+    assert snap.gate.threshold == 32 and snap.pending.threshold == 33  # not shown as the value yet
+    assert m.on_sample(_sample(threshold=32)) == []
+    assert m.on_sample(_sample(threshold=33)) == ["threshold 32 -> 33 confirmed by spec_gate"]
+    assert m.pending is None and m.message_level == "ok"
+    # not confirmed in time
+    m.on_set_result(st.SetResult(True, None, 34, 4), 34, None)
+    now[0] += CONFIRM_TIMEOUT_S + 1
+    msgs = m.on_sample(_sample(threshold=33))
+    assert m.pending is None and "still shows threshold 33" in msgs[0] and m.message_level == "error"
+
+
+def test_rejection_and_refusals():
+    m = ConsoleModel()
+    assert "no spec_gate" in m.check_request(5)
+    m.on_sample(_sample())
+    text = m.on_set_result(st.SetResult(False, "hysteresis 40 must be < threshold 32", 32, 4), None, 40)
+    assert text == "set hysteresis 40 rejected by server: hysteresis 40 must be < threshold 32"
+    assert m.pending is None and m.message_level == "error"
+    assert "above max running requests 48" in m.check_request(49)
+    ro = ConsoleModel(readonly=True)
+    ro.on_sample(_sample())
+    assert "read-only" in ro.check_request(33)
+
+
+def test_connection_and_histories():
+    now = [100.0]
+    m = ConsoleModel(clock=lambda: now[0], history=3)
+    m.on_failure("connection refused")
+    now[0] += 12
+    m.on_failure("connection refused")
+    snap = m.snapshot()
+    assert snap.down_for_s == 12 and snap.connection.failures == 2
+    for _ in range(5):
+        m.on_sample(_sample())
+    assert m.connection.reachable and m.snapshot().down_for_s is None
+    assert m.snapshot().batch_history == (12, 12, 12)
+    m.on_gpus(st.GpuPanelState(status=st.GPU_OK, rows=(st.GpuRow(0, util_pct=5.0), st.GpuRow(1, lost=True))))
+    assert m.snapshot().gpu_util_history == ((5.0,), (None,))
+
+
+# -- widgets' pure parts ---------------------------------------------------------------------
+
+def test_badge_states():
+    g = st.GateState.from_json(GATE)
+    on = st.ConsoleSnapshot(gate=g, sample_seen=True, connection=st.ConnectionState(reachable=True))
+    assert badge_state(on) == ("SPEC ON", "batch 12 < threshold 32", "-on")
+    off = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, "spec_enabled": False, "last_decode_batch_size": 37}),
+                             sample_seen=True)
+    assert badge_state(off) == ("SPEC OFF", "batch 37 >= threshold 32", "-off")
+    held = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, "spec_enabled": False, "last_decode_batch_size": 30}),
+                              sample_seen=True)
+    assert "back on below 28" in badge_state(held)[1]
+    down = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(reachable=False, down_since=8.0))
+    assert badge_state(down) == ("NO DATA", "unreachable for 12 s", "-alarm")
+    crashed = st.ConsoleSnapshot(process=st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1))
+    assert badge_state(crashed)[0] == "SERVER DOWN"
+    assert badge_state(st.ConsoleSnapshot(sample_seen=True))[0] == "NO GATE"
+    assert big_text("SPEC ON") is not None and len(big_text("SPEC OFF")) == 3 and big_text("NO DATA") is None
+
+
+def test_batch_chart_draws_the_threshold():
+    labels, cells, ymax = chart_rows((10, 40, 20), 32, 4, width=10, height=5)
+    assert ymax == nice_max(40 * 1.15) == 50
+    thr_row = next(i for i, lab in enumerate(labels) if lab.strip().startswith("32"))
+    kinds = [k for k, _ in cells[thr_row]]
+    assert "thr" in kinds and "off" in kinds  # the line, crossed by the 40-req bar
+    bottom = [k for k, _ in cells[-1]]
+    assert bottom[-3:] == ["on", "off", "on"] and bottom[0] == ""
+    assert any(k == "hys" for row in cells for k, _ in row)
+
+
+def test_threshold_dialog_parsing():
+    assert parse_request("16", "2", 32, 4, 48) == ThresholdRequest(16, 2)
+    assert parse_request("32", "2", 32, 4, 48) == ThresholdRequest(None, 2)  # only what changed
+    assert "refused" in parse_request("49", "", 32, 4, 48)
+    assert "not an integer" in parse_request("x", "", 32, 4, 48)
+    assert parse_request("32", "4", 32, 4, 48) == "nothing changed"
+
+
+def test_fmt():
+    assert fmt.num(2457.3, "tok/s") == "2,457 tok/s" and fmt.num(None, "W") == "n/a"
+    assert fmt.duration(12.7) == "12 s" and fmt.duration(185) == "3 min 05 s" and fmt.duration(3720) == "1 h 02 min"
+    assert fmt.mem_gib(1024, None) == "1.0/n/a GiB" and fmt.pair(None, None, "W") == "n/a"
+    line = fmt.sparkline([0, 50, 100, None], 6, top=100)
+    assert len(line) == 6 and line.startswith("  ") and line[-1] == " " and line[-2] == "█"
+
+
+# -- config / CLI ----------------------------------------------------------------------------
+
+def test_server_args_to_url_and_key():
+    assert url_from_server_args([]) == "http://127.0.0.1:30000"
+    assert url_from_server_args(["--host", "0.0.0.0", "--port", "31000"]) == "http://127.0.0.1:31000"
+    assert url_from_server_args(["--port=8000", "--host=10.0.0.2"]) == "http://10.0.0.2:8000"
+    assert api_key_from_server_args(["--api-key", "a", "--admin-api-key", "b"]) == "b"
+    assert api_key_from_server_args(["--api-key=a"]) == "a"
+
+
+def test_config_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    assert find_config() is None
+    user = tmp_path / "xdg" / "specconsole" / "specconsole.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text('[console]\ntheme = "light"\n')
+    assert find_config() == user
+    local = tmp_path / "specconsole.toml"
+    local.write_text('[server]\nargs = ["--port", "31001"]\n[console]\ninterval = 2\n')
+    assert find_config() == local  # the working directory wins
+    cfg = load_config(local)
+    assert cfg["server"]["args"] == ["--port", "31001"] and cfg["console"]["interval"] == 2
+    local.write_text('[server]\nargs = "--port 1"\n')
+    with pytest.raises(ConfigError):
+        load_config(local)
+
+
+def test_cli_modes(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPECCONSOLE_SERVER_CMD", raising=False)
+    monkeypatch.setattr("console.client.probe", lambda url, timeout_s=0.7: False)
+
+    cfg = cli.resolve(["launch", "--theme", "ansi", "--", "--model-path", "M", "--port", "31002"])
+    assert cfg.mode == "launch" and cfg.url == "http://127.0.0.1:31002" and cfg.theme == "ansi"
+    assert cfg.server_command[1:3] == ["-m", "server_patch.launch_server"] and cfg.server_command[-2:] == ["--port", "31002"]
+    assert str(cfg.log_path).startswith(str(tmp_path / "state"))
+
+    cfg = cli.resolve(["attach", "http://h:1", "--log", "x.log", "--api-key", "k", "--readonly", "--interval", "2"])
+    assert (cfg.mode, cfg.url, cfg.log_path, cfg.api_key, cfg.readonly, cfg.interval_s) == ("attach", "http://h:1", Path("x.log"), "k", True, 2.0)
+
+    cfg = cli.resolve(["demo", "--port", "31003", "--", "--load", "fixed:4"])
+    assert cfg.mode == "demo" and cfg.url == "http://127.0.0.1:31003" and cfg.nvml == "sim"
+    assert cfg.server_command[1:3] == ["-m", "console.demo_server"] and cfg.server_command[-2:] == ["--load", "fixed:4"]
+
+    assert cli.resolve([]).mode == "none"  # no config, nothing on :30000
+    monkeypatch.setattr("console.client.probe", lambda url, timeout_s=0.7: True)
+    assert cli.resolve([]).mode == "attach"
+    (tmp_path / "specconsole.toml").write_text('[server]\nargs = ["--port", "31004"]\n[console]\ntheme = "light"\n')
+    cfg = cli.resolve([])
+    assert cfg.mode == "launch" and cfg.url.endswith(":31004") and cfg.theme == "light"
+    assert cli.resolve(["--theme", "dark"]).theme == "dark"  # the command line wins
+
+    monkeypatch.setenv("SPECCONSOLE_SERVER_CMD", "python3 -m console.demo_server")
+    assert cli.resolve(["launch", "--", "--port", "1"]).server_command == ["python3", "-m", "console.demo_server", "--port", "1"]
+    for bad in (["launch"], ["attach", "u", "--", "x"], ["--interval", "0"], ["--", "--model-path", "M"]):
+        with pytest.raises(SystemExit):
+            cli.resolve(bad)
+
+
+# -- log follower ----------------------------------------------------------------------------
+
+def test_log_follower_partial_lines_truncation_rotation(tmp_path):
+    path = tmp_path / "server.log"
+    f = LogFollower(path)
+    assert f.read_new() == []  # not there yet
+    path.write_text("a\nb")
+    assert f.read_new() == ["a"]
+    with open(path, "a") as fh:
+        fh.write("c\nd\n")
+    assert f.read_new() == ["bc", "d"]
+    path.write_text("x\n")  # truncated (same inode)
+    assert f.read_new() == ["x"]
+    rotated = tmp_path / "server.log.1"
+    path.rename(rotated)
+    with open(rotated, "a") as fh:
+        fh.write("last of old\n")
+    path.write_text("new file\n")
+    assert f.read_new() == ["last of old", "new file"]
+
+
+def test_log_follower_tail_of_a_big_file_keeps_facts(tmp_path):
+    path = tmp_path / "big.log"
+    with open(path, "w") as fh:
+        fh.write("[t] Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.\n")
+        for i in range(20000):
+            fh.write(f"[t TP0] line {i}\n")
+    scanned = []
+    f = LogFollower(path, initial_tail_bytes=1000, on_scan=scanned.append)
+    lines = f.read_new()
+    assert lines[-1] == "[t TP0] line 19999" and len(lines) < 100
+    assert scanned[0].endswith("Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.")
+
+
+# -- process group ---------------------------------------------------------------------------
+
+CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); {extra} time.sleep(60)"
+
+
+def _proc(tmp_path, extra="", timeout=3.0):
+    code = CHILD.format(extra=extra)
+    return ServerProcess([sys.executable, "-c", code], tmp_path / "p.log", stop_timeout_s=timeout)
+
+
+def _wait_members(p, n, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(p.members()) < n:
+        time.sleep(0.05)
+    assert len(p.members()) >= n
+
+
+def test_stop_terminates_the_whole_group(tmp_path):
+    p = _proc(tmp_path)
+    p.start()
+    _wait_members(p, 2)
+    assert os.getpgid(p.pid) == p.pid != os.getpgid(0)  # its own session / process group
+    assert p.stop() == -signal.SIGTERM
+    assert p.members() == [] and group_members(p.pgid) == []
+    assert p.stop() == -signal.SIGTERM  # idempotent
+    assert (tmp_path / "p.log").read_text().startswith(logparse.START_MARKER)
+
+
+def test_stop_escalates_to_sigkill(tmp_path):
+    p = _proc(tmp_path, extra="import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN);", timeout=0.3)
+    p.start()
+    _wait_members(p, 2)
+    time.sleep(0.2)  # let it install the handler
+    assert p.stop() == -signal.SIGKILL
+    assert p.members() == []
+
+
+def test_stop_after_crash_cleans_up_leftovers(tmp_path):
+    code = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print('boom'); sys.exit(3)"
+    p = ServerProcess([sys.executable, "-c", code], tmp_path / "c.log", stop_timeout_s=2)
+    p.start()
+    deadline = time.monotonic() + 10
+    while p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert p.poll() == 3
+    assert p.members()  # the orphan is still in the group
+    p.stop()
+    assert p.members() == []
+    assert p.last_lines(1) == ["boom"]
+
+
+def test_unstartable_command_raises(tmp_path):
+    with pytest.raises(OSError):
+        ServerProcess(["/nonexistent/server"], tmp_path / "x.log").start()
+
+
+def test_app_config_defaults():
+    cfg = AppConfig()
+    assert cfg.mode == "attach" and cfg.interval_s == 1.0 and cfg.theme == "dark" and cfg.handle_signals
+
+
+def test_console_never_imports_sglang_or_server_patch():
+    code = ("import sys, console.app, console.cli, console.demo_server, console.headless_check; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('sglang', 'server_patch', 'torch')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
