@@ -254,9 +254,13 @@ class SpecConsoleApp(App[int]):
         except IndexError:  # pragma: no cover - no screen yet
             pass
 
+    def wall_clock(self) -> str:
+        """Local time ``HH:MM:SS`` for console lines in the log pane."""
+        return time.strftime("%H:%M:%S")
+
     def console_line(self, text: str) -> None:
         """Write a console message into the log pane (styled as a console line)."""
-        stamp = time.strftime("%H:%M:%S")
+        stamp = self.wall_clock()
         lines = [(logparse.CONSOLE, f"[console {stamp}] {part}") for part in text.split("\n")]
         try:
             self.main_screen.query_one(LogView).add_lines(lines)

@@ -7,10 +7,12 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
 def num(value: float | int | None, unit: str = "", digits: int = 0) -> str:
-    """``num(2457.3, "tok/s") -> "2,457 tok/s"``; None -> ``n/a``."""
+    """``num(2457.3, "tok/s") -> "2,457 tok/s"``, ``num(8, "%") -> "8%"``; None -> ``n/a``."""
     if value is None:
         return NA
     text = f"{value:,.{digits}f}"
+    if unit == "%":
+        return text + "%"
     return f"{text} {unit}" if unit else text
 
 

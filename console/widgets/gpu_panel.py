@@ -69,7 +69,7 @@ def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
             text.append("GPU lost (fell off the bus?) — NVML GPU_IS_LOST", styles["lost"])
             continue
         cells = [
-            ("util", fmt.num(row.util_pct) + ("%" if row.util_pct is not None else ""), row.util_pct is None),
+            ("util", fmt.num(row.util_pct, "%"), row.util_pct is None),
             ("mem", fmt.mem_gib(row.mem_used_mib, row.mem_total_mib), row.mem_used_mib is None),
             ("temp", fmt.num(row.temp_c, "°C"), row.temp_c is None),
             ("power", fmt.pair(row.power_w, row.power_limit_w, "W"), row.power_w is None),

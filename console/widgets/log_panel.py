@@ -44,7 +44,7 @@ class LogPanel(Vertical):
         return self.query_one(LogView)
 
     def on_mount(self) -> None:
-        self.update_title()
+        self.call_after_refresh(self.update_title)
 
     def open_prompt(self, kind: str) -> None:
         """Show the prompt for ``kind`` (``search``, ``include`` or ``exclude``), prefilled."""
@@ -76,7 +76,10 @@ class LogPanel(Vertical):
     @on(LogView.StateChanged)
     def update_title(self) -> None:
         """Border title: ``Log · following · +include -exclude · /search (3 matches)``."""
-        v = self.view
+        views = self.query(LogView)
+        if not views:
+            return
+        v = views.first()
         parts = [self.base_title]
         parts.append("following" if v.follow else f"PAUSED (+{v.new_while_paused} new)")
         if v.include:

@@ -109,9 +109,18 @@ class LogView(ScrollView, can_focus=True):
                 self.new_while_paused += shown
             self._update_size()
         if self.follow:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+            self._to_end()
         self.refresh()
         self.post_message(self.StateChanged())
+
+    def _to_end(self) -> None:
+        """Scroll to the last line now and again after the next layout (sizes may be stale)."""
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
+
+    def on_resize(self) -> None:
+        if self.follow:
+            self._to_end()
 
     def _rebuild(self) -> None:
         self.shown = [i for i, e in enumerate(self.entries) if line_visible(e.text, self.include, self.exclude)]
@@ -119,7 +128,7 @@ class LogView(ScrollView, can_focus=True):
         self._match_pos = None
         self._update_size()
         if self.follow:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+            self._to_end()
         self.refresh()
 
     def _update_size(self) -> None:
@@ -147,7 +156,7 @@ class LogView(ScrollView, can_focus=True):
     def watch_follow(self, follow: bool) -> None:
         if follow:
             self.new_while_paused = 0
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
+            self._to_end()
         self.post_message(self.StateChanged())
 
     # -- search ----------------------------------------------------------------------------
