@@ -1,0 +1,171 @@
+"""End to end in a real terminal: ``specconsole demo`` inside tmux at 80x24, keys in, screen out.
+
+Uses a private tmux server (``tmux -L <name>``) so it neither sees nor disturbs other sessions,
+and kills it at the end. Skipped only when tmux is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from console_support import free_port
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+
+
+def _specconsole() -> str:
+    exe = Path(sys.executable).parent / "specconsole"
+    return str(exe) if exe.exists() else f"{sys.executable} -m console"
+
+
+class Tmux:
+    def __init__(self, name: str) -> None:
+        self.socket = name
+
+    def run(self, *args: str, check: bool = True) -> str:
+        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20)
+        if check and out.returncode != 0:
+            raise AssertionError(f"tmux {args}: {out.stderr}")
+        return out.stdout
+
+    def start(self, session: str, command: str) -> None:
+        self.run("-f", "/dev/null", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command)
+
+    def screen(self, session: str) -> str:
+        return self.run("capture-pane", "-p", "-t", session)
+
+    def fmt(self, session: str, variable: str) -> str:
+        return self.run("display-message", "-p", "-t", session, f"#{{{variable}}}").strip()
+
+    def keys(self, session: str, *keys: str) -> None:
+        self.run("send-keys", "-t", session, *keys)
+
+    def wait(self, session: str, cond, timeout: float = 20.0, what: str = "") -> str:
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.screen(session)
+            if cond(text):
+                return text
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; screen:\n{text}")
+
+    def kill_server(self) -> None:
+        self.run("kill-server", check=False)
+
+
+def demo_server_pids(port: int) -> list[int]:
+    """Live processes of the simulated server started with ``--port port`` (and its scheduler children)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and b"console.demo_server" in cmd and str(port).encode() in cmd:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _wait_gone(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and demo_server_pids(port):
+        time.sleep(0.1)
+    assert demo_server_pids(port) == []
+
+
+@pytest.fixture
+def tmux():
+    t = Tmux(f"specconsole-test-{os.getpid()}")
+    yield t
+    t.kill_server()
+
+
+def _command(tmp_path: Path, port: int) -> str:
+    return (
+        f"cd {tmp_path} && TERM=xterm-256color {_specconsole()} demo --log-dir {tmp_path} --port {port} --interval 0.3 "
+        f"-- --startup-seconds 0.3 --load fixed:8 --log-interval 0.3; echo EXITED $?; sleep 60"
+    )
+
+
+def test_demo_in_tmux_keys_and_clean_exit(tmux, tmp_path):
+    port = free_port()
+    s = "demo"
+    tmux.start(s, _command(tmp_path, port))
+    text = tmux.wait(s, lambda t: "SPEC ON" in t and "EAGLEWorkerV2" in t and "H200" in t, what="main screen")
+    lines = text.splitlines()
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
+    assert "DEMO simulated" in text and "threshold 32 req" in text and "batch 8 req" in text
+    assert "tok/s from measured H200" in text
+    assert tmux.fmt(s, "mouse_any_flag") == "1" and tmux.fmt(s, "alternate_on") == "1"
+
+    tmux.keys(s, "+")
+    tmux.wait(s, lambda t: "threshold 33 req" in t, what="threshold 33 confirmed")
+    tmux.keys(s, "?")
+    tmux.wait(s, lambda t: "specconsole — keys" in t, what="help screen")
+    tmux.keys(s, "Escape")
+    tmux.wait(s, lambda t: "specconsole — keys" not in t and "SPEC ON" in t, what="help closed")
+    tmux.keys(s, "t")
+    tmux.wait(s, lambda t: "threshold N (req)" in t, what="threshold dialog")
+    time.sleep(0.5)  # let the dialog take focus
+    for key in ("C-u", "0", "Enter"):
+        tmux.keys(s, key)
+        time.sleep(0.2)
+    tmux.wait(s, lambda t: "must be >= 1" in t, what="local refusal")
+    tmux.keys(s, "Escape")
+    tmux.wait(s, lambda t: "threshold N (req)" not in t, what="dialog closed")
+
+    tmux.keys(s, "q")
+    text = tmux.wait(s, lambda t: "EXITED 0" in t, what="exit")
+    assert "specconsole: server log:" in text
+    # terminal left clean: no mouse tracking, main screen back
+    assert tmux.fmt(s, "mouse_any_flag") == "0"
+    assert tmux.fmt(s, "alternate_on") == "0"
+    _wait_gone(port, timeout=5)
+
+
+def test_ssh_drop_sighup_stops_the_server(tmux, tmp_path):
+    port = free_port()
+    s = "hup"
+    tmux.start(s, _command(tmp_path, port))
+    tmux.wait(s, lambda t: "SPEC ON" in t, what="main screen")
+    assert demo_server_pids(port)  # the server and its scheduler process run
+    tmux.run("kill-session", "-t", s)  # the pty goes away: SIGHUP, like an ssh drop
+    _wait_gone(port)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def test_sigterm_stops_the_server_and_restores_the_terminal(tmux, tmp_path):
+    port = free_port()
+    s = "term"
+    tmux.start(s, _command(tmp_path, port))
+    tmux.wait(s, lambda t: "SPEC ON" in t, what="main screen")
+    shell = int(tmux.fmt(s, "pane_pid"))
+    console_pids = [p for p in _children(shell) if b"demo" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert console_pids, "specconsole process not found"
+    os.kill(console_pids[0], 15)
+    text = tmux.wait(s, lambda t: "EXITED" in t, what="exit after SIGTERM")
+    assert "EXITED 143" in text  # 128 + SIGTERM
+    assert tmux.fmt(s, "mouse_any_flag") == "0" and tmux.fmt(s, "alternate_on") == "0"
+    _wait_gone(port, timeout=5)
