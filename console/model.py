@@ -18,6 +18,10 @@ from console import state as st
 
 #: seconds after which an accepted change that spec_gate still does not show is reported
 CONFIRM_TIMEOUT_S = 15.0
+#: seconds over which the switch rate (switches/min) is measured
+SWITCH_WINDOW_S = 60.0
+#: seconds a threshold-control message stays in the speculation panel (the log pane keeps it)
+MESSAGE_TTL_S = 30.0
 
 
 def validate_threshold(value: int, max_running_requests: int | None) -> str | None:
@@ -71,9 +75,11 @@ class ConsoleModel:
         self.batch_history: deque[int] = deque(maxlen=history)
         self.tput_history: deque[float] = deque(maxlen=history)
         self.gpu_history: list[deque[float | None]] = []
+        self.switch_samples: deque[tuple[float, int]] = deque()
         self._history = history
         self.message: str | None = None
         self.message_level = "info"
+        self.message_at = 0.0
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -90,7 +96,21 @@ class ConsoleModel:
             self.batch_history.append(bs)
         if sample.load is not None and sample.load.gen_throughput is not None:
             self.tput_history.append(sample.load.gen_throughput)
+        if sample.gate is not None and sample.gate.switches is not None:
+            now = self.clock()
+            self.switch_samples.append((now, sample.gate.switches))
+            while self.switch_samples and now - self.switch_samples[0][0] > SWITCH_WINDOW_S:
+                self.switch_samples.popleft()
         return self._check_pending()
+
+    def switch_rate(self) -> float | None:
+        """On<->off switches per minute over the last SWITCH_WINDOW_S (None before 10 s of data)."""
+        if len(self.switch_samples) < 2:
+            return None
+        (t0, s0), (t1, s1) = self.switch_samples[0], self.switch_samples[-1]
+        if t1 - t0 < 10.0 or s1 < s0:
+            return None
+        return (s1 - s0) * 60.0 / (t1 - t0)
 
     def on_failure(self, reason: str) -> None:
         """A failed poll (server down or slow)."""
@@ -124,8 +144,8 @@ class ConsoleModel:
         self.process = process
 
     def set_message(self, text: str | None, level: str = "info") -> None:
-        """The last threshold-control outcome shown under the speculation panel."""
-        self.message, self.message_level = text, level
+        """The last threshold-control outcome, shown in the speculation panel for MESSAGE_TTL_S."""
+        self.message, self.message_level, self.message_at = text, level, self.clock()
 
     # -- threshold protocol ----------------------------------------------------------------
 
@@ -165,12 +185,12 @@ class ConsoleModel:
         old_h = g.hysteresis if g else None
         asked = _describe(threshold, hysteresis)
         if not result.updated:
-            text = f"{asked} rejected by server: {result.reason or 'no reason given'}"
-            self.set_message(text, "error")
-            return text
+            reason = result.reason or "no reason given"
+            self.set_message(f"rejected: {reason}", "error")
+            return f"{asked} rejected by server: {reason}"
         self.pending = st.PendingChange(threshold, hysteresis, old_t, old_h, self.clock())
         text = f"{asked} accepted; waiting for spec_gate to confirm"
-        self.set_message(text, "info")
+        self.set_message(f"{asked} accepted, waiting for spec_gate", "info")
         confirmed = self._check_pending()
         return text + ("\n" + "\n".join(confirmed) if confirmed else "")
 
@@ -225,8 +245,9 @@ class ConsoleModel:
             gpu_util_history=tuple(tuple(h) for h in self.gpu_history),
             simulated_note=(s.simulated_note or "simulated server") if s and s.simulated else None,
             log_path=self.log_path,
-            message=self.message,
+            message=self.message if self.clock() - self.message_at <= MESSAGE_TTL_S else None,
             message_level=self.message_level,
+            switches_per_min=self.switch_rate(),
             now=self.clock(),
         )
 

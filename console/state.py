@@ -353,7 +353,8 @@ class ConsoleSnapshot:
     ``throughput_history`` tok/s per poll; ``gpu_util_history[i]`` GPU i's utilization (%)
     per NVML read (None where n/a). ``now`` is the monotonic time the snapshot was taken (for
     durations such as "unreachable for 12 s"). ``message`` is the last threshold-control
-    outcome (e.g. the server's reason for a rejection).
+    outcome (e.g. the server's reason for a rejection). ``switches_per_min`` is the on<->off
+    switch rate over the last minute (thrash around the threshold shows here).
     """
 
     mode: str = "attach"
@@ -376,6 +377,7 @@ class ConsoleSnapshot:
     log_path: str | None = None
     message: str | None = None
     message_level: str = "info"
+    switches_per_min: float | None = None
     now: float = 0.0
 
     @property

@@ -477,3 +477,22 @@ def test_console_never_imports_sglang_or_server_patch():
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_switch_rate_and_gate_warnings():
+    from console.widgets.spec_panel import gate_warnings
+
+    now = [0.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    for i in range(7):
+        gate = {**GATE, "switches": i * 2}
+        m.on_sample(parse_server_info({"internal_states": [{"spec_gate": gate}]}, None))
+        now[0] += 5.0
+    assert m.switch_rate() == pytest.approx(12 * 60 / 30)
+    g = st.GateState.from_json({**GATE, "threshold": 64, "max_running_requests": 48, "cuda_graph_max_bs": 8,
+                                "last_decode_batch_size": 12,
+                                "ranks": [{"tp_rank": 0, "spec_enabled": True}, {"tp_rank": 1, "spec_enabled": False}]})
+    warnings = gate_warnings(st.ConsoleSnapshot(gate=g))
+    assert any("never fires" in w for w in warnings)
+    assert any("no CUDA graph" in w for w in warnings)
+    assert any("TP ranks disagree" in w for w in warnings)

@@ -45,7 +45,7 @@ class CrashScreen(ModalScreen[str]):
             yield Label(f"The server crashed: {describe_exit(p.exit_code)}", id="crash-title")
             yield Static(p.command, id="crash-command")
             yield Label("Last log lines:", id="crash-label")
-            yield Static("\n".join(p.last_lines) or "(log is empty)", id="crash-lines", markup=False)
+            yield Static("\n".join(p.last_lines[-10:]) or "(log is empty)", id="crash-lines", markup=False)
             yield Label("r restart · Escape close and read the log · q quit", id="crash-keys")
 
     def action_choose(self, what: str) -> None:

@@ -8,8 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-HELP = """\
-# specconsole — keys
+HELP = r"""# specconsole — keys
 
 | key | what it does |
 |---|---|
@@ -17,7 +16,7 @@ HELP = """\
 | `-` | threshold - 1 |
 | `t` | set threshold and hysteresis exactly |
 | `/` | search the log; `n` / `N` next / previous match |
-| `f` | show only log lines containing … (`a|b` = a or b) |
+| `f` | show only log lines containing … (`a\|b`: a or b) |
 | `x` | hide log lines containing … |
 | `c` | clear log filters and search |
 | `p` | pause / follow the log (`G` or `End`: follow) |

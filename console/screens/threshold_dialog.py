@@ -68,7 +68,7 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
     def compose(self) -> ComposeResult:
         upper = self.max_running if self.max_running is not None else "max running requests"
         with Vertical(id="threshold-body"):
-            yield Label(f"Speculation off at batch size >= N (1 <= N <= {upper}); back on below N - H.", id="threshold-help")
+            yield Label(f"SPEC OFF at batch size >= N (1..{upper} req), ON again below N - H.", id="threshold-help")
             with Horizontal(classes="field"):
                 yield Label("threshold N (req)", classes="field-label")
                 yield Input(str(self.threshold if self.threshold is not None else ""), id="threshold-input", type="integer")

@@ -16,8 +16,8 @@ def summary(s: st.ConsoleSnapshot) -> list[tuple[str, str]]:
     """``[(label, value), ...]`` for the summary line: batch, queue, generation throughput."""
     load = s.load
     return [
-        ("batch ", f"{fmt.num(s.running_batch)} req"),
-        ("queue ", f"{fmt.num(load.waiting_reqs if load else None)} req"),
+        ("batch ", fmt.num(s.running_batch, "req")),
+        ("queue ", fmt.num(load.waiting_reqs if load else None, "req")),
         ("", fmt.num(load.gen_throughput if load else None, "tok/s")),
     ]
 
@@ -49,7 +49,7 @@ class LoadFooter(SnapshotWidget):
             text.append("sim: tok/s from measured H200 table", self.style_of("load--note"))
             return text
         text.append("max running ", self.style_of("load--label"))
-        text.append(f"{fmt.num(s.max_running_requests)} req", self.style_of("load--value"))
+        text.append(fmt.num(s.max_running_requests, "req"), self.style_of("load--value"))
         usage = s.load.token_usage if s.load else None
         text.append("  KV ", self.style_of("load--label"))
         text.append(fmt.num(usage * 100 if usage is not None else None, "%"), self.style_of("load--value"))

@@ -8,6 +8,8 @@ decode steps, last switch, CUDA graph facts, per-TP-rank states and the worker c
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -43,11 +45,11 @@ def badge_state(s: st.ConsoleSnapshot) -> tuple[str, str, str]:
         return "SERVER DOWN", f"exit code {p.exit_code} · r restart", "-alarm"
     if p is not None and p.phase in (st.PHASE_STOPPING, st.PHASE_STOPPED):
         return "STOPPING" if p.phase == st.PHASE_STOPPING else "STOPPED", "server process group", "-unknown"
+    if p is not None and not s.sample_seen and p.phase != st.PHASE_READY:
+        return "STARTING", p.phase, "-unknown"
     if s.connection.reachable is False:
         return "NO DATA", f"unreachable for {fmt.duration(s.down_for_s)}", "-alarm" if s.sample_seen else "-unknown"
     if not s.sample_seen:
-        if p is not None:
-            return "STARTING", p.phase, "-unknown"
         return "CONNECTING", s.url, "-unknown"
     g = s.gate
     if g is None:
@@ -89,6 +91,32 @@ class SpecBadge(SnapshotWidget):
         return text
 
 
+#: switches per minute from which the rate is shown as an alarm (thrash around the threshold)
+THRASH_PER_MIN = 6.0
+
+
+def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
+    """Known operational traps, from the live values.
+
+    * a threshold above max running requests never fires;
+    * a batch above cuda graph max bs runs without CUDA graphs;
+    * TP ranks that disagree about the gate.
+    """
+    g = s.gate
+    out = []
+    if g is None:
+        return out
+    mrr = s.max_running_requests
+    if g.threshold is not None and mrr is not None and g.threshold > mrr:
+        out.append(f"threshold {g.threshold} > max running {mrr}: never fires")
+    bs = s.running_batch
+    if bs is not None and g.cuda_graph_max_bs is not None and bs > g.cuda_graph_max_bs:
+        out.append(f"batch {bs} > cuda graph max bs {g.cuda_graph_max_bs}: no CUDA graph")
+    if g.ranks_disagree:
+        out.append("TP ranks disagree about the gate")
+    return out
+
+
 def _worker_line(s: st.ConsoleSnapshot, d: dict) -> Text:
     w = s.worker
     g = s.gate
@@ -107,41 +135,56 @@ def _worker_line(s: st.ConsoleSnapshot, d: dict) -> Text:
     return t
 
 
-def detail_lines(s: st.ConsoleSnapshot, d: dict) -> list[Text]:
-    """The detail lines, most important first. ``d`` maps style names to Rich styles."""
+def detail_lines(s: st.ConsoleSnapshot, d: dict, width: int = 80) -> list[Text]:
+    """The detail lines, most important first. ``d`` maps style names to Rich styles.
+
+    The last threshold-control message (e.g. the server's reason for a rejection) comes third
+    and wraps onto two lines of ``width`` cells if needed.
+    """
     g = s.gate
     lines: list[Text] = [_worker_line(s, d)]
+    message: list[Text] = []
+    if s.message:
+        level = {"error": "alarm", "ok": "ok"}.get(s.message_level, "value")
+        wrapped = textwrap.wrap(s.message, max(10, width)) or [""]
+        if len(wrapped) > 2:
+            wrapped = [wrapped[0], textwrap.shorten(" ".join(wrapped[1:]), max(10, width), placeholder="…")]
+        message = [Text(part, d[level], no_wrap=True, overflow="ellipsis") for part in wrapped]
     if g is not None:
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("threshold ", d["label"])
-        t.append(f"{fmt.num(g.threshold)} req", d["value"])
+        t.append(fmt.num(g.threshold, "req"), d["value"])
         if s.pending is not None and s.pending.threshold is not None and s.pending.threshold != g.threshold:
             t.append(f" → {s.pending.threshold} pending", d["pending"])
         t.append("  hysteresis ", d["label"])
-        t.append(f"{fmt.num(g.hysteresis)} req", d["value"])
+        t.append(fmt.num(g.hysteresis, "req"), d["value"])
         if s.pending is not None and s.pending.hysteresis is not None and s.pending.hysteresis != g.hysteresis:
             t.append(f" → {s.pending.hysteresis}", d["pending"])
         lines.append(t)
+        lines.extend(message)
+        message = []
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append("switches ", d["label"])
         t.append(fmt.num(g.switches), d["value"])
+        if s.switches_per_min is not None and s.switches_per_min >= 1:
+            t.append(f" ({s.switches_per_min:.0f}/min)", d["alarm"] if s.switches_per_min >= THRASH_PER_MIN else d["dim"])
         t.append("  accept ", d["label"])
         al = g.accept_length_recent
         if al is None and s.load is not None:
             al = s.load.accept_length
         t.append(fmt.num(al, "tok/step", 2), d["value"])
         lines.append(t)
-    if s.message:
-        level = {"error": "alarm", "ok": "ok"}.get(s.message_level, "value")
-        lines.append(Text(s.message, d[level], no_wrap=True, overflow="ellipsis"))
+    lines.extend(message)  # no gate: right after the worker line
     if s.worker.status == st.CHECK_MISMATCH:
         lines.append(Text("⚠ " + s.worker.detail, d["alarm"], no_wrap=True, overflow="ellipsis"))
+    for warning in gate_warnings(s):
+        lines.append(Text("⚠ " + warning, d["alarm"], no_wrap=True, overflow="ellipsis"))
     if g is None:
         return lines
     # extras for taller panels
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append("max running ", d["label"])
-    t.append(f"{fmt.num(s.max_running_requests)} req", d["value"])
+    t.append(fmt.num(s.max_running_requests, "req"), d["value"])
     t.append("  cuda graph max bs ", d["label"])
     t.append(fmt.num(g.cuda_graph_max_bs), d["value"])
     lines.append(t)
@@ -197,7 +240,7 @@ class SpecDetails(SnapshotWidget):
 
     def render(self) -> Text:
         d = {name: self.style_of(f"spec-details--{name}") for name in ("label", "value", "dim", "ok", "alarm", "pending")}
-        lines = detail_lines(self.snapshot, d)[: max(1, self.size.height)]
+        lines = detail_lines(self.snapshot, d, self.size.width)[: max(1, self.size.height)]
         text = Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
         text.no_wrap, text.overflow = True, "ellipsis"
         return text
