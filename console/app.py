@@ -309,9 +309,9 @@ class SpecConsoleApp(App[int]):
     def _read_gpus(self) -> None:
         try:
             panel = self.nvml.read()
+            self._from_thread(self._on_gpus, panel)
         finally:
-            self._nvml_busy = False
-        self._from_thread(self._on_gpus, panel)
+            self._nvml_busy = False  # only now may the next read start: results stay in order
 
     def _on_gpus(self, panel: st.GpuPanelState) -> None:
         self.model.on_gpus(panel)
@@ -342,10 +342,10 @@ class SpecConsoleApp(App[int]):
             lines = self.follower.read_new()
             scanned, self._scanned = self._scanned, []
             classified = [(logparse.classify(line), line) for line in lines]
+            if lines or scanned:
+                self._from_thread(self._on_log_lines, scanned, classified)
         finally:
-            self._log_busy = False
-        if lines or scanned:
-            self._from_thread(self._on_log_lines, scanned, classified)
+            self._log_busy = False  # lines are delivered in file order
 
     def _on_log_lines(self, scanned: list[str], lines: list[tuple[str, str]]) -> None:
         for line in scanned:

@@ -42,7 +42,8 @@ class CrashScreen(ModalScreen[str]):
     def compose(self) -> ComposeResult:
         p = self.process
         with Vertical(id="crash-body"):
-            yield Label(f"The server crashed: {describe_exit(p.exit_code)}", id="crash-title")
+            what = "exited on its own" if p.exit_code == 0 else "crashed"
+            yield Label(f"The server {what}: {describe_exit(p.exit_code)}", id="crash-title")
             yield Static(p.command, id="crash-command")
             yield Label("Last log lines:", id="crash-label")
             yield Static("\n".join(p.last_lines[-10:]) or "(log is empty)", id="crash-lines", markup=False)

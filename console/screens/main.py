@@ -29,6 +29,7 @@ WIDE_COLS = 120
 class MainScreen(Screen):
     """The operator's view (fits 80x24; grows with the terminal)."""
 
+    AUTO_FOCUS = "#log-view"
     snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, always_update=True)
 
     def compose(self) -> ComposeResult:
@@ -41,8 +42,7 @@ class MainScreen(Screen):
             load.border_title = "Load · batch size (req)"
             yield load
         gpus = VerticalScroll(GpuTable(id="gpu-table"), id="gpu-panel", classes="panel")
-        gpus.border_title = "GPUs"
-        gpus.can_focus = False
+        gpus.border_title = "GPUs"  # focusable (Tab): arrow keys scroll when there are many GPUs
         yield gpus
         yield LogPanel(id="log-panel", classes="panel")
         yield Footer()
