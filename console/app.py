@@ -83,7 +83,7 @@ class SpecConsoleApp(App[int]):
         Binding("colon", "command_palette", "Palette", show=False),
     ]
 
-    def __init__(self, config: AppConfig, nvml_module: Any = None, http_timeout_s: float = 2.0) -> None:
+    def __init__(self, config: AppConfig, nvml_module: Any = None, http_timeout_s: float = 5.0) -> None:
         super().__init__()
         self.cfg = config
         self.http_timeout_s = http_timeout_s

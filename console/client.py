@@ -19,7 +19,7 @@ import httpx
 from console.state import GateState, LoadState, ServerSample, SetResult
 
 #: HTTP timeout per request, seconds
-DEFAULT_TIMEOUT_S = 2.0
+DEFAULT_TIMEOUT_S = 5.0
 
 
 class ServerUnreachable(Exception):

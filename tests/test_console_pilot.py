@@ -319,3 +319,36 @@ async def test_help_palette_and_theme_switch(make_app):
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.has_class("theme-ansi"), what="ansi theme")
         assert app.theme == "ansi-dark"
+
+
+async def test_slow_server_and_slow_nvml_do_not_block_the_ui(tmp_path):
+    import socket
+    import threading
+
+    # a "server" that accepts connections and never answers
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+    stop = threading.Event()
+
+    class SlowNvml(SimulatedNvml):
+        def nvmlDeviceGetCount(self):
+            stop.wait(3.0)  # NVML stuck on a sick GPU
+            return super().nvmlDeviceGetCount()
+
+    cfg = AppConfig(mode="attach", url=f"http://127.0.0.1:{port}", interval_s=0.2, handle_signals=False)
+    app = SpecConsoleApp(cfg, nvml_module=SlowNvml(), http_timeout_s=0.5)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.3)
+            assert app._nvml_busy  # an NVML read is stuck in its thread...
+            await pilot.press("question_mark")  # ...and the UI still answers keys
+            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "HelpScreen", what="help")
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.model.connection.last_error == "timed out", what="HTTP timeout")
+            await wait_for(pilot, lambda: "unreachable for" in screen_text(app), what="unreachable text")
+            stop.set()
+    finally:
+        stop.set()
+        sock.close()
