@@ -154,7 +154,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         th.start()
         d_ok, waves, seed = True, 0, 100
         try:
-            while spec_gate(url)["switches"] - sw0 < switches_target and waves < 60:
+            while spec_gate(url)["switches"] - sw0 < switches_target and waves < 150:
                 ok, _ = check_many(url, oracle, make_prompts(vocab, 24, 32, seed), 192, 24)
                 d_ok &= ok
                 waves += 1

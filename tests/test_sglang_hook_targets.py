@@ -1,0 +1,232 @@
+"""Every SGLang 0.5.12 symbol the server_patch hooks or relies on exists with the expected shape.
+
+Reads the pinned SGLang source with ``ast`` (the README installs ``sglang==0.5.12 --no-deps``;
+importing it would need CUDA), so a renamed method, a changed signature or a new field in
+``apply_runtime_state`` fails here in CI instead of as a silent no-op on a GPU box.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from server_patch import SUPPORTED_SGLANG_VERSION, plugin, scheduler_hooks, tokenizer_hooks
+
+
+def _sglang_root() -> Path:
+    spec = importlib.util.find_spec("sglang")
+    assert spec is not None and spec.submodule_search_locations, (
+        "sglang source not installed: pip install --no-deps sglang==0.5.12"
+    )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+ROOT = _sglang_root()
+SRT = ROOT / "srt"
+
+
+def _module_path(dotted: str) -> Path:
+    rel = dotted.split(".")[1:]  # drop "sglang"
+    return ROOT.joinpath(*rel).with_suffix(".py")
+
+
+def _classes(path: Path) -> dict:
+    tree = ast.parse(path.read_text())
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def _methods(cls: ast.ClassDef) -> dict:
+    return {n.name: n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _params(fn) -> list:
+    return [a.arg for a in fn.args.args]
+
+
+def _find_method(module_file: Path, class_name: str, method: str, seen=None):
+    """Find ``method`` on ``class_name`` or its (sglang-local) bases, following imports by name."""
+    seen = seen or set()
+    classes = _classes(module_file)
+    cls = classes[class_name]
+    if method in _methods(cls):
+        return _methods(cls)[method]
+    tree = ast.parse(module_file.read_text())
+    imports = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang"):
+            for alias in node.names:
+                imports[alias.asname or alias.name] = node.module
+    for base in cls.bases:
+        name = base.id if isinstance(base, ast.Name) else None
+        if name is None or name in seen:
+            continue
+        seen.add(name)
+        path = module_file if name in classes else (
+            _module_path(imports[name]) if name in imports else None
+        )
+        if path is None:
+            continue
+        found = _find_method(path, name, method, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def test_installed_sglang_is_the_supported_version():
+    from importlib.metadata import version
+
+    assert version("sglang") == SUPPORTED_SGLANG_VERSION
+
+
+EXPECTED_PARAMS = {
+    "init_model_worker": ["self"],
+    "get_next_batch_to_run": ["self"],
+    "process_batch_result_decode": ["self", "batch", "result"],
+    "update_spec_metrics": ["self", "bs", "num_correct_drafts"],
+    "_resolve_spec_overlap_tokens": ["self", "result", "batch"],
+    "report_decode_stats": ["self", "can_run_cuda_graph", "running_batch", "num_correct_drafts"],
+    "set_internal_state": ["self", "recv_req"],
+    "get_internal_state": ["self", "recv_req"],
+}
+
+
+@pytest.mark.parametrize("target", [t for t, _, _ in scheduler_hooks.HOOKS])
+def test_scheduler_hook_target_exists_with_expected_signature(target):
+    module, cls, method = target.rsplit(".", 2)
+    fn = _find_method(_module_path(module), cls, method)
+    assert fn is not None, f"{target} not found"
+    assert _params(fn) == EXPECTED_PARAMS[method], (target, _params(fn))
+
+
+@pytest.mark.parametrize(
+    "target,params",
+    [
+        (tokenizer_hooks.HOOKS[0][0], ["self", "obj"]),
+        (tokenizer_hooks.HOOKS[1][0], ["self", "meta_info", "recv_obj", "i"]),
+    ],
+)
+def test_tokenizer_hook_targets(target, params):
+    module, cls, method = target.rsplit(".", 2)
+    fn = _find_method(_module_path(module), cls, method)
+    assert fn is not None, f"{target} not found"
+    assert _params(fn) == params
+    if method == "set_internal_state":
+        assert isinstance(fn, ast.AsyncFunctionDef)  # our AROUND hook is async too
+
+
+def test_server_args_cli_hook_targets():
+    cls = _classes(SRT / "server_args.py")["ServerArgs"]
+    methods = _methods(cls)
+    add = methods["add_cli_args"]
+    frm = methods["from_cli_args"]
+    assert [d.id for d in add.decorator_list] == ["staticmethod"] and _params(add) == ["parser"]
+    assert [d.id for d in frm.decorator_list] == ["classmethod"] and _params(frm) == ["cls", "args"]
+    assert f"{plugin.SERVER_ARGS}".endswith("server_args.ServerArgs")
+
+
+def _assigned_self_attrs(fn) -> set:
+    """Dotted targets assigned in a function body, e.g. {"self.cuda_graph_runner", "dw.draft_attn_backend"}."""
+    out = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                out.add(ast.unparse(t))
+    return out
+
+
+@pytest.mark.parametrize(
+    "file,cls,expected",
+    [
+        (
+            "speculative/eagle_worker.py",
+            "EAGLEWorker",
+            {
+                "self.speculative_num_steps", "self.speculative_num_draft_tokens",
+                "self.draft_attn_backend", "self.draft_model_runner.draft_attn_backend",
+                "self.cuda_graph_runner", "self.target_worker.model_runner.attn_backend",
+                "self.target_worker.model_runner.graph_runner", "self.draft_extend_attn_backend",
+                "self.cuda_graph_runner_for_draft_extend",
+                "self.server_args.speculative_num_steps", "self.server_args.speculative_num_draft_tokens",
+            },
+        ),
+        (
+            "speculative/eagle_worker_v2.py",
+            "EAGLEWorkerV2",
+            {
+                "self.speculative_num_steps", "self.speculative_num_draft_tokens", "dw",
+                "dw.speculative_num_steps", "dw.speculative_num_draft_tokens", "dw.draft_attn_backend",
+                "dw.draft_runner.draft_attn_backend", "dw.cuda_graph_runner",
+                "dw.draft_extend_attn_backend", "dw.cuda_graph_runner_for_draft_extend",
+                "self._target_worker.model_runner.attn_backend",
+                "self._target_worker.model_runner.graph_runner",
+                "self.server_args.speculative_num_steps", "self.server_args.speculative_num_draft_tokens",
+            },
+        ),
+    ],
+)
+def test_apply_runtime_state_fields_are_the_ones_off_state_swaps(file, cls, expected):
+    """``OffStepRunner._apply`` mirrors the worker's own ``apply_runtime_state`` (minus the
+    server_args sync): if SGLang adds a field there, the OFF step would miss it."""
+    methods = _methods(_classes(SRT / file)[cls])
+    assert _assigned_self_attrs(methods["apply_runtime_state"]) == expected
+    build = methods["build_adaptive_runtime_state"]
+    assert _params(build) == ["self", "speculative_num_steps", "speculative_num_draft_tokens"]
+
+
+def test_spec_runtime_state_fields():
+    cls = _classes(SRT / "speculative/adaptive_runtime_state.py")["SpecRuntimeState"]
+    fields = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)]
+    assert fields == [
+        "speculative_num_steps", "speculative_num_draft_tokens", "draft_attn_backend",
+        "cuda_graph_runner", "target_attn_backend", "target_graph_runner",
+        "draft_extend_attn_backend", "cuda_graph_runner_for_draft_extend",
+    ]
+
+
+def test_draft_methods_replaced_during_off_steps():
+    v1 = _methods(_classes(SRT / "speculative/eagle_worker.py")["EAGLEWorker"])
+    v2 = _methods(_classes(SRT / "speculative/eagle_worker_v2.py")["EagleDraftWorker"])
+    assert _params(v1["draft"]) == ["self", "batch"]
+    assert _params(v2["draft"]) == ["self", "model_worker_batch"]
+    assert _params(v1["forward_batch_generation"]) == ["self", "batch"]
+    factory = _methods(_classes(SRT / "speculative/draft_utils.py")["DraftBackendFactory"])
+    assert _params(factory["create_decode_backend"]) == ["self"]
+    base = _methods(_classes(SRT / "layers/attention/base_attn_backend.py")["AttentionBackend"])
+    assert "get_verify_buffers_to_fill_after_draft" in base
+
+
+def test_worker_selection_names_the_two_known_classes():
+    """0.5.12 picks EAGLEWorkerV2 with overlap on, EAGLEWorker with it off (spec_info.py:161-169)."""
+    src = (SRT / "speculative/spec_info.py").read_text()
+    assert "EAGLEWorkerV2" in src and "EAGLEWorker" in src
+    from server_patch.compat import KNOWN_WORKERS
+
+    assert KNOWN_WORKERS == {"EAGLEWorker": "v1", "EAGLEWorkerV2": "v2"}
+
+
+@pytest.mark.parametrize(
+    "attr",
+    [
+        "self.spec_num_forward_ct", "self.spec_num_accept_tokens", "self.spec_total_num_forward_ct",
+        "self.spec_total_num_accept_tokens", "self.tp_cpu_group", "self.enable_overlap",
+        "self.draft_worker",
+    ],
+)
+def test_scheduler_attributes_the_hooks_read(attr):
+    files = [SRT / "managers/scheduler.py", SRT / "observability/scheduler_metrics_mixin.py"]
+    assert any(f"{attr} =" in f.read_text() or f"{attr}: " in f.read_text() for f in files), attr
+
+
+def test_request_spec_counters_exist():
+    src = (SRT / "managers/schedule_batch.py").read_text()
+    for attr in ("spec_verify_ct", "spec_num_correct_drafts", "spec_correct_drafts_histogram"):
+        assert f"self.{attr}" in src
+
+
+def test_generation_batch_result_accepts_the_off_tag():
+    cls = _classes(SRT / "managers/utils.py")["GenerationBatchResult"]
+    decos = [ast.unparse(d) for d in cls.decorator_list]
+    assert decos == ["dataclasses.dataclass"]  # no slots=True: setattr(result, "_spec_gate_off") works
