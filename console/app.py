@@ -394,6 +394,8 @@ class SpecConsoleApp(App[int]):
     # -- actions ---------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.screen, NoServerScreen) and action not in ("quit", "help", "command_palette"):
+            return False
         if action in ("threshold_step", "threshold_dialog"):
             return not self.cfg.readonly and self.cfg.mode != "none"
         if action == "restart":

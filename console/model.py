@@ -151,6 +151,7 @@ class ConsoleModel:
 
     @property
     def gate(self) -> st.GateState | None:
+        """The live spec_gate of the last sample (None: none yet / gate not enabled)."""
         return self.sample.gate if self.sample else None
 
     def base_threshold(self) -> int | None:
@@ -171,6 +172,7 @@ class ConsoleModel:
         return validate_threshold(threshold, max_running)
 
     def snapshot_max_running(self) -> int | None:
+        """Upper bound for the threshold (req): spec_gate's max running requests, else /v1/loads'."""
         g = self.gate
         if g is not None and g.max_running_requests is not None:
             return g.max_running_requests

@@ -108,12 +108,14 @@ class SimulatedNvml:
     # -- library -------------------------------------------------------------------------
 
     def nvmlInit(self) -> None:
+        """Like pynvml: raises NVMLError(init_error) when set."""
         self.calls += 1
         if self.init_error is not None:
             raise NVMLError(self.init_error)
         self.initialized = True
 
     def nvmlShutdown(self) -> None:
+        """Like pynvml."""
         self.initialized = False
 
     def _check_init(self) -> None:
@@ -121,16 +123,19 @@ class SimulatedNvml:
             raise NVMLError(1)  # UNINITIALIZED
 
     def nvmlSystemGetDriverVersion(self) -> str:
+        """Driver version string."""
         self._check_init()
         return self.driver_version
 
     def nvmlDeviceGetCount(self) -> int:
+        """Number of devices (advances the demo's utilization wave)."""
         self._check_init()
         self.calls += 1
         self._t += 1
         return len(self.devices)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        """Handle = index; GPU_IS_LOST for a lost device."""
         self._check_init()
         if not 0 <= index < len(self.devices):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
@@ -158,14 +163,17 @@ class SimulatedNvml:
         return max(0.0, min(100.0, base + self._rng.uniform(-4, 4)))
 
     def nvmlDeviceGetName(self, handle: int) -> str:
+        """Device name, e.g. 'NVIDIA H200'."""
         return self._dev(handle, "name").name
 
     def nvmlDeviceGetMigMode(self, handle: int) -> tuple[int, int]:
+        """(current, pending) MIG mode."""
         dev = self._dev(handle, "mig")
         mode = NVML_DEVICE_MIG_ENABLE if dev.mig else NVML_DEVICE_MIG_DISABLE
         return (mode, mode)
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
+        """Object with .gpu / .memory in %; NotSupported on MIG."""
         dev = self._dev(handle, "util")
         if dev.mig:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -173,28 +181,34 @@ class SimulatedNvml:
         return SimpleNamespace(gpu=int(round(u)), memory=int(round(u * 0.6)))
 
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
+        """Object with .total / .used / .free in bytes."""
         dev = self._dev(handle, "memory")
         total = int(dev.mem_total_mib * 2**20)
         used = int(dev.mem_used_mib * 2**20)
         return SimpleNamespace(total=total, used=used, free=total - used)
 
     def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        """Temperature in °C."""
         dev = self._dev(handle, "temp")
         if dev.util_pct is None:
             return int(round(dev.temp_c + self._util(handle, dev) / 10))
         return int(round(dev.temp_c))
 
     def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
+        """Power draw in mW."""
         dev = self._dev(handle, "power")
         if dev.util_pct is None:
             return int((dev.power_w * 0.5 + dev.power_w * self._util(handle, dev) / 100) * 1000)
         return int(dev.power_w * 1000)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: int) -> int:
+        """Power limit in mW."""
         return int(self._dev(handle, "power_limit").power_limit_w * 1000)
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: int) -> int:
+        """Power limit in mW."""
         return int(self._dev(handle, "power_limit").power_limit_w * 1000)
 
     def nvmlDeviceGetClockInfo(self, handle: int, clock_type: int) -> int:
+        """SM clock in MHz."""
         return int(self._dev(handle, "sm_clock").sm_clock_mhz)

@@ -88,6 +88,7 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
     @on(Input.Submitted)
     @on(Button.Pressed, "#send")
     def send(self) -> None:
+        """Validate; dismiss with the request, or show why it is refused and stay open."""
         result = parse_request(
             self.query_one("#threshold-input", Input).value,
             self.query_one("#hysteresis-input", Input).value,

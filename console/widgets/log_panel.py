@@ -41,6 +41,7 @@ class LogPanel(Vertical):
 
     @property
     def view(self) -> LogView:
+        """The panel's :class:`LogView`."""
         return self.query_one(LogView)
 
     def on_mount(self) -> None:
