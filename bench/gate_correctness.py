@@ -85,7 +85,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
             gate_startup_lines=gate_startup_lines(log),
             off_cuda_graph=g["off_cuda_graph"], max_running_requests=g["max_running_requests"],
         )
-        vocab = oracle.vocab_size_words if hasattr(oracle, "vocab_size_words") else oracle.vocab
+        vocab = oracle.vocab
         oks = []
 
         # A. forced ON

@@ -52,7 +52,7 @@ def run_one(p: float, overlap: bool, root: Path, port: int, log_dir: Path, mem_f
         rec["startup_s"] = round(server.ready_s, 1)
         info = server_info(server.url)
         rec["sglang_version"] = info.get("version")
-        vocab = oracle.vocab_size_words if hasattr(oracle, "vocab_size_words") else oracle.vocab
+        vocab = oracle.vocab
         ok, res = check_many(server.url, oracle, make_prompts(vocab, 8, 32, 7), 256, 8)
         rec["oracle_match"] = ok
         rec["mismatches"] = [r for r in res if not r["match"]][:3]

@@ -47,7 +47,7 @@ DECODE_STEP_KEY = "spec_gate_decode_step"
 class GateRuntime:
     """Everything one scheduler knows about its gate: policy, OFF-step runner, identity."""
 
-    def __init__(self, scheduler: Any, gate: SpecGate):
+    def __init__(self, scheduler: Any, gate: SpecGate, runner_factory=OffStepRunner):
         worker = scheduler.draft_worker
         self.worker_class, self.spec_version = compat.classify_worker(worker)
         self.gate = gate
@@ -61,7 +61,7 @@ class GateRuntime:
         self.cuda_graph_max_bs = sa.cuda_graph_max_bs
         self.tp_rank = scheduler.tp_rank
         self.tp_size = scheduler.tp_size
-        self.runner = OffStepRunner(worker, self.spec_version)
+        self.runner = runner_factory(worker, self.spec_version)
         self.in_off_result = False  # set while an OFF step's result is processed
         self._wrap_worker(worker)
 
@@ -224,18 +224,28 @@ def around_report_decode_stats(original, scheduler, *args, **kwargs):
             scheduler.spec_total_num_forward_ct -= window[1]
 
 
-def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
+def _reply(updated: bool, server_args: Dict[str, Any]):
+    """SGLang's ``SetInternalStateReqOutput`` (imported late: this module loads without SGLang)."""
     from sglang.srt.managers.io_struct import SetInternalStateReqOutput
+
+    return SetInternalStateReqOutput(updated=updated, server_args=server_args)
+
+
+def _global_server_args():
     from sglang.srt.server_args import get_global_server_args
 
+    return get_global_server_args()
+
+
+def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
     update = dict(recv_req.server_args or {})
     if not any(k in update for k in GATE_KEYS):
         return original(scheduler, recv_req, *args, **kwargs)
     runtime = _runtime(scheduler)
     if runtime is None:
-        return SetInternalStateReqOutput(
-            updated=False,
-            server_args={
+        return _reply(
+            False,
+            {
                 REASON_KEY: "the speculation gate is not enabled on this server "
                 "(start it with --speculative-disable-batch-threshold)"
             },
@@ -245,9 +255,9 @@ def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
         new = parse_update(gate.config, update, scheduler.max_running_requests)
     except GateConfigError as exc:
         logger.warning("spec_gate: rejected %s: %s", update, exc)
-        return SetInternalStateReqOutput(
-            updated=False,
-            server_args={
+        return _reply(
+            False,
+            {
                 REASON_KEY: str(exc),
                 THRESHOLD_KEY: gate.config.threshold,
                 HYSTERESIS_KEY: gate.config.hysteresis,
@@ -258,12 +268,12 @@ def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
         logger.info("spec_gate: threshold %d -> %d", old.threshold, new.threshold)
     if old.hysteresis != new.hysteresis:
         logger.info("spec_gate: hysteresis %d -> %d", old.hysteresis, new.hysteresis)
-    global_args = get_global_server_args()
+    global_args = _global_server_args()
     setattr(global_args, THRESHOLD_KEY, new.threshold)
     setattr(global_args, HYSTERESIS_KEY, new.hysteresis)
-    return SetInternalStateReqOutput(
-        updated=True,
-        server_args={
+    return _reply(
+        True,
+        {
             REASON_KEY: None,
             THRESHOLD_KEY: new.threshold,
             HYSTERESIS_KEY: new.hysteresis,

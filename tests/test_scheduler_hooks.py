@@ -1,0 +1,279 @@
+"""The scheduler hooks driven with stand-in scheduler/worker objects (no SGLang, no GPU).
+
+The GPU run (bench/gate_correctness.py) checks the same behaviour inside real SGLang; these pin
+the decision flow: one decision per decode batch, OFF only for decode batches, metrics from ON
+steps only, runtime updates all-or-nothing.
+"""
+
+import logging
+import types
+
+import pytest
+
+from server_patch import options, scheduler_hooks as sh
+from server_patch.gate import GateConfig, SpecGate
+
+
+class Mode:
+    def __init__(self, decode):
+        self.decode = decode
+
+    def is_decode(self):
+        return self.decode
+
+
+class Batch:
+    def __init__(self, bs, decode=True):
+        self.forward_mode = Mode(decode)
+        self.reqs = [Req() for _ in range(bs)]
+
+    def batch_size(self):
+        return len(self.reqs)
+
+
+class Req:
+    def __init__(self):
+        self.spec_verify_ct = 0
+        self.spec_num_correct_drafts = 0
+        self.spec_correct_drafts_histogram = []
+
+
+class Result:
+    pass
+
+
+def make_worker(class_name):
+    def forward_batch_generation(self, batch):
+        self.forwarded.append(batch)
+        for r in batch.reqs:  # what v1's verify() does to per-request counters
+            r.spec_verify_ct += 1
+            r.spec_correct_drafts_histogram.append(1)
+        return Result()
+
+    cls = type(class_name, (), {"forward_batch_generation": forward_batch_generation})
+    w = cls()
+    w.forwarded = []
+    w.topk, w.speculative_num_steps, w.speculative_num_draft_tokens = 1, 3, 4
+    return w
+
+
+class Runner:
+    def __init__(self, worker, version):
+        self.off_batches = []
+        self.has_off_cuda_graph = True
+        self.off_steps_cuda_graph = 0
+        counter = types.SimpleNamespace(count=0)
+        self.off_target_graph = self.off_draft_extend_graph = self.on_target_graph = counter
+
+    def run_off_step(self, forward, batch):
+        self.off_batches.append(batch)
+        self.off_steps_cuda_graph += 1
+        return forward(batch)
+
+
+def make_scheduler(class_name="EAGLEWorkerV2", threshold=4, hysteresis=0):
+    worker = make_worker(class_name)
+    sched = types.SimpleNamespace(
+        draft_worker=worker,
+        enable_overlap=class_name == "EAGLEWorkerV2",
+        server_args=types.SimpleNamespace(speculative_algorithm="EAGLE3", cuda_graph_max_bs=64),
+        tp_rank=0,
+        tp_size=1,
+        max_running_requests=64,
+        spec_num_forward_ct=0,
+        spec_num_accept_tokens=0,
+        spec_total_num_forward_ct=0,
+        spec_total_num_accept_tokens=0,
+    )
+    runtime = sh.GateRuntime(sched, SpecGate(GateConfig(threshold, hysteresis)), runner_factory=Runner)
+    setattr(sched, sh.GATE_ATTR, runtime)
+    return sched, worker, runtime
+
+
+def step(sched, batch):
+    sh.after_get_next_batch_to_run(batch, sched)
+    return sched.draft_worker.forward_batch_generation(batch)
+
+
+def test_decode_batches_at_or_above_threshold_run_the_off_step():
+    sched, worker, rt = make_scheduler(threshold=4)
+    small, big = Batch(3), Batch(4)
+    r_small = step(sched, small)
+    r_big = step(sched, big)
+    assert rt.runner.off_batches == [big]
+    assert worker.forwarded == [small, big]
+    assert not getattr(r_small, sh.OFF_RESULT_ATTR, False)
+    assert getattr(r_big, sh.OFF_RESULT_ATTR) is True
+    assert rt.gate.decode_steps_on == 1 and rt.gate.decode_steps_off == 1
+
+
+def test_prefill_batches_are_never_gated_and_a_decision_is_used_once():
+    sched, worker, rt = make_scheduler(threshold=1)
+    decode = Batch(2)
+    sh.after_get_next_batch_to_run(decode, sched)
+    assert rt.gate.current_off
+    worker.forward_batch_generation(Batch(2, decode=False))  # an extend batch in between
+    assert rt.runner.off_batches == []
+    worker.forward_batch_generation(decode)
+    worker.forward_batch_generation(Batch(2))  # no decision taken for this one: ON
+    assert rt.runner.off_batches == [decode]
+    sh.after_get_next_batch_to_run(None, sched)  # idle loop iteration
+    assert rt.gate.decode_steps_off == 1
+
+
+def test_v1_off_step_leaves_per_request_spec_counters_untouched():
+    sched, worker, rt = make_scheduler("EAGLEWorker", threshold=1)
+    batch = Batch(3)
+    step(sched, batch)
+    assert [r.spec_verify_ct for r in batch.reqs] == [0, 0, 0]
+    assert [r.spec_correct_drafts_histogram for r in batch.reqs] == [[], [], []]
+
+
+def test_v2_overlap_result_counters_restored_for_off_results():
+    sched, worker, rt = make_scheduler("EAGLEWorkerV2", threshold=1)
+    batch = Batch(2)
+    result = step(sched, batch)
+
+    def resolve(self, result, batch):
+        for r in batch.reqs:
+            r.spec_verify_ct += 1
+        return "tokens"
+
+    assert sh.around_resolve_spec_overlap_tokens(resolve, sched, result, batch) == "tokens"
+    assert [r.spec_verify_ct for r in batch.reqs] == [1, 1]  # the fake forward's +1 only
+    on_result = Result()
+    sh.around_resolve_spec_overlap_tokens(resolve, sched, on_result, batch)
+    assert [r.spec_verify_ct for r in batch.reqs] == [2, 2]
+
+
+def test_spec_metrics_count_on_steps_only():
+    sched, worker, rt = make_scheduler(threshold=4)
+    calls = []
+
+    def update_spec_metrics(self, bs, num_correct_drafts):
+        calls.append((bs, num_correct_drafts))
+
+    def process(self, batch, result):
+        self.update_spec_metrics(batch.batch_size(), 0 if getattr(result, sh.OFF_RESULT_ATTR, False) else 5)
+
+    sched.update_spec_metrics = lambda bs, n: sh.around_update_spec_metrics(update_spec_metrics, sched, bs, n)
+    on_batch, off_batch = Batch(2), Batch(6)
+    sh.around_process_batch_result_decode(process, sched, on_batch, step(sched, on_batch))
+    sh.around_process_batch_result_decode(process, sched, off_batch, step(sched, off_batch))
+    assert calls == [(2, 5)]
+    assert rt.gate.accept_length_recent == pytest.approx(7 / 2)
+    assert rt.in_off_result is False
+
+
+def test_decode_log_window_without_on_steps_reports_last_on_accept_length():
+    sched, worker, rt = make_scheduler()
+    rt.gate.record_accept(4, 8)  # accept length 3.0
+    seen = {}
+
+    def report(self, *args):
+        seen["ratio"] = self.spec_num_accept_tokens / self.spec_num_forward_ct
+        self.spec_total_num_accept_tokens += self.spec_num_accept_tokens
+        self.spec_total_num_forward_ct += self.spec_num_forward_ct
+        self.spec_num_accept_tokens = self.spec_num_forward_ct = 0
+
+    sh.around_report_decode_stats(report, sched, True)
+    assert seen["ratio"] == pytest.approx(3.0)
+    assert (sched.spec_total_num_accept_tokens, sched.spec_total_num_forward_ct) == (0, 0)
+
+    def report_not_logging(self, *args):
+        return None
+
+    sh.around_report_decode_stats(report_not_logging, sched, True)
+    assert (sched.spec_num_accept_tokens, sched.spec_num_forward_ct) == (0, 0)
+
+
+def replies(monkeypatch):
+    out = []
+    monkeypatch.setattr(sh, "_reply", lambda updated, args: out.append((updated, args)) or (updated, args))
+    global_args = types.SimpleNamespace()
+    monkeypatch.setattr(sh, "_global_server_args", lambda: global_args)
+    return out, global_args
+
+
+def req(**server_args):
+    return types.SimpleNamespace(server_args=server_args)
+
+
+def test_set_internal_state_applies_valid_updates(monkeypatch, caplog):
+    out, global_args = replies(monkeypatch)
+    sched, worker, rt = make_scheduler(threshold=32, hysteresis=4)
+    caplog.set_level(logging.INFO, logger="server_patch.spec_gate")
+    updated, args = sh.around_set_internal_state(None, sched, req(speculative_disable_batch_threshold=16))
+    assert updated is True and args[sh.THRESHOLD_KEY] == 16 and args[sh.HYSTERESIS_KEY] == 4
+    assert rt.gate.config == GateConfig(16, 4)
+    assert global_args.speculative_disable_batch_threshold == 16
+    assert "spec_gate: threshold 32 -> 16" in caplog.text
+
+
+def test_set_internal_state_rejects_as_a_whole_with_the_reason(monkeypatch, caplog):
+    out, _ = replies(monkeypatch)
+    sched, worker, rt = make_scheduler(threshold=32, hysteresis=4)
+    for bad, why in [
+        (dict(speculative_disable_batch_threshold=0), "threshold must be >= 1"),
+        (dict(speculative_disable_batch_threshold=65), "max running requests 64"),
+        (dict(speculative_disable_batch_threshold=8, speculative_disable_hysteresis=8), "must be < threshold"),
+        (dict(speculative_disable_batch_threshold="8"), "must be an integer"),
+        (dict(speculative_disable_batch_threshold=8, pp_max_micro_batch_size=4), "cannot be mixed"),
+    ]:
+        updated, args = sh.around_set_internal_state(None, sched, req(**bad))
+        assert updated is False and why in args[sh.REASON_KEY]
+        assert args[sh.THRESHOLD_KEY] == 32
+    assert rt.gate.config == GateConfig(32, 4)
+    assert "spec_gate: rejected" in caplog.text
+
+
+def test_set_internal_state_passes_other_keys_through_and_refuses_without_gate(monkeypatch):
+    out, _ = replies(monkeypatch)
+    sched, worker, rt = make_scheduler()
+    assert sh.around_set_internal_state(lambda s, r: "original", sched, req(pp_max_micro_batch_size=4)) == "original"
+    plain = types.SimpleNamespace()
+    updated, args = sh.around_set_internal_state(None, plain, req(speculative_disable_batch_threshold=4))
+    assert updated is False and "not enabled" in args[sh.REASON_KEY]
+
+
+def test_internal_state_carries_spec_gate_for_the_console():
+    sched, worker, rt = make_scheduler("EAGLEWorker", threshold=8)
+    step(sched, Batch(9))
+    result = types.SimpleNamespace(internal_state={})
+    sh.after_get_internal_state(result, sched)
+    gate = result.internal_state["spec_gate"]
+    assert gate["worker_class"] == "EAGLEWorker" and gate["spec_version"] == "v1"
+    assert gate["spec_enabled"] is False and gate["switches"] == 1
+    assert gate["last_switch"] == {"step": 0, "direction": "off", "batch_size": 9}
+    assert gate["ranks"] == [{"tp_rank": 0, "spec_enabled": False, "threshold": 8, "hysteresis": 0,
+                              "switches": 1, "decode_steps_on": 0, "decode_steps_off": 1}]
+
+
+def test_hooks_are_pass_through_on_a_scheduler_without_gate():
+    plain = types.SimpleNamespace(spec_num_forward_ct=0)
+    batch = Batch(100)
+    assert sh.after_get_next_batch_to_run(batch, plain) is None
+    assert sh.around_process_batch_result_decode(lambda s, b, r: "done", plain, batch, Result()) == "done"
+    assert sh.around_update_spec_metrics(lambda s, bs, n: "m", plain, 3, 1) == "m"
+    assert sh.around_report_decode_stats(lambda s, *a: "r", plain, True) == "r"
+    assert sh.after_get_internal_state(types.SimpleNamespace(internal_state={}), plain) is None
+
+
+def test_init_model_worker_hook_does_nothing_without_the_env(monkeypatch):
+    monkeypatch.delenv(options.ENV_VAR, raising=False)
+    sched = types.SimpleNamespace()
+    assert sh.after_init_model_worker(None, sched) is None
+    assert not hasattr(sched, sh.GATE_ATTR)
+
+
+def test_init_model_worker_hook_refuses_unsupported_setups(monkeypatch):
+    monkeypatch.setenv(options.ENV_VAR, '{"threshold": 8, "hysteresis": 0}')
+    monkeypatch.setattr(sh.compat, "sglang_version", lambda: "0.5.12")
+    sched, worker, rt = make_scheduler()
+    delattr(sched, sh.GATE_ATTR)
+    sched.server_args.enable_dp_attention = True
+    with pytest.raises(sh.compat.UnsupportedSetup, match="data-parallel attention"):
+        sh.after_init_model_worker(None, sched)
+    monkeypatch.setattr(sh.compat, "sglang_version", lambda: "0.5.23")
+    with pytest.raises(sh.compat.UnsupportedSetup, match="found 0.5.23"):
+        sh.after_init_model_worker(None, sched)
