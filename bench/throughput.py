@@ -1,0 +1,247 @@
+"""GPU benchmark: no speculation vs EAGLE-3 always on vs EAGLE-3 with the dynamic gate.
+
+One server per configuration, driven by SGLang's own ``sglang.bench_serving``
+(``--dataset-name random-ids``, input 256, output 256). Each ``run`` call handles one
+configuration so that each fits a device call; rows are appended to a CSV.
+
+Configurations:
+- ``none``:   target only, no speculation
+- ``always``: EAGLE-3 (steps 3, topk 1, 4 draft tokens), no gate option
+- ``gate``:   the same EAGLE-3 server with ``--speculative-disable-batch-threshold N``; on this server
+  the run also (a) measures the OFF-step cost (threshold 1 at 64 and 128 concurrent requests) and
+  (b) with ``--recommend``, sweeps N at run time through ``/set_internal_state`` (no restart).
+
+Every configuration also runs the time-varying load (concurrency 1 -> 64 -> 4 -> 128 -> 2, the
+same request counts for all), recording total output tokens and wall time.
+
+Usage on the GPU machine (models from ``python -m bench.synthetic_models --preset 8b``):
+    python -m bench.throughput run --config none   --models /tmp/models/8b/p0.2 --out $OUT
+    python -m bench.throughput run --config always --models /tmp/models/8b/p0.2 --out $OUT
+    python -m bench.throughput run --config gate --threshold 12 --recommend --models /tmp/models/8b/p0.2 --out $OUT
+Here, from the committed CSVs: python -m bench.throughput summarize --results bench/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+CONCURRENCY = [1, 2, 4, 8, 16, 32, 64, 128]
+TIME_VARYING = [(1, 16), (64, 256), (4, 32), (128, 512), (2, 16)]  # (max concurrency, requests)
+MAX_RR = 128
+CSV_COLUMNS = ["config", "p_wrong", "concurrency", "output_tok_s", "mean_tpot_ms", "p99_tpot_ms",
+               "accept_length", "threshold"]
+
+
+def bench_serving(port: int, concurrency: int, num_prompts: int, out_jsonl: Path, seed: int = 1) -> Dict[str, Any]:
+    """Run ``sglang.bench_serving`` once; return its JSON result line.
+
+    Raises:
+        RuntimeError: bench_serving failed (its output tail in the message).
+    """
+    cmd = [
+        sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang",
+        "--host", "127.0.0.1", "--port", str(port), "--dataset-name", "random-ids",
+        "--random-input-len", "256", "--random-output-len", "256", "--random-range-ratio", "1.0",
+        "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
+        "--seed", str(seed), "--output-file", str(out_jsonl), "--disable-tqdm",
+    ]
+    if out_jsonl.exists():
+        out_jsonl.unlink()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not out_jsonl.exists():
+        raise RuntimeError(f"bench_serving failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return json.loads(out_jsonl.read_text().strip().splitlines()[-1])
+
+
+def _gate_accept(url: str) -> Optional[float]:
+    from bench.server_harness import spec_gate
+
+    try:
+        return spec_gate(url).get("accept_length_recent")
+    except Exception:
+        return None
+
+
+def sweep(config: str, p: float, port: int, url: str, work: Path, threshold: Optional[int],
+          levels: List[int]) -> List[Dict[str, Any]]:
+    rows = []
+    for c in levels:
+        res = bench_serving(port, c, max(16, 4 * c), work / f"{config}-{c}.jsonl")
+        acc = _gate_accept(url) if config == "gate" else res.get("accept_length")
+        rows.append({
+            "config": config, "p_wrong": p, "concurrency": c,
+            "output_tok_s": round(res["output_throughput"], 1),
+            "mean_tpot_ms": round(res["mean_tpot_ms"], 3), "p99_tpot_ms": round(res["p99_tpot_ms"], 3),
+            "accept_length": None if acc is None else round(acc, 3),
+            "threshold": threshold if threshold is not None else "",
+        })
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def time_varying(config: str, port: int, work: Path) -> Dict[str, Any]:
+    """The same staged load for every config; wall time = sum of bench_serving durations."""
+    stages, total_tokens, wall = [], 0, 0.0
+    for i, (c, n) in enumerate(TIME_VARYING):
+        res = bench_serving(port, c, n, work / f"{config}-tv{i}.jsonl", seed=100 + i)
+        stages.append({"concurrency": c, "requests": n, "duration_s": round(res["duration"], 3),
+                       "output_tokens": res["total_output_tokens"]})
+        total_tokens += res["total_output_tokens"]
+        wall += res["duration"]
+    return {"config": config, "stages": stages, "total_output_tokens": total_tokens, "wall_s": round(wall, 3)}
+
+
+def append_csv(path: Path, rows: List[Dict[str, Any]]) -> None:
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+
+
+def run(a: argparse.Namespace) -> None:
+    from bench.server_harness import (
+        eagle3_args, plain_args, set_gate, start_server, stop_server, wait_ready, write_json,
+    )
+    from bench.synthetic_models import Oracle
+
+    oracle = Oracle.load(a.models / "oracle.json")
+    target, draft = str(a.models / "target"), str(a.models / "draft")
+    if a.config == "none":
+        args = plain_args(target, max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR, mem_fraction=a.mem_fraction)
+    else:
+        args = eagle3_args(target, draft, max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
+                           mem_fraction=a.mem_fraction)
+        if a.config == "gate":
+            args += ["--speculative-disable-batch-threshold", str(a.threshold),
+                     "--speculative-disable-hysteresis", str(a.hysteresis)]
+    a.out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/bench-work")
+    work.mkdir(parents=True, exist_ok=True)
+    server = start_server(f"bench-{a.config}-p{oracle.p_wrong}", args, a.port, Path("/tmp/specconsole-logs"))
+    meta: Dict[str, Any] = {"config": a.config, "p_wrong": oracle.p_wrong, "launch_args": args,
+                            "threshold": a.threshold if a.config == "gate" else None}
+    try:
+        wait_ready(server, timeout_s=600)
+        meta["startup_s"] = round(server.ready_s, 1)
+        import httpx
+        info = httpx.get(server.url + "/server_info", timeout=30).json()
+        meta["sglang_version"] = info.get("version")
+        meta["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                     capture_output=True, text=True).stdout.strip()
+        levels = [int(x) for x in a.concurrency.split(",")]
+        rows = sweep(a.config, oracle.p_wrong, a.port, server.url, work,
+                     a.threshold if a.config == "gate" else None, levels)
+        append_csv(a.out / "throughput.csv", rows)
+        if a.time_varying:
+            meta["time_varying"] = time_varying(a.config, a.port, work)
+        if a.config == "gate":
+            set_gate(server.url, speculative_disable_hysteresis=0, speculative_disable_batch_threshold=1)
+            off = sweep("gate-forced-off", oracle.p_wrong, a.port, server.url, work, 1, [64, 128])
+            append_csv(a.out / "throughput.csv", off)
+            meta["forced_off"] = off
+            if a.recommend:
+                rec_rows = []
+                for n in [int(x) for x in a.recommend_thresholds.split(",")]:
+                    set_gate(server.url, speculative_disable_batch_threshold=n)
+                    rec_rows += sweep(f"gate-n{n}", oracle.p_wrong, a.port, server.url, work, n,
+                                      [int(x) for x in a.recommend_levels.split(",")])
+                append_csv(a.out / "throughput.csv", rec_rows)
+            meta["final_spec_gate"] = __import__("bench.server_harness", fromlist=["spec_gate"]).spec_gate(server.url)
+    except Exception as exc:
+        meta["error"] = f"{type(exc).__name__}: {exc}"
+        meta["log_tail"] = server.log_tail(60)
+        print(meta["error"], meta["log_tail"], sep="\n")
+    finally:
+        meta["exit_code"] = stop_server(server)
+        write_json(a.out / f"throughput-{a.config}-p{oracle.p_wrong}.json", meta)
+
+
+def load_rows(results: Path) -> List[Dict[str, Any]]:
+    with (results / "throughput.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
+    """The threshold N that maximises the mean of (gate tok/s / best static tok/s) over the swept
+    concurrencies, among the N whose mean TPOT at the lowest concurrency is within 5% of always-on."""
+    pick = [r for r in rows if float(r["p_wrong"]) == p]
+    static = {}
+    for r in pick:
+        if r["config"] in ("none", "always"):
+            c = int(r["concurrency"])
+            static.setdefault(c, {})[r["config"]] = r
+    cands = {}
+    for r in pick:
+        if r["config"].startswith("gate-n"):
+            cands.setdefault(int(r["threshold"]), []).append(r)
+    best = None
+    for n, rs in sorted(cands.items()):
+        cs = sorted(int(r["concurrency"]) for r in rs)
+        lo = next(r for r in rs if int(r["concurrency"]) == cs[0])
+        always_lo = static.get(cs[0], {}).get("always")
+        if always_lo and float(lo["mean_tpot_ms"]) > 1.05 * float(always_lo["mean_tpot_ms"]):
+            continue
+        ratios = []
+        for r in rs:
+            s = static.get(int(r["concurrency"]), {})
+            top = max(float(x["output_tok_s"]) for x in s.values()) if s else None
+            if top:
+                ratios.append(float(r["output_tok_s"]) / top)
+        score = sum(ratios) / len(ratios) if ratios else 0
+        if best is None or score > best["score"]:
+            best = {"threshold": n, "score": round(score, 4), "concurrencies": cs}
+    return best
+
+
+def summarize(a: argparse.Namespace) -> None:
+    rows = load_rows(a.results)
+    for p in sorted({float(r["p_wrong"]) for r in rows}):
+        print(f"p_wrong={p}")
+        print("| concurrency | none tok/s | always tok/s | gate tok/s | gate / best static |")
+        print("|---|---|---|---|---|")
+        by = {}
+        for r in rows:
+            if float(r["p_wrong"]) == p and r["config"] in ("none", "always", "gate"):
+                by.setdefault(int(r["concurrency"]), {})[r["config"]] = float(r["output_tok_s"])
+        for c in sorted(by):
+            d = by[c]
+            best = max(d.get("none", 0), d.get("always", 0))
+            ratio = f"{d['gate'] / best:.3f}" if "gate" in d and best else "n/a"
+            print(f"| {c} | {d.get('none', 'n/a')} | {d.get('always', 'n/a')} | {d.get('gate', 'n/a')} | {ratio} |")
+        print("recommended threshold:", recommend(rows, p))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--config", choices=["none", "always", "gate"], required=True)
+    r.add_argument("--models", type=Path, required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--threshold", type=int, default=12)
+    r.add_argument("--hysteresis", type=int, default=2)
+    r.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
+    r.add_argument("--no-time-varying", dest="time_varying", action="store_false")
+    r.add_argument("--recommend", action="store_true")
+    r.add_argument("--recommend-thresholds", default="4,8,12,16,24")
+    r.add_argument("--recommend-levels", default="1,4,8,16,32")
+    r.add_argument("--mem-fraction", type=float, default=0.8)
+    r.add_argument("--port", type=int, default=30500)
+    s = sub.add_parser("summarize")
+    s.add_argument("--results", type=Path, default=Path("bench/results"))
+    a = ap.parse_args()
+    run(a) if a.cmd == "run" else summarize(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""The benchmark's threshold recommendation rule (pure arithmetic over result rows)."""
+
+from bench.throughput import recommend
+
+
+def row(config, c, tok_s, tpot, threshold=""):
+    return {"config": config, "p_wrong": "0.2", "concurrency": str(c), "output_tok_s": str(tok_s),
+            "mean_tpot_ms": str(tpot), "p99_tpot_ms": str(tpot), "accept_length": "", "threshold": str(threshold)}
+
+
+STATIC = [
+    row("none", 1, 200, 5.0), row("always", 1, 370, 2.7),
+    row("none", 16, 2800, 5.7), row("always", 16, 2400, 6.6),
+]
+
+
+def test_recommend_picks_the_threshold_closest_to_the_best_static_config():
+    rows = STATIC + [
+        row("gate-n4", 1, 368, 2.7, 4), row("gate-n4", 16, 2750, 5.8, 4),    # ratios ~0.99, ~0.98
+        row("gate-n32", 1, 369, 2.7, 32), row("gate-n32", 16, 2390, 6.7, 32),  # ~1.0, ~0.85
+    ]
+    best = recommend(rows, 0.2)
+    assert best["threshold"] == 4 and best["concurrencies"] == [1, 16]
+
+
+def test_recommend_rejects_thresholds_that_slow_down_low_concurrency():
+    rows = STATIC + [
+        row("gate-n1", 1, 200, 5.0, 1), row("gate-n1", 16, 2800, 5.7, 1),  # off even at bs 1: TPOT +85%
+        row("gate-n8", 1, 366, 2.75, 8), row("gate-n8", 16, 2700, 5.9, 8),
+    ]
+    assert recommend(rows, 0.2)["threshold"] == 8
+
+
+def test_recommend_without_candidates_is_none():
+    assert recommend(STATIC, 0.2) is None
