@@ -22,7 +22,6 @@ import argparse
 import json
 import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List
@@ -30,6 +29,7 @@ from typing import Any, Dict, List
 from bench.oracle_check import check_many, check_one, make_prompts
 from bench.server_harness import (
     eagle3_args,
+    record_failure,
     gate_startup_lines,
     set_gate,
     spec_gate,
@@ -201,11 +201,8 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         rec["ranks_agree"] = len({(x["switches"], x["decode_steps_on"], x["decode_steps_off"]) for x in g["ranks"]}) == 1
         rec["oracle_match"] = all(oks)
         rec["final_spec_gate"] = g
-    except Exception as exc:  # record the failure with the server's log, keep other configs going
-        rec["error"] = f"{type(exc).__name__}: {exc}"
-        rec["traceback"] = traceback.format_exc()
-        rec["log_tail"] = server.log_tail(80)
-        rec["oracle_match"] = False
+    except Exception as exc:  # keep the other runs going; the record says why this one failed
+        record_failure(rec, server, exc)
     finally:
         rec["exit_code"] = stop_server(server)
     return rec

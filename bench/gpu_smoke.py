@@ -20,6 +20,7 @@ from typing import Any, Dict
 from bench.oracle_check import check_many, make_prompts
 from bench.server_harness import (
     eagle3_args,
+    record_failure,
     server_info,
     spec_path_log_line,
     start_server,
@@ -62,10 +63,8 @@ def run_one(p: float, overlap: bool, root: Path, port: int, log_dir: Path, mem_f
         rec["expected_accept_length"] = oracle.expected_accept_length(3)
         rec["spec_path_log_line"] = spec_path_log_line(server.log_text())
         rec["gate_hooks_in_log"] = "spec_gate:" in server.log_text()
-    except Exception as exc:
-        rec["error"] = f"{type(exc).__name__}: {exc}"
-        rec["log_tail"] = server.log_tail(80)
-        rec["oracle_match"] = False
+    except Exception as exc:  # keep the other runs going; the record says why this one failed
+        record_failure(rec, server, exc)
     finally:
         rec["exit_code"] = stop_server(server)
     return rec

@@ -186,6 +186,17 @@ def set_gate(url: str, **values: int) -> Dict[str, Any]:
     return r.json()
 
 
+def record_failure(rec: Dict[str, Any], server: Server, exc: BaseException) -> None:
+    """Note a failed run in its result record, with the server's log tail, so a batch of runs
+    keeps going and the JSON says why this one failed."""
+    import traceback
+
+    rec["error"] = f"{type(exc).__name__}: {exc}"
+    rec["traceback"] = traceback.format_exc()
+    rec["log_tail"] = server.log_tail(80)
+    rec["oracle_match"] = False
+
+
 SPEC_PATH_MARKERS = ("Spec v1 is used", "Spec v2 is enabled")
 
 
