@@ -11,9 +11,24 @@ import os
 import sys
 from typing import List, Optional
 
+from server_patch import SUPPORTED_SGLANG_VERSION
+
+
+def _require_sglang() -> None:
+    """Exit with a one-line reason when SGLang (with its dependencies) cannot be imported."""
+    try:
+        import sglang.srt.plugins  # noqa: F401  (pulls in SGLang's runtime dependencies)
+        import sglang.srt.server_args  # noqa: F401
+    except ImportError as exc:
+        sys.exit(
+            f"server_patch.launch_server needs SGLang {SUPPORTED_SGLANG_VERSION} with its dependencies "
+            f"(pip install 'specconsole[server]'): {type(exc).__name__}: {exc}"
+        )
+
 
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    _require_sglang()
     from server_patch import plugin
 
     plugin.register()  # also via the entry point; explicit so the CLI options always parse

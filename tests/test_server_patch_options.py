@@ -101,3 +101,22 @@ def test_capacity_warnings():
     assert compat.capacity_warnings(32, 64, 64) == []
     w = compat.capacity_warnings(100, 48, 64)
     assert any("max running requests 48" in x for x in w) and any("cuda graph max bs 64" in x for x in w)
+
+
+def test_launcher_without_sglang_dependencies_exits_with_one_clear_line(monkeypatch):
+    import builtins
+
+    from server_patch import launch_server
+
+    real_import = builtins.__import__
+
+    def no_sglang(name, *args, **kwargs):
+        if name.startswith("sglang.srt"):
+            raise ModuleNotFoundError("No module named 'orjson'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_sglang)
+    with pytest.raises(SystemExit) as info:
+        launch_server.main(["--help"])
+    assert "needs SGLang 0.5.12 with its dependencies" in str(info.value)
+    assert "orjson" in str(info.value)
