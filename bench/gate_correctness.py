@@ -132,6 +132,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
             "oracle_match": box["r"]["match"], "off_steps_before_on": spec_gate(url)["decode_steps_off"] - start_off,
             "on_steps_after": g["decode_steps_on"] - on_before,
             "accept_length_first_on_steps": g.get("accept_length_since_on"),
+            "accept_length_first_on_step": g.get("accept_length_first_on_step"),
             "steps_counted": g.get("steps_since_on"),
         }
         rec["accept_length_after_on"] = g.get("accept_length_since_on")

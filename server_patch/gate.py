@@ -120,6 +120,7 @@ class SpecGate:
         self.last_switch: Optional[Switch] = None
         self._accept: Deque[Tuple[int, int]] = deque(maxlen=self.ACCEPT_WINDOW)
         self._since_on = [0, 0, 0]  # accepted tokens, verifies, batches since the last off->on
+        self._first_on: Optional[float] = None  # accept length of the first ON batch after it
 
     @property
     def decode_steps(self) -> int:
@@ -137,6 +138,7 @@ class SpecGate:
             self.spec_enabled = True
             switch = Switch(self.decode_steps, "on", batch_size)
             self._since_on = [0, 0, 0]
+            self._first_on = None
         if switch is not None:
             self.switches += 1
             self.last_switch = switch
@@ -156,6 +158,8 @@ class SpecGate:
         """Record one speculative decode batch: ``num_verifies`` requests verified, drafts accepted."""
         if num_verifies > 0:
             self._accept.append((num_verifies + num_correct_drafts, num_verifies))
+            if self._since_on[2] == 0:
+                self._first_on = (num_verifies + num_correct_drafts) / num_verifies
             if self._since_on[2] < self.FIRST_ON_STEPS:
                 self._since_on[0] += num_verifies + num_correct_drafts
                 self._since_on[1] += num_verifies
@@ -190,6 +194,8 @@ class SpecGate:
                 self._since_on[0] / self._since_on[1] if self._since_on[1] else None
             ),
             "steps_since_on": self._since_on[2],
+            # a draft left stale by the OFF steps shows here first (1.0: the first draft token missed)
+            "accept_length_first_on_step": self._first_on,
         }
 
 

@@ -122,6 +122,7 @@ def test_accept_length_since_on_measures_the_first_on_batches_after_a_switch():
     for _ in range(SpecGate.FIRST_ON_STEPS + 5):
         gate.record_accept(num_verifies=1, num_correct_drafts=2)
     snap = gate.snapshot()
+    assert snap["accept_length_first_on_step"] == pytest.approx(3.0)
     assert snap["steps_since_on"] == SpecGate.FIRST_ON_STEPS
     assert snap["accept_length_since_on"] == pytest.approx(3.0)
 
