@@ -78,8 +78,10 @@ class SpecConsoleApp(App[int]):
         Binding("x", "log_prompt('exclude')", "Hide", show=False),
         Binding("c", "clear_log_filters", "Clear filters", show=False),
         Binding("p", "toggle_follow", "Pause"),
-        Binding("G,end", "follow", "Follow", show=False),
-        Binding("r", "restart", "Restart"),
+        Binding("G,end", "follow", "Follow", show=False),  # the log view maps its own End to follow too
+        Binding("r", "restart", "Restart", show=False),
+        # Textual adds its Ctrl+P binding only when no binding names the palette action: bind both
+        Binding("ctrl+p", "command_palette", "Palette", show=False, priority=True),
         Binding("colon", "command_palette", "Palette", show=False),
     ]
 
@@ -105,6 +107,7 @@ class SpecConsoleApp(App[int]):
         self._session = False
         self._last_check = st.CHECK_UNKNOWN
         self._crash_shown = False
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -142,7 +145,7 @@ class SpecConsoleApp(App[int]):
         self.refresh_css()
 
     def _install_signal_handlers(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._event_loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP):
             try:
                 loop.add_signal_handler(sig, self._on_signal, sig)
@@ -150,22 +153,35 @@ class SpecConsoleApp(App[int]):
                 pass
 
     def _on_signal(self, sig: int) -> None:
-        """SIGTERM / SIGHUP (ssh drop): stop the server group, then exit (or force it)."""
+        """SIGTERM / SIGHUP (ssh drop): stop the server group, then exit (or force it).
+
+        After SIGHUP the terminal is gone: there is nothing to restore and Textual may block
+        writing to it, so the process ends right after the server group is stopped. After
+        SIGTERM the app gets a few seconds to leave the terminal clean.
+        """
         if self._signalled:
             return
         self._signalled = True
+        grace_s = 0.3 if sig == signal.SIGHUP else 5.0
 
         def stop_then_exit() -> None:
             if self.proc is not None:
                 self.proc.stop()
             try:
-                self.call_from_thread(self.exit, 128 + sig)
+                self.loop_call(self.exit, 128 + sig)
             except Exception:  # noqa: BLE001 - app already gone
                 pass
-            time.sleep(5.0)  # the terminal may be gone (SIGHUP); do not hang on it
+            time.sleep(grace_s)  # the main thread normally ends the process before this
             os._exit(128 + sig)
 
         threading.Thread(target=stop_then_exit, name="specconsole-signal", daemon=True).start()
+
+    def loop_call(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on the app's event loop without waiting for it (any thread)."""
+        loop = self._event_loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(fn, *args)
 
     def start_session(self) -> None:
         """Start polling (and the server child in launch/demo mode)."""
@@ -274,12 +290,13 @@ class SpecConsoleApp(App[int]):
         """Poll forever: /server_info + /v1/loads every interval, backing off while down."""
         assert self.client is not None
         while True:
+            polled_at = self.model.clock()
             try:
                 sample = await self.client.poll()
             except ServerUnreachable as exc:
                 self.model.on_failure(str(exc))
             else:
-                for msg in self.model.on_sample(sample):
+                for msg in self.model.on_sample(sample, polled_at):
                     self.console_line(msg)
                 p = self.model.process
                 if p is not None and p.phase not in (st.PHASE_READY, st.PHASE_CRASHED, st.PHASE_STOPPING, st.PHASE_STOPPED):
@@ -397,10 +414,9 @@ class SpecConsoleApp(App[int]):
         if isinstance(self.screen, NoServerScreen) and action not in ("quit", "help", "command_palette"):
             return False
         if action in ("threshold_step", "threshold_dialog"):
-            return not self.cfg.readonly and self.cfg.mode != "none"
+            return self.cfg.mode != "none"  # read-only: the action says so instead of ignoring the key
         if action == "restart":
-            p = self.model.process
-            return self.proc is not None and p is not None and p.phase in (st.PHASE_CRASHED, st.PHASE_STOPPED)
+            return self.cfg.mode != "none"
         return True
 
     async def action_quit(self) -> None:
@@ -422,20 +438,18 @@ class SpecConsoleApp(App[int]):
             self.push_screen(HelpScreen())
 
     def action_threshold_step(self, delta: int) -> None:
-        """``+``/``-``: threshold +- 1 req from the pending value, else spec_gate's."""
-        base = self.model.base_threshold()
-        if base is None:
-            self._refuse("no threshold known yet (no spec_gate)")
-            return
-        self.request_change(base + delta, None)
+        """``+``/``-``: the pending target (else spec_gate's threshold) +- 1 req, sent at once."""
+        ok, text = self.model.step_threshold(delta)
+        self._after_request(ok, text)
 
     def action_threshold_dialog(self) -> None:
-        g = self.model.gate
-        if g is None:
-            self._refuse("no spec_gate on this server yet")
+        err = self.model.check_request()
+        if err:
+            self._refuse(err)
             return
+        threshold, hysteresis = self.model.target()
         self.push_screen(
-            ThresholdDialog(self.model.base_threshold(), g.hysteresis, self.model.snapshot_max_running()),
+            ThresholdDialog(threshold, hysteresis, self.model.snapshot_max_running()),
             self._after_dialog,
         )
 
@@ -450,37 +464,40 @@ class SpecConsoleApp(App[int]):
         self.publish()
 
     def request_change(self, threshold: int | None, hysteresis: int | None) -> None:
-        """Validate and send a gate change; the result shows in the panel and the log pane."""
-        err = self.model.check_request(threshold)
-        if err:
-            self._refuse(err)
+        """Validate a gate change, make it the pending target and send it (absolute values)."""
+        ok, text = self.model.request_change(threshold, hysteresis)
+        self._after_request(ok, text)
+
+    def _after_request(self, ok: bool, text: str) -> None:
+        if not ok:
+            self._refuse(text)
             return
-        parts = []
-        if threshold is not None:
-            parts.append(f"threshold {self.model.base_threshold()} -> {threshold}")
-        if hysteresis is not None:
-            parts.append(f"hysteresis {self.model.gate.hysteresis if self.model.gate else None} -> {hysteresis}")
-        self.console_line("request " + ", ".join(parts) + " (POST /set_internal_state)")
-        self.model.set_message("sending " + ", ".join(parts) + "…", "info")
+        self.console_line(text)  # one line per request
         self.publish()
-        self._send_change(threshold, hysteresis)
+        self._send_next()
+
+    def _send_next(self) -> None:
+        """POST the next queued change unless one is in flight (answers keep the order)."""
+        change = self.model.next_to_send()
+        if change is not None:
+            self._send_change(change)
 
     @work(group="set", exit_on_error=False)
-    async def _send_change(self, threshold: int | None, hysteresis: int | None) -> None:
+    async def _send_change(self, change: dict[str, int]) -> None:
         assert self.client is not None
         try:
-            result = await self.client.set_gate(threshold, hysteresis)
+            result = await self.client.set_gate(change.get("threshold"), change.get("hysteresis"))
         except ServerUnreachable as exc:
-            text = f"change not confirmed: no answer from server ({exc})"
-            self.model.set_message(text, "error")
-            self.console_line(text)
-            self.notify(text, severity="error")
+            lines = self.model.on_set_failure(change, str(exc))
+            self.notify(lines[0], severity="error")
         else:
-            text = self.model.on_set_result(result, threshold, hysteresis)
-            self.console_line(text)
+            lines = self.model.on_set_result(change, result)
             if not result.updated:
                 self.notify(result.reason or "rejected", title="server rejected the change", severity="error")
+        for line in lines:
+            self.console_line(line)
         self.publish()
+        self._send_next()
         self.poll_now()
 
     def _log_panel(self) -> LogPanel:
@@ -507,14 +524,18 @@ class SpecConsoleApp(App[int]):
     def action_restart(self) -> None:
         """Restart the server after a crash (launch/demo)."""
         if self.proc is None:
+            self.notify("r restarts only a server this console started (launch / demo); "
+                        "this one is attached", severity="warning")
             return
         if self.proc.poll() is None and self.proc.members():
-            self.notify("the server is still running", severity="warning")
+            self.notify("the server is still running: r restarts it only after it has exited "
+                        "(q stops it and quits)", severity="warning")
             return
         if isinstance(self.screen, CrashScreen):
             self.screen.dismiss("close")
         self.model.sample = None
-        self.model.pending = None
+        self.model.reset_changes()
+        self.model.set_message(None)
         self.model.connection = st.ConnectionState(url=self.cfg.url)
         self.console_line("restarting the server")
         self._start_process()

@@ -30,12 +30,16 @@ from console.config import (
     default_log_dir,
     find_config,
     load_config,
+    normalize_url,
     url_from_server_args,
 )
 from console.process import default_server_command, demo_server_command
 
 #: escape sequences that switch off every mouse-tracking mode and bracketed paste, show the cursor
 TERMINAL_RESET = "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?2004l\x1b[?25h"
+
+
+LOG_DIR_HELP = "$XDG_STATE_HOME/specconsole/logs, else ~/.local/state/specconsole/logs"
 
 
 def _common() -> argparse.ArgumentParser:
@@ -59,20 +63,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"specconsole {__version__}")
     sub = parser.add_subparsers(dest="mode", metavar="{launch,attach,demo}")
-    launch = sub.add_parser("launch", parents=[common], help="start a server and own it: specconsole launch -- <server args>")
-    launch.add_argument("--log-dir", type=Path, default=None, help="where the server log goes")
+    launch = sub.add_parser(
+        "launch", parents=[common], help="start a server and own it: specconsole launch -- <server args>",
+        usage="specconsole launch [options] -- <server args>",
+        description="Start python -m server_patch.launch_server <server args> in its own process group, "
+                    "watch it, and stop the whole group on quit, SIGTERM or SIGHUP.",
+        epilog="Everything after -- goes to the server, e.g. specconsole launch -- --model-path M "
+               "--speculative-algorithm EAGLE3 --speculative-draft-model-path D "
+               "--speculative-disable-batch-threshold 32",
+    )
+    launch.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
+                        help="where the server log goes (default " + LOG_DIR_HELP + ")")
     launch.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="SIGTERM to SIGKILL delay when stopping the server group (default 10)")
     attach = sub.add_parser("attach", parents=[common], help="watch a running server (never stops it)")
-    attach.add_argument("url", help="e.g. http://127.0.0.1:30000")
+    attach.add_argument("url", help="e.g. http://127.0.0.1:30000 (http:// is added when no scheme is given)")
     attach.add_argument("--log", type=Path, default=None, help="the server's log file to follow")
     attach.add_argument("--api-key", default=None, help="the server's --api-key / --admin-api-key")
-    demo = sub.add_parser("demo", parents=[common], help="run against a built-in simulated server (no GPU needed)")
-    demo.add_argument("--log-dir", type=Path, default=None)
+    demo = sub.add_parser(
+        "demo", parents=[common], help="run against a built-in simulated server (no GPU needed)",
+        usage="specconsole demo [options] [-- <demo server args>]",
+        description="Start the simulated server (python -m console.demo_server) like a real one and watch it.",
+        epilog="Arguments after -- go to the demo server, e.g. -- --load 8,48 --phase-seconds 5 "
+               "(see python -m console.demo_server --help).",
+    )
+    demo.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
+                      help="where the demo server's log goes (default " + LOG_DIR_HELP + ")")
     demo.add_argument("--port", type=int, default=None, help="port of the simulated server (default: a free one)")
     demo.add_argument("--gpus", choices=("sim", "real"), default="sim",
                       help="GPU panel: a simulated H200 (default) or this machine's GPUs via NVML")
-    demo.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS")
+    demo.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
+                      help="SIGTERM to SIGKILL delay when stopping the demo server's group (default 10)")
     return parser
 
 
@@ -155,7 +176,11 @@ def resolve(argv: list[str]) -> AppConfig:
     if args.mode == "attach":
         if extra:
             parser.error("attach takes no server arguments")
-        return replace(base, mode="attach", url=args.url, log_path=args.log, api_key=args.api_key)
+        try:
+            url = normalize_url(args.url)
+        except ConfigError as exc:
+            parser.error(str(exc))
+        return replace(base, mode="attach", url=url, log_path=args.log, api_key=args.api_key)
     if args.mode == "demo":
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
                        nvml=args.gpus, demo_args=extra)
@@ -171,7 +196,11 @@ def resolve(argv: list[str]) -> AppConfig:
             return launch_config(replace(base, log_dir=log_dir), server["args"])
         if server.get("attach"):
             log = Path(server["log"]).expanduser() if server.get("log") else None
-            return replace(base, mode="attach", url=server["attach"], log_path=log, api_key=server.get("api_key"))
+            try:
+                url = normalize_url(str(server["attach"]))
+            except ConfigError as exc:
+                parser.error(f"{file_cfg['path']}: server.attach: {exc}")
+            return replace(base, mode="attach", url=url, log_path=log, api_key=server.get("api_key"))
     from console.client import probe
 
     if probe(DEFAULT_URL):

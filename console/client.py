@@ -26,13 +26,24 @@ class ServerUnreachable(Exception):
     """The server did not answer usefully (down, slow, auth, or not an SGLang server)."""
 
 
+def status_reason(code: int) -> str:
+    """A short human reason for an HTTP error status (auth errors say what to do)."""
+    if code == 401:
+        return "HTTP 401 unauthorized: pass --api-key"
+    if code == 403:
+        return "HTTP 403 forbidden: pass the server's --admin-api-key as --api-key"
+    return f"HTTP {code}"
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, httpx.ConnectError):
         return "connection refused"
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
     if isinstance(exc, httpx.HTTPStatusError):
-        return f"HTTP {exc.response.status_code}"
+        return status_reason(exc.response.status_code)
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return "unsupported URL scheme (use http:// or https://)"
     return type(exc).__name__ + (f": {exc}" if str(exc) else "")
 
 
@@ -164,6 +175,8 @@ class ServerClient:
             resp = await self._client.post("/set_internal_state", json={"server_args": args})
         except httpx.HTTPError as exc:
             raise ServerUnreachable(_reason(exc)) from exc
+        if resp.status_code in (401, 403):
+            raise ServerUnreachable(status_reason(resp.status_code))
         try:
             return parse_set_result(resp.json())
         except ValueError as exc:

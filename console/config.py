@@ -112,6 +112,29 @@ class AppConfig:
     demo_args: list[str] = field(default_factory=list)
 
 
+def normalize_url(text: str) -> str:
+    """The server base URL for ``text``: ``http://`` added when no scheme is given, no trailing slash.
+
+    ``127.0.0.1:30000`` -> ``http://127.0.0.1:30000``. Raises ConfigError (with a message for
+    the user) for another scheme, a missing host or a port that is not a number.
+    """
+    from urllib.parse import urlsplit
+
+    raw = text.strip()
+    url = raw if "://" in raw else "http://" + raw
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError for a non-numeric port
+    except ValueError:
+        raise ConfigError(f"server URL {raw!r}: the port is not a number (e.g. http://127.0.0.1:30000)") from None
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"server URL {raw!r}: use http:// or https:// (e.g. http://127.0.0.1:30000)")
+    if not parts.hostname:
+        raise ConfigError(f"server URL {raw!r} has no host (e.g. http://127.0.0.1:30000)")
+    del port
+    return url.rstrip("/")
+
+
 def url_from_server_args(args: list[str]) -> str:
     """Base URL a server started with ``args`` will answer on (``--host``/``--port``, SGLang defaults)."""
     host, port = "127.0.0.1", "30000"

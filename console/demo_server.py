@@ -7,7 +7,9 @@ Run it like a real server, in its own process, on its own port::
 
 It serves the README contract — ``GET /health``, ``GET /server_info`` (with
 ``internal_states[0].spec_gate``), ``GET /v1/loads?include=core,spec`` (SGLang 0.5.12 shape),
-``POST /set_internal_state`` (same validation and answers) — and writes SGLang-format log lines
+``POST /set_internal_state`` (same validation and answers; accepted changes apply from the next
+simulated decode batch, each one in the order received and each logged as
+``spec_gate: threshold A -> B``) — and writes SGLang-format log lines
 (startup progress, ``Spec v2 is enabled ...``, ``spec_gate:`` lines, ``Decode batch`` lines) to
 ``--log FILE`` or to stdout. Standard library only (``http.server``).
 
@@ -188,7 +190,8 @@ class Simulation:
             threshold=args.speculative_disable_batch_threshold or 0,
             hysteresis=args.speculative_disable_hysteresis or 0,
         )
-        self.pending: dict[str, int] = {}
+        #: accepted changes not applied yet, in the order they were accepted
+        self.pending: list[dict[str, int]] = []
         self.pending_at = 0.0
         self.step = 0
         self.batch = 0
@@ -243,14 +246,30 @@ class Simulation:
             self.token_usage = min(1.0, (self.batch + self.waiting * 0.2) * 384 / 812_345 * 8)
 
     def _apply_pending(self) -> None:
-        for key, attr in ((THRESHOLD_KEY, "threshold"), (HYSTERESIS_KEY, "hysteresis")):
-            if key in self.pending:
-                old, new = getattr(self.gate, attr), self.pending[key]
-                setattr(self.gate, attr, new)
-                if old != new:
-                    for r in range(self.args.tp_size):
-                        self.log(f"spec_gate: {attr} {old} -> {new}", tp=r)
-        self.pending = {}
+        """Apply the accepted changes one by one, in order, logging each (as every TP rank does)."""
+        for change in self.pending:
+            for key, attr in ((THRESHOLD_KEY, "threshold"), (HYSTERESIS_KEY, "hysteresis")):
+                if key in change:
+                    old, new = getattr(self.gate, attr), change[key]
+                    setattr(self.gate, attr, new)
+                    if old != new:
+                        for r in range(self.args.tp_size):
+                            self.log(f"spec_gate: {attr} {old} -> {new}", tp=r)
+        self.pending = []
+
+    def current_values(self) -> tuple[int | None, int | None]:
+        """(threshold, hysteresis) in force after the accepted changes; (None, None) without the gate."""
+        with self.lock:
+            return self._current()
+
+    def _current(self) -> tuple[int | None, int | None]:
+        g = self.gate
+        if not g.enabled:
+            return None, None
+        t, h = g.threshold, g.hysteresis
+        for change in self.pending:
+            t, h = change.get(THRESHOLD_KEY, t), change.get(HYSTERESIS_KEY, h)
+        return t, h
 
     def decode_line(self) -> str | None:
         """SGLang's periodic ``Decode batch`` line for the current state (None when idle)."""
@@ -366,8 +385,7 @@ class Simulation:
         """``POST /set_internal_state``: validate per README; apply from the next decode batch."""
         with self.lock:
             g = self.gate
-            cur_t = self.pending.get(THRESHOLD_KEY, g.threshold) if g.enabled else None
-            cur_h = self.pending.get(HYSTERESIS_KEY, g.hysteresis) if g.enabled else None
+            cur_t, cur_h = self._current()
 
             def reject(reason: str, args: Any) -> dict[str, Any]:
                 if g.enabled:
@@ -399,10 +417,7 @@ class Simulation:
             if new_h >= new_t:
                 return reject(f"hysteresis {new_h} must be < threshold {new_t}", sa)
             self.pending_at = time.monotonic() + self.args.apply_delay
-            if THRESHOLD_KEY in sa:
-                self.pending[THRESHOLD_KEY] = new_t
-            if HYSTERESIS_KEY in sa:
-                self.pending[HYSTERESIS_KEY] = new_h
+            self.pending.append({key: sa[key] for key in (THRESHOLD_KEY, HYSTERESIS_KEY) if key in sa})
             return {"updated": True, "reason": None, "threshold": new_t, "hysteresis": new_h}
 
 
@@ -460,7 +475,8 @@ def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
             try:
                 body = json.loads(raw or b"null")
             except ValueError:
-                self._send(400, {"updated": False, "reason": "body is not JSON", "threshold": None, "hysteresis": None})
+                thr, hys = sim.current_values()
+                self._send(400, {"updated": False, "reason": "body is not JSON", "threshold": thr, "hysteresis": hys})
                 return
             self._send(200, sim.set_internal_state(body))
 

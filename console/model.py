@@ -2,8 +2,17 @@
 
 UI-free and synchronous: the app feeds it server samples, poll failures, NVML reads, log
 lines and process events, and renders :meth:`ConsoleModel.snapshot`. It also owns the
-threshold-change protocol: validate before sending, remember what the server accepted, and
-report the change only once ``spec_gate`` shows it.
+threshold-change protocol:
+
+* every ``+``/``-`` steps the *target* (the latest value asked for, or spec_gate's value when
+  nothing is pending) and is validated before anything is sent: [1, max running requests],
+  above the hysteresis;
+* the target is shown as pending at once; the absolute value is queued for
+  ``POST /set_internal_state``. Every request is sent, one at a time in the order asked for, so
+  the server (which applies each from its next decode batch and logs each) ends at the last
+  value: last write wins. When the server does not answer, the rest of the queue is dropped;
+* the change is reported as confirmed only when a poll *started after* the server accepted the
+  latest target shows it in ``spec_gate``.
 """
 
 from __future__ import annotations
@@ -24,16 +33,19 @@ SWITCH_WINDOW_S = 60.0
 MESSAGE_TTL_S = 30.0
 
 
-def validate_threshold(value: int, max_running_requests: int | None) -> str | None:
+def validate_threshold(value: int, max_running_requests: int | None, hysteresis: int | None = None) -> str | None:
     """Client-side check before sending: None if ``value`` may be sent, else why not.
 
     The threshold must lie in [1, max running requests] (a threshold above the scheduler's
-    max running requests can never fire).
+    max running requests can never fire) and, when ``hysteresis`` is given, above it (the
+    server refuses ``hysteresis >= threshold``).
     """
     if value < 1:
         return f"threshold {value} refused: must be >= 1"
     if max_running_requests is not None and value > max_running_requests:
         return f"threshold {value} refused: above max running requests {max_running_requests}"
+    if hysteresis is not None and value <= hysteresis:
+        return f"threshold {value} refused: must be > hysteresis {hysteresis}"
     return None
 
 
@@ -80,12 +92,20 @@ class ConsoleModel:
         self.message: str | None = None
         self.message_level = "info"
         self.message_at = 0.0
+        self._inflight: dict[str, int] | None = None  # change being POSTed
+        self._queued: list[dict[str, int]] = []  # changes still to POST, oldest first
+        self._accepted_at: float | None = None  # when the server accepted the latest target
+        self._sample_at = 0.0  # when the poll behind the current sample started
 
     # -- inputs ----------------------------------------------------------------------------
 
-    def on_sample(self, sample: st.ServerSample) -> list[str]:
-        """A successful poll. Returns console messages for the log pane (confirmations)."""
+    def on_sample(self, sample: st.ServerSample, polled_at: float | None = None) -> list[str]:
+        """A successful poll that started at ``polled_at`` (default: now).
+
+        Returns console messages for the log pane (confirmations).
+        """
         self.sample = sample
+        self._sample_at = self.clock() if polled_at is None else polled_at
         self.connection = st.ConnectionState(url=self.url, reachable=True)
         bs = None
         if sample.load is not None and sample.load.running_reqs is not None:
@@ -154,22 +174,41 @@ class ConsoleModel:
         """The live spec_gate of the last sample (None: none yet / gate not enabled)."""
         return self.sample.gate if self.sample else None
 
-    def base_threshold(self) -> int | None:
-        """The threshold a +/- step starts from: the pending value, else spec_gate's."""
-        if self.pending is not None and self.pending.threshold is not None:
-            return self.pending.threshold
-        return self.gate.threshold if self.gate else None
+    def target(self) -> tuple[int | None, int | None]:
+        """(threshold, hysteresis) a new change starts from: the pending targets, else spec_gate's."""
+        g, p = self.gate, self.pending
+        t = g.threshold if g else None
+        h = g.hysteresis if g else None
+        if p is not None:
+            t = p.threshold if p.threshold is not None else t
+            h = p.hysteresis if p.hysteresis is not None else h
+        return t, h
 
-    def check_request(self, threshold: int | None) -> str | None:
-        """None if a change to ``threshold`` may be sent, else the reason it is refused."""
+    def base_threshold(self) -> int | None:
+        """The threshold a +/- step starts from: the pending target, else spec_gate's."""
+        return self.target()[0]
+
+    def check_request(self, threshold: int | None = None, hysteresis: int | None = None) -> str | None:
+        """None if a change may be sent now, else the reason it is refused (nothing is sent).
+
+        With only ``threshold`` given (a +/- step) it must also stay above the hysteresis.
+        """
         if self.readonly:
             return "read-only: threshold changes are disabled (--readonly)"
+        c = self.connection
+        if c.auth_refused:
+            return f"{c.last_error}: threshold not changed"
+        if c.reachable is False:
+            why = f" ({c.last_error})" if c.last_error else ""
+            return f"server unreachable{why}: threshold not changed"
+        if self.sample is None:
+            return "no answer from the server yet: threshold not changed"
         if self.gate is None:
-            return "no spec_gate on this server: nothing to change"
+            return "this server runs without the speculation gate (--speculative-disable-batch-threshold)"
         if threshold is None:
             return None
-        max_running = self.snapshot_max_running()
-        return validate_threshold(threshold, max_running)
+        return validate_threshold(threshold, self.snapshot_max_running(),
+                                  self.target()[1] if hysteresis is None else None)
 
     def snapshot_max_running(self) -> int | None:
         """Upper bound for the threshold (req): spec_gate's max running requests, else /v1/loads'."""
@@ -180,27 +219,125 @@ class ConsoleModel:
             return self.sample.load.max_running_requests
         return None
 
-    def on_set_result(self, result: st.SetResult, threshold: int | None, hysteresis: int | None) -> str:
-        """The server answered a change; returns the log-pane message."""
+    def step_threshold(self, delta: int) -> tuple[bool, str]:
+        """``+``/``-``: the target threshold +- ``delta``; see :meth:`request_change`."""
+        err = self.check_request()
+        if err:
+            return False, err
+        base = self.base_threshold()
+        if base is None:
+            return False, "spec_gate reports no threshold: nothing to step from"
+        return self.request_change(base + delta, None)
+
+    def request_change(self, threshold: int | None, hysteresis: int | None) -> tuple[bool, str]:
+        """Validate a change and make it the new target (queued for sending).
+
+        Returns:
+            ``(True, log line)`` (e.g. ``request threshold 34 -> 35``) or ``(False, why refused)``.
+        """
+        err = self.check_request(threshold, hysteresis)
+        if err:
+            return False, err
+        if threshold is None and hysteresis is None:
+            return False, "nothing to change"
         g = self.gate
-        old_t = g.threshold if g else None
-        old_h = g.hysteresis if g else None
-        asked = _describe(threshold, hysteresis)
+        assert g is not None
+        cur_t, cur_h = self.target()
+        parts = []
+        if threshold is not None:
+            parts.append(f"threshold {cur_t} -> {threshold}")
+        if hysteresis is not None:
+            parts.append(f"hysteresis {cur_h} -> {hysteresis}")
+        p = self.pending
+        self.pending = st.PendingChange(
+            threshold=threshold if threshold is not None else (p.threshold if p else None),
+            hysteresis=hysteresis if hysteresis is not None else (p.hysteresis if p else None),
+            old_threshold=p.old_threshold if p else g.threshold,
+            old_hysteresis=p.old_hysteresis if p else g.hysteresis,
+            since=self.clock(),
+        )
+        self._accepted_at = None
+        change = {}
+        if threshold is not None:
+            change["threshold"] = threshold
+        if hysteresis is not None:
+            change["hysteresis"] = hysteresis
+        self._queued.append(change)
+        self.set_message(f"sending {_targets(self.pending)}", "info")
+        return True, "request " + ", ".join(parts)
+
+    def next_to_send(self) -> dict[str, int] | None:
+        """The change to POST now (``{"threshold": .., "hysteresis": ..}``, either key), or None.
+
+        None while a request is in flight: the caller sends the next one after the answer, so
+        the server receives the changes in the order they were asked for.
+        """
+        if self._inflight is not None or not self._queued:
+            return None
+        self._inflight = self._queued.pop(0)
+        return dict(self._inflight)
+
+    @property
+    def sending(self) -> bool:
+        """A change is in flight or queued."""
+        return self._inflight is not None or bool(self._queued)
+
+    def on_set_result(self, sent: dict[str, int], result: st.SetResult) -> list[str]:
+        """The server answered the change ``sent``; returns log-pane messages (rejections only).
+
+        An accepted change is not logged (the request line and the confirmation are); a
+        rejected one is, with the server's reason. When nothing newer is queued the target
+        falls back to the values the server reports.
+        """
+        self._inflight = None
+        asked = _describe(sent.get("threshold"), sent.get("hysteresis"))
         if not result.updated:
             reason = result.reason or "no reason given"
             self.set_message(f"rejected: {reason}", "error")
-            return f"{asked} rejected by server: {reason}"
-        self.pending = st.PendingChange(threshold, hysteresis, old_t, old_h, self.clock())
-        text = f"{asked} accepted; waiting for spec_gate to confirm"
-        self.set_message(f"{asked} accepted, waiting for spec_gate", "info")
-        confirmed = self._check_pending()
-        return text + ("\n" + "\n".join(confirmed) if confirmed else "")
+            if not self._queued:
+                self._fall_back(result.threshold, result.hysteresis)
+            return [f"{asked} rejected by server: {reason}"]
+        if not self._queued and self.pending is not None:
+            self.pending = replace(self.pending, accepted=True)
+            self._accepted_at = self.clock()
+            self.set_message(f"{_targets(self.pending)} accepted, waiting for spec_gate", "info")
+        return self._check_pending()
+
+    def on_set_failure(self, sent: dict[str, int], reason: str) -> list[str]:
+        """No answer to the change ``sent``: the queued changes are dropped; returns the log-pane message."""
+        self._inflight = None
+        text = f"{_describe(sent.get('threshold'), sent.get('hysteresis'))}: no answer from server ({reason}); not confirmed"
+        if self._queued:
+            text += f"; {len(self._queued)} queued change(s) not sent"
+            self._queued = []
+        self.set_message(text, "error")
+        self.pending = None  # unknown whether it applied: the next poll shows spec_gate's values
+        return [text]
+
+    def reset_changes(self) -> None:
+        """Forget pending and queued changes (server restarted)."""
+        self.pending = None
+        self._queued, self._inflight = [], None
+        self._accepted_at = None
+
+    def _fall_back(self, threshold: int | None, hysteresis: int | None) -> None:
+        """After a rejection: pending only what the server reports beyond spec_gate's values."""
+        g, p = self.gate, self.pending
+        t = threshold if g is not None and threshold is not None and threshold != g.threshold else None
+        h = hysteresis if g is not None and hysteresis is not None and hysteresis != g.hysteresis else None
+        if p is None or (t is None and h is None):
+            self.pending = None
+            return
+        self.pending = replace(p, threshold=t, hysteresis=h, accepted=True)
+        self._accepted_at = self.clock()
 
     def _check_pending(self) -> list[str]:
         p = self.pending
         g = self.gate
-        if p is None or g is None:
+        if p is None or g is None or not p.accepted or self.sending or self._accepted_at is None:
             return []
+        if self._sample_at <= self._accepted_at:
+            return []  # this sample may predate the change
         ok = (p.threshold is None or g.threshold == p.threshold) and (p.hysteresis is None or g.hysteresis == p.hysteresis)
         if ok:
             self.pending = None
@@ -212,7 +349,7 @@ class ConsoleModel:
             text = ", ".join(parts) + " confirmed by spec_gate"
             self.set_message(text, "ok")
             return [text]
-        if self.clock() - p.since > CONFIRM_TIMEOUT_S:
+        if self.clock() - self._accepted_at > CONFIRM_TIMEOUT_S:
             self.pending = None
             text = f"{_describe(p.threshold, p.hysteresis)} accepted but spec_gate still shows threshold {g.threshold} hysteresis {g.hysteresis}"
             self.set_message(text, "error")
@@ -252,6 +389,15 @@ class ConsoleModel:
             switches_per_min=self.switch_rate(),
             now=self.clock(),
         )
+
+
+def _targets(p: st.PendingChange) -> str:
+    parts = []
+    if p.threshold is not None:
+        parts.append(f"threshold {p.threshold}")
+    if p.hysteresis is not None:
+        parts.append(f"hysteresis {p.hysteresis}")
+    return " ".join(parts) or "change"
 
 
 def _describe(threshold: int | None, hysteresis: int | None) -> str:

@@ -283,6 +283,11 @@ class ConnectionState:
     last_error: str | None = None
     failures: int = 0
 
+    @property
+    def auth_refused(self) -> bool:
+        """The server answers but refuses the request (HTTP 401/403: wrong or missing API key)."""
+        return self.reachable is False and (self.last_error or "").startswith(("HTTP 401", "HTTP 403"))
+
 
 #: WorkerCheck.status values
 CHECK_VERIFIED = "verified"
@@ -311,13 +316,20 @@ class WorkerCheck:
 
 @dataclass(frozen=True)
 class PendingChange:
-    """A threshold/hysteresis change the server accepted but spec_gate has not shown yet."""
+    """A threshold/hysteresis change asked for that ``spec_gate`` does not show yet.
+
+    ``threshold`` / ``hysteresis`` are the latest targets (None: not being changed), set at the
+    key press, before the server answers; ``old_*`` are spec_gate's values when the change
+    began; ``since`` is the time of the latest request; ``accepted`` is True once the server
+    accepted the latest target (then only spec_gate's confirmation is awaited).
+    """
 
     threshold: int | None
     hysteresis: int | None
     old_threshold: int | None
     old_hysteresis: int | None
     since: float
+    accepted: bool = False
 
 
 #: ProcessState.phase values (launch / demo modes)
@@ -388,6 +400,23 @@ class ConsoleSnapshot:
         if self.gate is not None:
             return self.gate.last_decode_batch_size
         return None
+
+    @property
+    def decode_batch(self) -> int | None:
+        """Batch size (req) of the last decode batch (spec_gate), else the running requests."""
+        if self.gate is not None and self.gate.last_decode_batch_size is not None:
+            return self.gate.last_decode_batch_size
+        return self.running_batch
+
+    @property
+    def stale(self) -> bool:
+        """True when the server values on screen predate an outage (unreachable, crashed, stopped)."""
+        if not self.sample_seen:
+            return False
+        if self.connection.reachable is False:
+            return True
+        p = self.process
+        return p is not None and p.phase in (PHASE_CRASHED, PHASE_STOPPING, PHASE_STOPPED)
 
     @property
     def max_running_requests(self) -> int | None:

@@ -1,9 +1,27 @@
 """Throughput model of the demo server: measured H200 numbers, interpolated by batch size.
 
-The table is the reference measurement in ``shared/gpu/README.md`` (one H200, SGLang 0.5.12,
-synthetic 8B-shaped target + 1-layer EAGLE-3 draft, EAGLE3 steps 3 / topk 1 / draft tokens 4,
-triton attention, ``bench_serving`` random-ids 256 in / 256 out). Max concurrency is used as
-the decode batch size.
+Reference measurement (this table is the source; the demo server's ``/server_info`` note and
+the console's Load panel cite this module). Measured on one NVIDIA H200 (driver 580.159.04,
+torch 2.11.0+cu130, SGLang 0.5.12) on 2026-11-30:
+
+* target: synthetic 8B-shaped Llama (hidden 4096, 32 layers, vocabulary 8192); draft: 1-layer
+  EAGLE-3 head with 20% wrong successors;
+* EAGLE3 steps 3, topk 1, draft tokens 4 (``EAGLEWorkerV2``, overlap scheduler on); triton
+  attention;
+* ``python -m sglang.bench_serving --dataset-name random-ids``, 256 input / 256 output tokens,
+  ``num-prompts = max(16, 4 * C)`` at max concurrency C (used here as the decode batch size).
+
+| max concurrency | no speculation, tok/s | EAGLE-3, tok/s | EAGLE-3 / none | accept length |
+|---|---|---|---|---|
+| 1 | 217 | 371 | 1.71 | 2.95 |
+| 4 | 743 | 938 | 1.26 | 2.95 |
+| 16 | 2871 | 2457 | 0.86 | 2.93 |
+| 64 | 8574 | 5980 | 0.70 | 2.94 |
+| 128 | 11599 | 6780 | 0.58 | 2.94 |
+
+The crossover lies between 4 and 16 concurrent requests (:func:`crossover_batch_size`): the
+regime the dynamic disable threshold exists for. Between rows the model interpolates linearly
+in log2(batch size).
 """
 
 from __future__ import annotations
@@ -20,7 +38,7 @@ H200_TABLE: tuple[tuple[int, float, float, float], ...] = (
 )
 
 #: One line the console shows in demo mode, so nobody mistakes the numbers for a live GPU.
-SOURCE_NOTE = "tok/s model: measured H200, 8B EAGLE-3 (shared/gpu/README.md)"
+SOURCE_NOTE = "tok/s measured on an H200, synthetic 8B pair, SGLang 0.5.12 (console/throughput.py)"
 
 
 def _interp(batch_size: float, column: int) -> float:

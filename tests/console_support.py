@@ -87,3 +87,8 @@ class DemoServer:
         except ProcessLookupError:
             pass
         self.proc.wait(timeout=5)
+
+
+def notifications(app: Any) -> list[str]:
+    """Messages of the app's toast notifications that are still shown."""
+    return [n.message for n in app._notifications]

@@ -137,3 +137,30 @@ def test_load_pattern_rises_and_falls():
     assert ds.parse_levels("fixed:8") == [8.0] and ds.load_at([8.0], 10, 123) == 8
     with pytest.raises(ValueError):
         ds.parse_levels("")
+
+
+def _sim(*argv: str):
+    import io
+
+    args = ds.build_parser().parse_args(["--speculative-disable-batch-threshold", "32",
+                                         "--speculative-disable-hysteresis", "4", "--load", "fixed:8", *argv])
+    out = io.StringIO()
+    return ds.Simulation(args, ds.LogWriter(out)), out
+
+
+def test_each_accepted_change_is_logged_in_order():
+    sim, out = _sim()
+    for t in (16, 20, 24):  # three POSTs before the next simulated decode batch
+        assert sim.set_internal_state({"server_args": {"speculative_disable_batch_threshold": t}})["updated"]
+    assert sim.set_internal_state({"server_args": {"speculative_disable_hysteresis": 2}})["updated"]
+    sim.tick(time.monotonic())
+    gate_lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "spec_gate: " in line]
+    assert gate_lines == ["spec_gate: threshold 32 -> 16", "spec_gate: threshold 16 -> 20",
+                          "spec_gate: threshold 20 -> 24", "spec_gate: hysteresis 4 -> 2"]
+    assert (sim.gate.threshold, sim.gate.hysteresis) == (24, 2)
+
+
+def test_non_json_body_returns_the_unchanged_values(server):
+    r = httpx.post(server.url + "/set_internal_state", content=b"{not json", timeout=2)
+    assert r.status_code == 400
+    assert r.json() == {"updated": False, "reason": "body is not JSON", "threshold": 32, "hysteresis": 4}

@@ -105,11 +105,15 @@ def test_demo_in_tmux_keys_and_clean_exit(tmux, tmp_path):
     text = tmux.wait(s, lambda t: "SPEC ON" in t and "EAGLEWorkerV2" in t and "H200" in t, what="main screen")
     lines = text.splitlines()
     assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
-    assert "DEMO simulated" in text and "threshold 32 req" in text and "batch 8 req" in text
-    assert "tok/s from measured H200" in text
+    assert "DEMO simulated" in text and "every 0.3 s" in text and "threshold 32 req  hysteresis 4 req" in text
+    assert "running 8  queue 0" in text and "decode batch 8 < threshold 32" in text
+    assert "measured on an H200," in text and "synthetic 8B pair, SGLang 0.5.12" in text
+    assert "…" not in text  # nothing on the main screen is cut off at 80x24
     assert tmux.fmt(s, "mouse_any_flag") == "1" and tmux.fmt(s, "alternate_on") == "1"
 
-    tmux.keys(s, "+")
+    tmux.keys(s, "+", "+", "+", "+", "+")  # a burst: every press counts
+    tmux.wait(s, lambda t: "threshold 37 req" in t, what="threshold 37 confirmed")
+    tmux.keys(s, "-", "-", "-", "-")
     tmux.wait(s, lambda t: "threshold 33 req" in t, what="threshold 33 confirmed")
     tmux.keys(s, "?")
     tmux.wait(s, lambda t: "specconsole — keys" in t, what="help screen")
@@ -134,14 +138,31 @@ def test_demo_in_tmux_keys_and_clean_exit(tmux, tmp_path):
     _wait_gone(port, timeout=5)
 
 
-def test_ssh_drop_sighup_stops_the_server(tmux, tmp_path):
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_ssh_drop_sighup_stops_the_server_and_exits_promptly(tmux, tmp_path):
     port = free_port()
     s = "hup"
     tmux.start(s, _command(tmp_path, port))
     tmux.wait(s, lambda t: "SPEC ON" in t, what="main screen")
     assert demo_server_pids(port)  # the server and its scheduler process run
+    shell = int(tmux.fmt(s, "pane_pid"))
+    console = [p for p in _children(shell) if b"demo" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert console, "specconsole process not found"
+    t0 = time.monotonic()
     tmux.run("kill-session", "-t", s)  # the pty goes away: SIGHUP, like an ssh drop
     _wait_gone(port)
+    while _alive(console[0]) and time.monotonic() - t0 < 10:
+        time.sleep(0.05)
+    took = time.monotonic() - t0
+    assert not _alive(console[0])
+    assert took < 2.5, f"specconsole took {took:.1f} s to exit after SIGHUP"
 
 
 def _children(pid: int) -> list[int]:

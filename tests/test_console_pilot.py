@@ -6,6 +6,7 @@ import sys
 
 import httpx
 import pytest
+from textual import events
 
 from console import state as st
 from console.app import SpecConsoleApp
@@ -15,7 +16,7 @@ from console.nvml_sim import SimDevice, SimulatedNvml
 from console.screens.crash import CrashScreen
 from console.screens.no_server import NoServerScreen
 from console.widgets.log_view import LogView
-from console_support import FAST_DEMO, demo_cfg, free_port, screen_text, wait_for
+from console_support import FAST_DEMO, demo_cfg, free_port, notifications, screen_text, wait_for
 
 SIZE = (100, 30)
 
@@ -57,10 +58,10 @@ async def test_panels_show_values_from_the_server(make_app):
         gate = await server_gate(app.cfg.url)
         text = screen_text(app)
         assert "SPEC ON" in text
-        assert f"batch 8 < threshold {gate['threshold']}" in text
+        assert f"decode batch 8 < threshold {gate['threshold']}" in text  # spec_gate's last decode batch
         assert gate["worker_class"] == "EAGLEWorkerV2" and "EAGLEWorkerV2 ✓ log agrees" in text
         assert f"threshold {gate['threshold']} req" in text and f"hysteresis {gate['hysteresis']} req" in text
-        assert "batch 8 req" in text and "queue 0 req" in text and "tok/s" in text
+        assert "running 8  queue 0" in text and "tok/s" in text and "requests (/v1/loads)" in text
         assert "SGLang 0.5.12" in text
         # GPU row from the (fake) NVML
         assert "37%" in text and "51 °C" in text and "312/700 W" in text and "1,980 MHz" in text
@@ -226,6 +227,7 @@ async def test_readonly_refuses_threshold_keys(make_app):
         assert app.model.pending is None and app.screen.__class__.__name__ == "MainScreen"
         assert (await server_gate(app.cfg.url))["threshold"] == 32
         assert "read-only" in screen_text(app)
+        assert any("read-only" in n for n in notifications(app))  # said, not silently ignored
 
 
 async def test_attach_to_nothing_shows_unreachable_and_keeps_running(tmp_path):
@@ -237,9 +239,9 @@ async def test_attach_to_nothing_shows_unreachable_and_keeps_running(tmp_path):
         text = screen_text(app)
         assert "connection refused" in text
         assert "NVML unavailable" in text
-        await pilot.press("plus")  # no gate: refused, nothing breaks
+        await pilot.press("plus")  # nothing to change: refused, saying why, nothing breaks
         await pilot.pause(0.2)
-        assert "no threshold known yet" in (app.model.message or "")
+        assert "server unreachable (connection refused)" in (app.model.message or "")
 
 
 async def test_log_filter_search_and_pause(make_app):
@@ -266,6 +268,15 @@ async def test_log_filter_search_and_pause(make_app):
         assert "PAUSED" in str(app.main_screen.query_one("#log-panel").border_title)
         await pilot.press("p")
         assert view.follow is True
+        assert app.focused is view
+        await pilot.press("p")
+        assert view.follow is False
+        await pilot.press("end")  # the focused log view sees End first: it resumes following too
+        assert view.follow is True
+        await pilot.press("pageup")  # scrolling back pauses following...
+        assert view.follow is False
+        await pilot.press("G")  # ...G (or End) resumes it
+        assert view.follow is True
 
 
 async def test_startup_progress_then_ready(make_app):
@@ -289,10 +300,18 @@ async def test_no_server_screen_offers_the_demo(tmp_path):
                     log_dir=tmp_path, demo_args=FAST_DEMO + ["--load", "fixed:8"], stop_timeout_s=3.0)
     app = SpecConsoleApp(cfg, nvml_module=fake_gpus())
     try:
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, NoServerScreen), what="no-server screen")
             await pilot.pause(0.2)
-            assert "No server found" in screen_text(app)
+            text = screen_text(app)
+            assert "No server found" in text and "d demo" in text.splitlines()[0]  # keys at the top
+            assert "--speculative-disable-batch-threshold 32" in text  # the launch command is not cut
+            assert "[server]" not in text
+            await pilot.press("pagedown")  # the text scrolls with the keys
+            await pilot.pause(0.2)
+            text = screen_text(app)
+            assert '"--speculative-disable-batch-threshold", "32"]' in text and "[server]" in text
+            assert all(len(line.rstrip()) <= 80 for line in text.splitlines())
             await pilot.press("d")
             await wait_for(pilot, lambda: app.model.gate is not None, timeout=15, what="demo running")
             assert app.cfg.mode == "demo"
@@ -307,13 +326,19 @@ async def test_help_palette_and_theme_switch(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: app.screen.__class__.__name__ == "HelpScreen", what="help")
+        await pilot.pause(0.2)
+        assert "Escape or ? closes" in "\n".join(screen_text(app).splitlines()[:6])  # the close hint is at the top
         await pilot.press("escape")
         assert app.has_class("theme-dark")
         app.apply_theme("light")
         await pilot.pause(0.1)
         assert app.has_class("theme-light") and not app.has_class("theme-dark") and app.theme == "textual-light"
-        await pilot.press("colon")
-        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "CommandPalette", what="palette")
+        for key in ("ctrl+p", "colon"):  # both open the palette (README, help)
+            await pilot.press(key)
+            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "CommandPalette", what=f"palette via {key}")
+            if key == "ctrl+p":
+                await pilot.press("escape")
+                await wait_for(pilot, lambda: app.screen.__class__.__name__ == "MainScreen", what="palette closed")
         await pilot.press(*"Theme: ansi")
         await pilot.pause(0.5)
         await pilot.press("enter")
@@ -352,3 +377,65 @@ async def test_slow_server_and_slow_nvml_do_not_block_the_ui(tmp_path):
     finally:
         stop.set()
         sock.close()
+
+
+async def test_rapid_presses_each_step_the_pending_target(make_app):
+    """20 presses at once, then 10 presses 30 ms apart: none is lost, one log line each."""
+    app = make_app(["--load", "fixed:8", "--apply-delay", "0.6"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        for _ in range(20):  # all at once, as a terminal delivers a burst of key repeats
+            app.post_message(events.Key("plus", "+"))
+        # the latest target shows as pending at once, before the server has confirmed anything
+        await wait_for(pilot, lambda: "threshold 32 req → 52 pending" in screen_text(app), timeout=3, what="pending 52")
+        for _ in range(10):
+            await pilot.press("minus")
+            await pilot.pause(0.03)
+        await wait_for(pilot, lambda: "→ 42 pending" in screen_text(app), what="pending 42")
+        await wait_for(pilot, lambda: app.model.pending is None and app.model.gate.threshold == 42,
+                       timeout=10, what="confirmation of 42")
+        assert (await server_gate(app.cfg.url))["threshold"] == 42
+        await pilot.pause(0.2)
+        requests = [t for t in log_texts(app).splitlines() if "request threshold" in t]
+        assert len(requests) == 30, requests  # one line per press, no duplicates
+        assert len(set(t.split("] ", 1)[1] for t in requests)) == 30
+        assert [t.split("] ", 1)[1] for t in requests][:2] == ["request threshold 32 -> 33", "request threshold 33 -> 34"]
+        assert [t.split("] ", 1)[1] for t in requests][-1] == "request threshold 43 -> 42"
+        confirmed = [t for t in log_texts(app).splitlines() if "confirmed by spec_gate" in t]
+        assert len(confirmed) == 1 and "threshold 32 -> 42 confirmed" in confirmed[0]
+        assert not [t for t in log_texts(app).splitlines() if "accepted" in t and "[console" in t]
+        server_log = app.cfg.log_path.read_text()  # every press reached the server, in order
+        for t in range(32, 52):
+            assert f"spec_gate: threshold {t} -> {t + 1}\n" in server_log
+        for t in range(52, 42, -1):
+            assert f"spec_gate: threshold {t} -> {t - 1}\n" in server_log
+
+
+async def test_rapid_presses_stop_at_max_running_requests(make_app):
+    app = make_app(["--load", "fixed:8", "--max-running-requests", "34", "--apply-delay", "0.3"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        for _ in range(5):
+            app.post_message(events.Key("plus", "+"))
+        await wait_for(pilot, lambda: app.model.pending is None and app.model.gate.threshold == 34,
+                       timeout=10, what="threshold 34")
+        assert "refused: above max running requests 34" in log_texts(app)
+        server_log = app.cfg.log_path.read_text()
+        assert "rejected" not in server_log  # nothing out of range reached the server
+        assert "spec_gate: threshold 32 -> 33" in server_log and "spec_gate: threshold 33 -> 34" in server_log
+
+
+async def test_restart_key_while_running_says_so_and_t_when_unreachable(make_app, tmp_path):
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await pilot.press("r")
+        await pilot.pause(0.1)
+        assert any("still running" in n for n in notifications(app))
+    cfg = AppConfig(mode="attach", url=f"http://127.0.0.1:{free_port()}", interval_s=0.2, handle_signals=False)
+    app = SpecConsoleApp(cfg, nvml_module=fake_gpus())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.connection.failures >= 1, what="failure")
+        await pilot.press("t")
+        await pilot.pause(0.1)
+        assert "unreachable" in (app.model.message or "") and app.screen.__class__.__name__ == "MainScreen"

@@ -8,6 +8,8 @@ and look at the SVGs in ``tests/__snapshots__/test_console_snapshots/``.
 
 from __future__ import annotations
 
+import pytest
+
 from console import logparse
 from console import state as st
 from console.app import SpecConsoleApp
@@ -142,3 +144,59 @@ def test_alarms_80x24(snap_compare):
         await pilot.pause()
 
     assert snap_compare(frozen_app(), terminal_size=(80, 24), run_before=run_before)
+
+
+async def _screen_80x24(setup) -> str:
+    from console_support import screen_text
+
+    app = frozen_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        feed(app)
+        setup(app.model)
+        app.publish()
+        await pilot.pause()
+        await pilot.pause(0.05)
+        return screen_text(app)
+
+
+def _pending(m) -> None:
+    m.request_change(33, None)
+    m.request_change(None, 2)
+
+
+def _down(m) -> None:
+    m.on_failure("HTTP 401 unauthorized: pass --api-key")
+    m.clock = lambda: 1012.0
+
+
+def _thrash(m) -> None:
+    m.switch_samples.clear()
+    m.switch_samples.extend([(940.0, 0), (1000.0, 45)])
+
+
+def _held_off(m) -> None:
+    gate = {**_gate(30, False), "last_decode_batch_size": 130, "cuda_graph_max_bs": 96}
+    loads = {"loads": [{"num_running_reqs": 10_255, "num_waiting_reqs": 10_255, "gen_throughput": 11_599.0,
+                        "max_running_requests": 96}]}
+    m.on_sample(parse_server_info({"version": "0.5.12", "internal_states": [{"spec_gate": gate}]}, loads))
+
+
+@pytest.mark.parametrize("setup", [lambda m: None, _pending, _down, _thrash, _held_off],
+                         ids=["normal", "pending", "down-401", "thrash", "big-numbers"])
+async def test_nothing_is_cut_off_at_80x24(setup):
+    """Every line fits: no ellipsis anywhere on the main screen at 80x24 (log lines scroll sideways)."""
+    text = await _screen_80x24(setup)
+    lines = text.splitlines()
+    assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
+    assert "…" not in text, text
+    assert "every 1 s" in text
+    if setup is _pending:
+        assert "threshold 32 req → 33 pending" in text and "hysteresis 4 req → 2 pending" in text
+    if setup is _down:
+        assert "HTTP 401 unauthorized: pass --api-key" in text and "Load · requests (/v1/loads) · stale" in text
+    if setup is _thrash:
+        assert "switches 6 (45/min: thrashing)" in text
+    if setup is _held_off:
+        assert "running 10,255  queue 10,255" in text and "11,599 tok/s" in text  # wrapped, not cut
+        assert "decode batch 130 >= threshold 32" in text

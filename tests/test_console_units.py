@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -224,28 +225,83 @@ def test_change_is_shown_only_once_confirmed():
     m = ConsoleModel(clock=lambda: now[0])
     m.on_sample(_sample())
     assert m.check_request(33) is None
-    text = m.on_set_result(st.SetResult(True, None, 33, 4), 33, None)
-    assert "accepted" in text and m.pending.threshold == 33 and m.base_threshold() == 33
+    ok, line = m.request_change(33, None)
+    assert ok and line == "request threshold 32 -> 33"
+    assert m.pending.threshold == 33 and not m.pending.accepted and m.base_threshold() == 33  # pending at once
+    sent = m.next_to_send()
+    assert sent == {"threshold": 33} and m.next_to_send() is None  # one request in flight at a time
+    now[0] += 1
+    assert m.on_set_result(sent, st.SetResult(True, None, 33, 4)) == []  # accepted: not logged again
+    assert m.pending.accepted
     snap = m.snapshot()
     assert snap.gate.threshold == 32 and snap.pending.threshold == 33  # not shown as the value yet
+    assert m.on_sample(_sample(threshold=33), polled_at=0.5) == []  # a poll that began before the answer
+    now[0] += 1
     assert m.on_sample(_sample(threshold=32)) == []
     assert m.on_sample(_sample(threshold=33)) == ["threshold 32 -> 33 confirmed by spec_gate"]
     assert m.pending is None and m.message_level == "ok"
     # not confirmed in time
-    m.on_set_result(st.SetResult(True, None, 34, 4), 34, None)
+    m.request_change(34, None)
+    m.on_set_result(m.next_to_send(), st.SetResult(True, None, 34, 4))
     now[0] += CONFIRM_TIMEOUT_S + 1
     msgs = m.on_sample(_sample(threshold=33))
     assert m.pending is None and "still shows threshold 33" in msgs[0] and m.message_level == "error"
 
 
+def test_each_press_steps_the_target_and_is_sent_in_order():
+    now = [0.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    m.on_sample(_sample())
+    assert m.step_threshold(+1) == (True, "request threshold 32 -> 33")
+    first = m.next_to_send()
+    assert first == {"threshold": 33}  # the first press goes out at once
+    lines = [m.step_threshold(+1)[1] for _ in range(7)]  # more presses while it is in flight
+    assert lines[:2] == ["request threshold 33 -> 34", "request threshold 34 -> 35"]
+    assert lines[-1] == "request threshold 39 -> 40"
+    assert m.pending.threshold == 40 and m.next_to_send() is None
+    now[0] += 0.1
+    assert m.on_set_result(first, st.SetResult(True, None, 33, 4)) == []
+    assert not m.pending.accepted  # 33 accepted, but the target is 40
+    sent = []
+    while (change := m.next_to_send()) is not None:  # every press is sent, in order, one at a time
+        sent.append(change["threshold"])
+        assert m.next_to_send() is None
+        m.on_set_result(change, st.SetResult(True, None, change["threshold"], 4))
+    assert sent == [34, 35, 36, 37, 38, 39, 40] and m.pending.accepted
+    now[0] += 0.1
+    assert m.on_sample(_sample(threshold=40)) == ["threshold 32 -> 40 confirmed by spec_gate"]
+    # a rejected step with nothing newer queued: the target falls back to the server's values
+    m.step_threshold(-1)
+    sent = m.next_to_send()
+    assert m.on_set_result(sent, st.SetResult(False, "busy", 40, 4)) == ["set threshold 39 rejected by server: busy"]
+    assert m.pending is None and m.base_threshold() == 40
+    # no answer: pending and the queued presses dropped, the next poll shows the truth
+    m.step_threshold(-1)
+    m.step_threshold(-1)
+    sent = m.next_to_send()
+    (text,) = m.on_set_failure(sent, "timed out")
+    assert "no answer from server (timed out)" in text and "1 queued change(s) not sent" in text
+    assert m.pending is None and not m.sending and m.next_to_send() is None
+
+
 def test_rejection_and_refusals():
     m = ConsoleModel()
-    assert "no spec_gate" in m.check_request(5)
+    assert "no answer from the server yet" in m.check_request(5)
+    m.on_sample(parse_server_info({"internal_states": [{}]}, None))
+    assert "without the speculation gate" in m.check_request(5)
     m.on_sample(_sample())
-    text = m.on_set_result(st.SetResult(False, "hysteresis 40 must be < threshold 32", 32, 4), None, 40)
-    assert text == "set hysteresis 40 rejected by server: hysteresis 40 must be < threshold 32"
+    ok, _ = m.request_change(None, 40)
+    assert ok
+    text = m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 40 must be < threshold 32", 32, 4))
+    assert text == ["set hysteresis 40 rejected by server: hysteresis 40 must be < threshold 32"]
     assert m.pending is None and m.message_level == "error"
     assert "above max running requests 48" in m.check_request(49)
+    assert "must be > hysteresis 4" in m.check_request(4)  # a step may not reach the hysteresis
+    assert m.check_request(4, 2) is None  # with a new hysteresis the server judges the pair
+    m.on_failure("connection refused")
+    assert m.step_threshold(1) == (False, "server unreachable (connection refused): threshold not changed")
+    m.on_failure("HTTP 401 unauthorized: pass --api-key")
+    assert "pass --api-key" in m.check_request()
     ro = ConsoleModel(readonly=True)
     ro.on_sample(_sample())
     assert "read-only" in ro.check_request(33)
@@ -272,30 +328,83 @@ def test_connection_and_histories():
 def test_badge_states():
     g = st.GateState.from_json(GATE)
     on = st.ConsoleSnapshot(gate=g, sample_seen=True, connection=st.ConnectionState(reachable=True))
-    assert badge_state(on) == ("SPEC ON", "batch 12 < threshold 32", "-on")
+    assert badge_state(on) == ("SPEC ON", "decode batch 12 < threshold 32", "-on")
     off = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, "spec_enabled": False, "last_decode_batch_size": 37}),
                              sample_seen=True)
-    assert badge_state(off) == ("SPEC OFF", "batch 37 >= threshold 32", "-off")
+    assert badge_state(off) == ("SPEC OFF", "decode batch 37 >= threshold 32", "-off")
     held = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, "spec_enabled": False, "last_decode_batch_size": 30}),
                               sample_seen=True)
     assert "back on below 28" in badge_state(held)[1]
+    assert all(len(badge_state(x, 34)[1]) <= 34 for x in (on, off, held))  # fits the 80-column panel
+    assert badge_state(held, 34)[1] == "decode batch 30: back on below 28"
     down = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(reachable=False, down_since=8.0))
     assert badge_state(down) == ("NO DATA", "unreachable for 12 s", "-alarm")
+    auth = st.ConsoleSnapshot(sample_seen=True, connection=st.ConnectionState(
+        reachable=False, down_since=8.0, last_error="HTTP 401 unauthorized: pass --api-key"))
+    assert badge_state(auth) == ("NO ACCESS", "HTTP 401 unauthorized: pass --api-key", "-alarm")
+    assert badge_state(auth, 34)[1] == "HTTP 401: pass --api-key"
     crashed = st.ConsoleSnapshot(process=st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1))
     assert badge_state(crashed)[0] == "SERVER DOWN"
     assert badge_state(st.ConsoleSnapshot(sample_seen=True))[0] == "NO GATE"
     assert big_text("SPEC ON") is not None and len(big_text("SPEC OFF")) == 3 and big_text("NO DATA") is None
 
 
-def test_batch_chart_draws_the_threshold():
-    labels, cells, ymax = chart_rows((10, 40, 20), 32, 4, width=10, height=5)
-    assert ymax == nice_max(40 * 1.15) == 50
-    thr_row = next(i for i, lab in enumerate(labels) if lab.strip().startswith("32"))
-    kinds = [k for k, _ in cells[thr_row]]
-    assert "thr" in kinds and "off" in kinds  # the line, crossed by the 40-req bar
-    bottom = [k for k, _ in cells[-1]]
-    assert bottom[-3:] == ["on", "off", "on"] and bottom[0] == ""
-    assert any(k == "hys" for row in cells for k, _ in row)
+def _chart(history, threshold, hysteresis, height, width=24):
+    labels, cells, ymax = chart_rows(tuple(history), threshold, hysteresis, width=width, height=height)
+    rows = {height - 1 - i: (lab.rstrip("┤│").strip(), [k for k, _ in row], "".join(c for _, c in row))
+            for i, (lab, row) in enumerate(zip(labels, cells))}  # keyed by row from the bottom
+    return rows, ymax
+
+
+@pytest.mark.parametrize("height", [3, 4, 5, 8, 11])
+@pytest.mark.parametrize("history", [(1, 4, 8), (10, 40, 20), (64, 64, 30), (128, 96, 4), (31, 32, 33)])
+def test_batch_chart_row_mapping(height, history):
+    """The ─ row holds exactly the sizes >= N, labels are 0 (bottom), N (─ row), N-H (┄ row), max (top)."""
+    n, h = 32, 4
+    rows, ymax = _chart(history, n, h, height)
+    step = ymax / height
+    (thr_row,) = [r for r, (_, kinds, _) in rows.items() if "thr" in kinds]
+    assert thr_row * step == pytest.approx(n)  # N is the lower edge of the ─ row
+    assert 1 <= thr_row <= height - 2  # a row below for ON bars, a row above for the axis maximum
+    assert rows[thr_row][0] == "32" and rows[0][0] == "0" and rows[height - 1][0] == fmt.num(ymax)
+    assert ymax >= max(history) or max(history) > height * n  # bars fit unless even k = 1 cannot hold them
+    visible = list(history)
+    kinds_thr = rows[thr_row][1][-len(visible):]
+    for v, kind in zip(visible, kinds_thr):
+        # a bar below N never covers the line; a bar at or above N crosses it in the OFF colour
+        assert kind == ("off" if v >= n else "thr"), (v, kind)
+    for r, (_, kinds, _) in rows.items():
+        for v, kind in zip(visible, kinds[-len(visible):]):
+            if kind in ("on", "off"):
+                assert kind == ("off" if v >= n else "on")
+                assert v > r * step or r == 0 or (r == thr_row and v >= n)  # a bar only in rows it reaches
+    hys = [r for r, (_, kinds, _) in rows.items() if "hys" in kinds]
+    if hys:
+        (hys_row,) = hys
+        assert hys_row * step <= n - h < (hys_row + 1) * step  # the ┄ row contains N - H
+        assert rows[hys_row][0] == "28" and 0 < hys_row < thr_row
+
+
+def test_batch_chart_cases_from_the_field():
+    # threshold 32 with bars up to 40 at 4 rows: the ─ line is on the row labelled 32, not on the top row
+    rows, ymax = _chart((40, 36, 30), 32, 4, 4)
+    assert [rows[r][0] for r in (3, 2, 1, 0)] == ["64", "32", "28", "0"] and ymax == 64
+    assert rows[2][2].endswith("─▄▂─") and rows[1][2].endswith("┄██▇") and rows[3][2].endswith("    ")
+    # bars up to 150: the bottom row says 0, the ─ line is above the bars below 32, tall bars are cut (▲)
+    rows, ymax = _chart((150, 8, 8), 32, 4, 4)
+    assert rows[0][0] == "0" and rows[1][0] == "32" and ymax == 128
+    assert rows[1][2].endswith("█──") and rows[3][2].endswith("▲  ")
+    # the ┄ line shows at 80x24 (4 rows) and on tall charts while the batch is below N - H
+    rows, _ = _chart((8, 8, 8), 32, 4, 4)
+    assert rows[1][0] == "28" and rows[1][2].endswith("┄┄┄")
+    rows, _ = _chart((8, 8, 8), 32, 4, 11)
+    assert any("┄" in text for _, _, text in rows.values())
+    # the axis follows the bars on screen, not the whole history
+    _, ymax_all = _chart([128] * 100 + [8] * 30, 32, 4, 4, width=24)
+    assert ymax_all == 64
+    # no threshold: a round axis above the data
+    rows, ymax = _chart((5, 3), None, None, 4)
+    assert ymax == nice_max(5 * 1.15) and rows[0][0] == "0" and not any("thr" in k for _, k, _ in rows.values())
 
 
 def test_threshold_dialog_parsing():
@@ -496,3 +605,92 @@ def test_switch_rate_and_gate_warnings():
     assert any("never fires" in w for w in warnings)
     assert any("no CUDA graph" in w for w in warnings)
     assert any("TP ranks disagree" in w for w in warnings)
+
+
+# -- fresh-user findings ---------------------------------------------------------------------
+
+def test_attach_url_without_scheme_is_normalized_or_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.resolve(["attach", "127.0.0.1:39998"]).url == "http://127.0.0.1:39998"
+    assert cli.resolve(["attach", "gpu-box:30000/"]).url == "http://gpu-box:30000"
+    assert cli.resolve(["attach", "https://h:1"]).url == "https://h:1"
+    for bad in ("ftp://h:1", "http://", "127.0.0.1:notaport"):
+        with pytest.raises(SystemExit):
+            cli.resolve(["attach", bad])
+        assert "URL" in capsys.readouterr().err
+
+
+async def test_http_401_says_pass_api_key():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, json={"error": "Unauthorized"})
+
+    client = ServerClient("http://x", transport=httpx.MockTransport(handler))
+    with pytest.raises(ServerUnreachable, match=r"^HTTP 401 unauthorized: pass --api-key$"):
+        await client.poll()
+    with pytest.raises(ServerUnreachable, match=r"HTTP 401 unauthorized: pass --api-key"):
+        await client.set_gate(threshold=3)
+    await client.aclose()
+
+
+def test_cli_help_shows_server_args_and_demo_options(capsys):
+    for argv in (["launch", "--help"], ["demo", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(argv)
+    out = capsys.readouterr().out
+    assert "specconsole launch [options] -- <server args>" in out
+    assert "specconsole demo [options] [-- <demo server args>]" in out
+    demo_help = out[out.index("specconsole demo [options]"):]
+    assert "--log-dir DIR" in demo_help and "where the demo server's log goes" in demo_help
+    assert "SIGTERM to SIGKILL delay" in demo_help
+
+
+def test_h200_reference_is_in_the_repo_and_cited_on_screen():
+    from console import demo_server
+
+    assert "shared/gpu" not in (throughput.__doc__ or "") and "shared/gpu" not in demo_server.NOTE
+    assert "measured on an H200, synthetic 8B pair, SGLang 0.5.12" in demo_server.NOTE
+    for bs, none, eagle, accept in throughput.H200_TABLE:  # the docstring carries the same table
+        assert f"| {bs} | {none:.0f} | {eagle:.0f} |" in throughput.__doc__
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    console_section = readme[readme.index("## The console"):]
+    assert "shared/gpu" not in console_section and "console/throughput.py" in console_section
+
+
+def test_switch_rate_is_shown_only_when_the_gate_thrashes():
+    from console.widgets.spec_panel import THRASH_PER_MIN, detail_lines
+
+    d = {k: None for k in ("label", "value", "dim", "ok", "alarm", "pending")}
+    g = st.GateState.from_json(GATE)
+
+    def text(rate):
+        snap = st.ConsoleSnapshot(gate=g, sample_seen=True, switches_per_min=rate)
+        return "\n".join(t.plain for t in detail_lines(snap, d, 80))
+
+    assert "/min" not in text(None) and "/min" not in text(6.0)  # a load that moves: no rate
+    assert "/min" not in text(THRASH_PER_MIN - 1)
+    assert f"switches 2 ({THRASH_PER_MIN:.0f}/min: thrashing)" in text(THRASH_PER_MIN)
+
+
+def test_stale_values_while_the_server_is_down():
+    from rich.style import Style
+
+    from console.widgets.load_panel import summary_lines
+
+    g = st.GateState.from_json(GATE)
+    load = st.LoadState(running_reqs=50, waiting_reqs=3, gen_throughput=8574.0)
+    up = st.ConsoleSnapshot(gate=g, load=load, sample_seen=True, connection=st.ConnectionState(reachable=True))
+    down = replace(up, connection=st.ConnectionState(reachable=False, down_since=1.0))
+    crashed = replace(up, process=st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1))
+    assert not up.stale and down.stale and crashed.stale
+    assert not st.ConsoleSnapshot(connection=st.ConnectionState(reachable=False)).stale  # nothing shown yet
+    grey, bold = Style(dim=True), Style(bold=True)
+    (line,) = summary_lines(down, 80, bold, bold, grey)
+    assert line.plain == "running 50  queue 3  8,574 tok/s"
+    assert all(span.style == grey for span in line.spans)
+    (line,) = summary_lines(up, 80, bold, bold, grey)
+    assert all(span.style == bold for span in line.spans)
+    # the two batch sizes are labelled apart: running requests (/v1/loads) vs the last decode batch (spec_gate)
+    both = replace(up, gate=st.GateState.from_json({**GATE, "last_decode_batch_size": 48}))
+    assert both.running_batch == 50 and both.decode_batch == 48
+    assert badge_state(both)[1] == "decode batch 48 < threshold 32"

@@ -1,10 +1,10 @@
-"""Shown when a launched server exits on its own: exit code, last log lines, restart."""
+"""Shown when a launched server exits on its own: exit code, last log lines (wrapped, scrollable), restart."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
@@ -44,10 +44,14 @@ class CrashScreen(ModalScreen[str]):
         with Vertical(id="crash-body"):
             what = "exited on its own" if p.exit_code == 0 else "crashed"
             yield Label(f"The server {what}: {describe_exit(p.exit_code)}", id="crash-title")
-            yield Static(p.command, id="crash-command")
-            yield Label("Last log lines:", id="crash-label")
-            yield Static("\n".join(p.last_lines[-10:]) or "(log is empty)", id="crash-lines", markup=False)
-            yield Label("r restart · Escape close and read the log · q quit", id="crash-keys")
+            yield Label("r restart · Escape close and read the log · q quit · ↑ ↓ scroll", id="crash-keys")
+            with VerticalScroll(id="crash-scroll"):
+                yield Static(p.command, id="crash-command", markup=False)
+                yield Label("Last log lines:", id="crash-label")
+                yield Static("\n".join(p.last_lines[-10:]) or "(log is empty)", id="crash-lines", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#crash-scroll").focus()
 
     def action_choose(self, what: str) -> None:
         self.dismiss(what)

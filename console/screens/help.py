@@ -4,22 +4,23 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Markdown
+from textual.widgets import Label, Markdown
 
 HELP = r"""# specconsole — keys
 
 | key | what it does |
 |---|---|
-| `+` / `=` | threshold + 1 (sent to `/set_internal_state`; shown once `spec_gate` confirms) |
-| `-` | threshold - 1 |
+| `+` / `=` | threshold + 1 req: each press steps the pending target and sends it; shown as `→ N pending` until `spec_gate` confirms N |
+| `-` | threshold - 1 req (refused before sending outside [1, max running requests] or at the hysteresis) |
 | `t` | set threshold and hysteresis exactly |
 | `/` | search the log; `n` / `N` next / previous match |
 | `f` | show only log lines containing … (`a\|b`: a or b) |
 | `x` | hide log lines containing … |
 | `c` | clear log filters and search |
-| `p` | pause / follow the log (`G` or `End`: follow) |
+| `p` | pause / follow the log (`G` or `End`: follow; `↑`, `PgUp`, `Home` pause) |
+| `Tab` | focus the next panel: `↑` `↓` `PgUp` `PgDn` scroll it (Speculation details, GPUs, log) |
 | `r` | restart the server after a crash (launch / demo) |
 | `:` or `Ctrl+P` | command palette (themes, actions) |
 | `?` | this help |
@@ -27,33 +28,44 @@ HELP = r"""# specconsole — keys
 
 ## What you see
 
-* **Speculation** — SPEC ON / SPEC OFF and why (`batch 37 >= threshold 32`); the live worker
-  class from `spec_gate` and whether SGLang's startup log line agrees (`✗ MISMATCH` is an alarm);
-  threshold N and hysteresis H (off at batch size >= N, back on below N - H), switches, accept length.
-* **Load** — running batch size (req) per poll against the threshold line (`─` N, `┄` N - H),
-  queue length (req), generation throughput (tok/s).
+* **Speculation** — SPEC ON / SPEC OFF and why (`decode batch 37 >= threshold 32`: the last
+  decode batch from `spec_gate`); the live worker class from `spec_gate` and whether SGLang's
+  startup log line agrees (`✗ MISMATCH` is an alarm); threshold N and hysteresis H (off at
+  decode batch >= N, back on below N - H), switches, accept length; the details scroll
+  (`Tab` to the panel, then `↑` `↓`).
+* **Load** — running requests (from `/v1/loads`) per poll as bars against the threshold line
+  (`─` N: the row of sizes >= N; `┄` N - H), queue length (req), generation throughput (tok/s).
+  Greyed and marked `stale` while the server is down.
 * **GPUs** — NVML: utilization, memory, temperature, power / limit, SM clock; `n/a` where the
   GPU or driver does not report a field.
-* **Log** — the server log, followed; `spec_gate:` lines, worker lines, switches and errors highlighted.
+* **Log** — the server log, followed; `spec_gate:` lines, worker lines, switches and errors
+  highlighted. `←` `→` scroll long lines.
 
 Modes: `specconsole launch -- <server args>`, `specconsole attach URL [--log FILE]`,
 `specconsole demo`, or plain `specconsole` (config file, else 127.0.0.1:30000, else this advice).
 Options: `--readonly`, `--interval SECONDS`, `--theme dark|light|ansi`.
-
-Press `Escape` or `?` to close.
 """
+
+#: shown at the top of the help, above the scrolling text
+CLOSE_HINT = "Escape or ? closes · ↑ ↓ PgUp PgDn scroll"
 
 
 class HelpScreen(ModalScreen[None]):
-    """Modal help; Escape, q or ? closes it."""
+    """Modal help; Escape, q or ? closes it. The text scrolls with the keys (it has focus)."""
 
     BINDINGS = [
         Binding("escape,question_mark,q", "dismiss", "Close"),
     ]
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-body"):
-            yield Markdown(HELP)
+        with Vertical(id="help-frame") as frame:
+            frame.border_title = "Help"
+            yield Label(CLOSE_HINT, id="help-hint")
+            with VerticalScroll(id="help-body"):
+                yield Markdown(HELP)
+
+    def on_mount(self) -> None:
+        self.query_one("#help-body").focus()
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -23,6 +23,8 @@ from console.widgets.spec_panel import SpecPanel
 from console.widgets.status_bar import StatusBar
 
 TALL_ROWS = 34
+#: the load panel's title: its numbers are requests, as SGLang's /v1/loads reports them
+LOAD_TITLE = "Load · requests (/v1/loads)"
 WIDE_COLS = 120
 
 
@@ -39,13 +41,13 @@ class MainScreen(Screen):
             spec.border_title = "Speculation"
             yield spec
             load = LoadPanel(id="load-panel", classes="panel")
-            load.border_title = "Load · batch size (req)"
+            load.border_title = LOAD_TITLE
             yield load
         gpus = VerticalScroll(GpuTable(id="gpu-table"), id="gpu-panel", classes="panel")
         gpus.border_title = "GPUs"  # focusable (Tab): arrow keys scroll when there are many GPUs
         yield gpus
         yield LogPanel(id="log-panel", classes="panel")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # at 80 columns it would cover the last key; ? lists : and Ctrl+P
 
     def on_mount(self) -> None:
         self._apply_size(self.size.width, self.size.height)
@@ -67,3 +69,5 @@ class MainScreen(Screen):
         elif g.driver_version:
             title += f" · driver {g.driver_version}"
         self.query_one("#gpu-panel").border_title = title
+        load_title = LOAD_TITLE + (" · stale" if snapshot.stale else "")
+        self.query_one("#load-panel").border_title = load_title

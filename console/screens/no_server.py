@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Markdown
+from textual.widgets import Footer, Label, Markdown
 
 TEXT = """\
 # No server found
@@ -19,26 +19,35 @@ No `specconsole.toml` in this directory or in `{config_dir}`, and nothing answer
 **Start a server under the console** (it owns the process group and stops it on quit):
 
 ```
-specconsole launch -- --model-path M --speculative-algorithm EAGLE3 \\
-    --speculative-draft-model-path D --speculative-disable-batch-threshold 32
+specconsole launch -- --model-path M \\
+    --speculative-algorithm EAGLE3 \\
+    --speculative-draft-model-path D \\
+    --speculative-disable-batch-threshold 32
 ```
 
-**Watch a running server**: `specconsole attach http://HOST:PORT --log server.log`
+**Watch a running server**:
 
-**Or write `specconsole.toml`** and run plain `specconsole`:
+```
+specconsole attach http://HOST:PORT --log server.log
+```
+
+**Or write `specconsole.toml`** (here or in `{config_dir}`) and run plain `specconsole`:
 
 ```
 [server]
-args = ["--model-path", "M", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "D", "--speculative-disable-batch-threshold", "32"]
+args = ["--model-path", "M",
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", "D",
+        "--speculative-disable-batch-threshold", "32"]
 ```
-
-`d` demo · `a` try {url} again · `q` quit
 """
+
+#: the keys, shown at the top (the text below scrolls)
+KEYS = "d demo · a try {url} again · q quit · ↑ ↓ PgUp PgDn scroll"
 
 
 class NoServerScreen(Screen[str]):
-    """Dismisses with ``"demo"``, ``"retry"`` or ``"quit"``."""
+    """Dismisses with ``"demo"``, ``"retry"`` or ``"quit"``. The text scrolls with the keys."""
 
     BINDINGS = [
         Binding("d", "choose('demo')", "Start demo"),
@@ -52,9 +61,13 @@ class NoServerScreen(Screen[str]):
         self.config_dir = config_dir
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="no-server-body"):
+        yield Label(KEYS.format(url=self.url), id="no-server-keys")
+        with VerticalScroll(id="no-server-body"):
             yield Markdown(TEXT.format(url=self.url, config_dir=self.config_dir))
-        yield Footer()
+        yield Footer(show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#no-server-body").focus()
 
     def action_choose(self, what: str) -> None:
         self.dismiss(what)

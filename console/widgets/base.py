@@ -1,8 +1,14 @@
-"""Base class of the widgets that render the console snapshot."""
+"""Base class of the widgets that render the console snapshot, and line-fitting helpers.
+
+Nothing a widget shows may be cut off at 80x24: :func:`pack` puts short parts side by side
+when they fit and under each other when they do not, and :func:`wrap` breaks a part that is
+still too wide at spaces (hanging indent), so every character stays readable.
+"""
 
 from __future__ import annotations
 
 from rich.style import Style
+from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -17,3 +23,57 @@ class SnapshotWidget(Widget):
     def style_of(self, name: str) -> Style:
         """Rich style of one of this widget's component classes (set by the theme)."""
         return self.get_component_rich_style(name, partial=True)
+
+
+def wrap(text: Text, width: int, indent: int = 2) -> list[Text]:
+    """``text`` broken at spaces into lines of at most ``width`` cells (continuations indented).
+
+    A word longer than a line is split where the line ends. Styles are kept.
+    """
+    width = max(1, width)
+    if text.cell_len <= width:
+        return [text]
+    plain = text.plain
+    out: list[Text] = []
+    start = 0
+    first = True
+    while start < len(plain):
+        room = width if first else max(1, width - indent)
+        if len(plain) - start <= room:
+            end = len(plain)
+        else:
+            cut = plain.rfind(" ", start + 1, start + room + 1)
+            end = cut if cut > start else start + room
+        piece = text[start:end]
+        piece.rstrip()
+        if not first:
+            piece = Text(" " * indent) + piece
+        out.append(piece)
+        start = end
+        while start < len(plain) and plain[start] == " ":
+            start += 1
+        first = False
+    return out
+
+
+def pack(parts: list[Text], width: int, sep: str = "  ") -> list[Text]:
+    """Lay ``parts`` out in lines of at most ``width`` cells: side by side while they fit.
+
+    Empty parts are skipped; a part wider than ``width`` is wrapped with :func:`wrap`.
+    """
+    lines: list[Text] = []
+    cur: Text | None = None
+    for part in parts:
+        if not part.plain:
+            continue
+        if cur is not None and cur.cell_len + len(sep) + part.cell_len <= width:
+            cur = cur + Text(sep) + part
+            continue
+        if cur is not None:
+            lines.append(cur)
+        pieces = wrap(part, width)
+        lines.extend(pieces[:-1])
+        cur = pieces[-1]
+    if cur is not None:
+        lines.append(cur)
+    return lines

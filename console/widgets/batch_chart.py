@@ -1,4 +1,20 @@
-"""Running batch size history as a bar chart with the threshold (and N - H) drawn across it."""
+"""Running batch size history as a bar chart with the threshold (and N - H) drawn across it.
+
+The axis is chosen so that the threshold line is exact and always visible:
+
+* row ``r`` (0 = bottom) covers the batch sizes ``[r * step, (r + 1) * step)``, ``step = ymax / height``;
+* when a threshold N is known, ``step = N / k`` for a whole number ``k`` (1 <= k <= height - 2
+  on charts of 3 rows or more), so N is exactly the lower edge of row ``k``: the ``─`` row
+  holds the batch sizes ``>= N`` (speculation OFF), every row below it the sizes ``< N``.
+  Bars below N therefore never cover the ``─`` line; bars at or above N cross it in the OFF
+  colour (a bar of exactly N still shows in that row). ``k`` is the largest value whose axis
+  still holds the tallest visible bar, so small batches get as much height as possible;
+* when even ``k = 1`` cannot hold the tallest bar (batch > height * N), bars are cut at the top
+  of the chart and end in ``▲``;
+* labels: ``0`` on the bottom row, N on the ``─`` row, N - H on the ``┄`` row (when it has a
+  row of its own), the axis maximum on the top row, each only where no other label is. The
+  ``┄`` (N - H) line sits in the row that contains N - H; bars that reach into that row cover it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +24,9 @@ from rich.text import Text
 
 from console import fmt
 from console.widgets.base import SnapshotWidget
+
+#: glyph that ends a bar cut at the top of the chart (batch size above the axis maximum)
+CLIPPED = "▲"
 
 
 def nice_max(value: float) -> int:
@@ -20,54 +39,86 @@ def nice_max(value: float) -> int:
     return int(value)  # pragma: no cover
 
 
+def axis(data_max: float, threshold: int | None, height: int) -> tuple[float, int | None]:
+    """``(ymax, k)``: the axis maximum (req) and the row whose lower edge is the threshold.
+
+    Without a threshold (or on a 1-row chart) ``k`` is None and ``ymax`` a round number above
+    the data. With one, ``ymax = height * threshold / k`` (see the module docstring).
+    """
+    if not threshold or threshold < 1 or height < 2:
+        return float(nice_max(max(data_max, 1) * 1.15)), None
+    k_hi = height - 2 if height >= 3 else 1
+    k = min(k_hi, int(height * threshold // max(data_max, 1)))
+    k = max(1, k)
+    return height * threshold / k, k
+
+
 def chart_rows(
     history: tuple[int, ...], threshold: int | None, hysteresis: int | None, width: int, height: int
-) -> tuple[list[str], list[list[tuple[str, str]]], int]:
+) -> tuple[list[str], list[list[tuple[str, str]]], float]:
     """Lay out the chart.
 
     Returns:
-        ``(labels, cells, ymax)``: one axis label per row (top first), a grid of
-        ``(kind, char)`` cells per row — kind ``""`` empty, ``"on"``/``"off"`` bars below /
-        at-or-above the threshold, ``"thr"``/``"hys"`` the threshold / N - H line — and the
-        axis maximum (req).
+        ``(labels, cells, ymax)``: one axis label per row (top first, each ending in ``┤`` or
+        ``│``), a grid of ``(kind, char)`` cells per row (top first) — kind ``""`` empty,
+        ``"on"``/``"off"`` bars below / at-or-above the threshold, ``"thr"``/``"hys"`` the
+        threshold / N - H line — and the axis maximum (req).
     """
+    height = max(1, height)
     data = list(history)
-    top = max([*data, threshold or 0, 1]) * 1.15
-    ymax = nice_max(top)
-    label_w = len(str(ymax)) + 1
-    plot_w = max(1, width - label_w)
-    data = data[-plot_w:]
-    data = [None] * (plot_w - len(data)) + data  # type: ignore[list-item]
 
-    def row_of(v: float) -> int:  # bottom-based row containing level v
-        return min(height - 1, max(0, int(v / ymax * height)))
+    def layout(label_w: int):
+        plot_w = max(1, width - label_w)
+        window = data[-plot_w:]
+        ymax, k = axis(max(window, default=0), threshold, height)
+        step = ymax / height
+        hys_row = None
+        if k is not None and threshold and hysteresis and hysteresis > 0:
+            r = int((threshold - hysteresis) // step)
+            if 0 < r < k:  # a row of its own, above the bottom row (where every bar would cover it)
+                hys_row = r
+        by_row: dict[int, str] = {}
+        if k is not None:
+            by_row[k] = fmt.num(threshold)
+        if hys_row is not None:
+            by_row[hys_row] = fmt.num(threshold - hysteresis)
+        by_row.setdefault(height - 1, fmt.num(ymax))
+        by_row.setdefault(0, "0")
+        return plot_w, window, ymax, k, hys_row, by_row
 
-    thr_row = row_of(threshold) if threshold else None
-    hys_row = None
-    if threshold and hysteresis and height >= 5:
-        r = row_of(threshold - hysteresis)
-        hys_row = r if r != thr_row else None
-    labels = []
+    label_w = 2
+    for _ in range(4):  # the labels' width decides the plot width, which decides the axis
+        plot_w, window, ymax, thr_row, hys_row, labels_by_row = layout(label_w)
+        need = max(len(x) for x in labels_by_row.values()) + 1
+        if need <= label_w:
+            break
+        label_w = need
+    cells_data: list[int | None] = [None] * (plot_w - len(window)) + window  # type: ignore[list-item]
+    step = ymax / height
+
+    labels: list[str] = []
     cells: list[list[tuple[str, str]]] = []
     for r in range(height):
-        rb = height - 1 - r
-        if rb == height - 1:
-            lab = str(ymax)
-        elif rb == thr_row:
-            lab = str(threshold)
-        elif rb == 0:
-            lab = "0"
-        else:
-            lab = ""
+        rb = height - 1 - r  # row counted from the bottom
+        lab = labels_by_row.get(rb, "")
         labels.append(lab.rjust(label_w - 1) + ("┤" if lab else "│"))
-        row = []
-        for v in data:
-            fill = 0 if v is None else max(0, min(8, round(v / ymax * height * 8) - rb * 8))
-            if v is not None and v > 0 and rb == 0 and fill == 0:
-                fill = 1  # never hide a non-empty batch
+        row: list[tuple[str, str]] = []
+        for v in cells_data:
+            fill = 0
+            if v is not None and v > 0:
+                fill = max(0, min(8, round(v / step * 8) - rb * 8))
+                if rb == 0 and fill == 0:
+                    fill = 1  # never hide a non-empty batch
+                if thr_row is not None and rb == thr_row and v >= threshold and fill == 0:
+                    fill = 1  # a batch of exactly N reaches the threshold row
+                if thr_row is not None and v < threshold and rb >= thr_row:
+                    fill = 0  # below N never enters the threshold row (rounding)
             if fill > 0:
                 kind = "off" if threshold and v >= threshold else "on"
-                row.append((kind, fmt.BLOCKS[fill]))
+                char = fmt.BLOCKS[fill]
+                if rb == height - 1 and v > ymax:
+                    char = CLIPPED
+                row.append((kind, char))
             elif rb == thr_row:
                 row.append(("thr", "─"))
             elif rb == hys_row:
@@ -79,7 +130,7 @@ def chart_rows(
 
 
 class BatchChart(SnapshotWidget):
-    """Bars: running batch size (req) per poll, newest right; ``─`` threshold N, ``┄`` N - H."""
+    """Bars: running requests per poll, newest right; ``─`` threshold N, ``┄`` N - H."""
 
     COMPONENT_CLASSES = {
         "batch-chart--on",
@@ -104,10 +155,10 @@ class BatchChart(SnapshotWidget):
             "thr": self.style_of("batch-chart--threshold"),
             "hys": self.style_of("batch-chart--hysteresis"),
         }
-        axis = self.style_of("batch-chart--axis")
+        axis_style = self.style_of("batch-chart--axis")
         text = Text(no_wrap=True)
         for i, (lab, row) in enumerate(zip(labels, cells)):
-            text.append(lab, axis)
+            text.append(lab, axis_style)
             for kind, char in row:
                 text.append(char, styles.get(kind))
             if i < len(labels) - 1:

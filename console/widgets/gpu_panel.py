@@ -3,6 +3,7 @@
 Columns: index, name, utilization (%) with its recent history, memory used/total (GiB),
 temperature (°C), power/limit (W), SM clock (MHz). Missing fields are ``n/a``; a lost GPU
 says ``GPU lost``; a MIG-enabled GPU is marked ``MIG`` (NVML gives no utilization there).
+When NVML cannot be used the panel says why, wrapped to the panel's width.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from rich.text import Text
 
 from console import fmt
 from console import state as st
-from console.widgets.base import SnapshotWidget
+from console.widgets.base import SnapshotWidget, pack
 
 #: temperature (°C) from which the value is highlighted
 HOT_C = 80.0
@@ -45,11 +46,12 @@ def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
             st.GPU_NONE: "no GPUs",
             st.GPU_ERROR: "NVML error",
         }.get(g.status, g.status)
-        text.append(label, styles["warn"])
+        parts = [Text(label, styles["warn"])]
         if g.message and g.message != label:
-            text.append(f" · {g.message}", styles["na"])
-        text.append("\n(the rest of the console keeps working)", styles["na"])
-        return text
+            parts.append(Text(f"· {g.message}", styles["na"]))
+        parts.append(Text("(the rest of the console keeps working)", styles["na"]))
+        lines = pack(parts[:-1], max(10, width), sep=" ") + [parts[-1]]
+        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
     c = _cols(width)
     header = [("#", "idx"), ("name", "name"), ("util", "util"), ("memory", "mem"),
               ("temp", "temp"), ("power", "power"), ("SM clock", "clock"), ("history", "hist")]
@@ -100,10 +102,17 @@ class GpuTable(SnapshotWidget):
         styles = {k: self.style_of(f"gpu--{k}") for k in ("header", "value", "na", "hot", "lost", "warn", "hist")}
         return render_rows(self.snapshot, self.size.width, styles)
 
-    def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
-        rows = len(snapshot.gpus.rows) + 1 if snapshot.gpus.status == st.GPU_OK else 2
-        if rows != self._rows:
-            self._rows = rows
-            self.styles.height = rows  # dynamic: one line per GPU plus the header
+    def get_content_height(self, container, viewport, width: int) -> int:
+        # one line per GPU plus the header; a NVML problem wraps its message
+        return max(1, len(render_rows(self.snapshot, width, _PLAIN).plain.split("\n")))
 
-    _rows = 0
+    _height = -1
+
+    def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
+        height = self.get_content_height(None, None, self.size.width) if self.size.width else -1
+        if height != self._height:  # re-layout only when the number of lines changes
+            self._height = height
+            self.refresh(layout=True)
+
+
+_PLAIN = {k: None for k in ("header", "value", "na", "hot", "lost", "warn", "hist")}

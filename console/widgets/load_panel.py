@@ -1,4 +1,10 @@
-"""The load panel: running batch size, queue length and tok/s, the batch chart, limits."""
+"""The load panel: running requests, queue length and tok/s (``/v1/loads``), the chart, limits.
+
+The numbers here are SGLang's own load report (``/v1/loads``): the running requests can differ
+a little from the Speculation panel's *decode batch* (``spec_gate``'s last decode batch), which
+is what the threshold is compared with. While the server is down the last values stay on
+screen greyed, and the panel title says ``stale``. Lines that do not fit the width go under each other.
+"""
 
 from __future__ import annotations
 
@@ -8,52 +14,97 @@ from textual.containers import Vertical
 
 from console import fmt
 from console import state as st
-from console.widgets.base import SnapshotWidget
+from console.widgets.base import SnapshotWidget, pack
 from console.widgets.batch_chart import BatchChart
 
 
 def summary(s: st.ConsoleSnapshot) -> list[tuple[str, str]]:
-    """``[(label, value), ...]`` for the summary line: batch, queue, generation throughput."""
+    """``[(label, value), ...]`` for the summary line: running requests, queue (both req, as the
+    panel title says), generation throughput."""
     load = s.load
     return [
-        ("batch ", fmt.num(s.running_batch, "req")),
-        ("queue ", fmt.num(load.waiting_reqs if load else None, "req")),
+        ("running ", fmt.num(s.running_batch)),
+        ("queue ", fmt.num(load.waiting_reqs if load else None)),
         ("", fmt.num(load.gen_throughput if load else None, "tok/s")),
     ]
 
 
-class LoadSummary(SnapshotWidget):
-    """``batch 37 req  queue 0 req  5,980 tok/s`` (generation throughput)."""
+def summary_lines(s: st.ConsoleSnapshot, width: int, label, value, stale) -> list[Text]:
+    """The summary laid out ``width`` cells wide; stale values (server down) greyed and marked."""
+    parts = []
+    if s.stale:  # the panel title says "stale" too
+        label = value = stale
+    for lab, val in summary(s):
+        t = Text()
+        t.append(lab, label)
+        t.append(val, value)
+        parts.append(t)
+    return pack(parts, width)
 
-    COMPONENT_CLASSES = {"load--label", "load--value"}
+
+def footer_lines(s: st.ConsoleSnapshot, width: int, label, value, note, stale=None) -> list[Text]:
+    """Limits and token usage (greyed with ``stale`` while the server is down); in demo mode,
+    where the tok/s numbers come from."""
+    if s.simulated_note:
+        words = "simulated: " + s.simulated_note.removeprefix("simulated server; ")
+        lines = pack([Text(words, note)], width)
+        if len(lines) > 2 and words.endswith(")") and " (" in words:
+            # keep the panel's chart tall enough: the source file reference is in the help and README
+            lines = pack([Text(words[: words.rindex(" (")], note)], width)
+        return lines
+    parts = []
+    if s.stale and stale is not None:
+        label = value = stale
+    for lab, val in (("max running ", fmt.num(s.max_running_requests, "req")),
+                     ("KV ", fmt.num(s.load.token_usage * 100 if s.load and s.load.token_usage is not None else None, "%"))):
+        t = Text()
+        t.append(lab, label)
+        t.append(val, value)
+        parts.append(t)
+    return pack(parts, width)
+
+
+class _Lines(SnapshotWidget):
+    """A snapshot widget whose height is the number of lines it renders at its width."""
+
+    def lines(self, width: int) -> list[Text]:  # pragma: no cover - overridden
+        return []
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return max(1, len(self.lines(width)))
+
+    _height = -1
+
+    def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
+        height = len(self.lines(self.size.width)) if self.size.width else -1
+        if height != self._height:  # re-layout only when the number of lines changes
+            self._height = height
+            self.refresh(layout=True)
 
     def render(self) -> Text:
-        text = Text(no_wrap=True, overflow="ellipsis")
-        for i, (label, value) in enumerate(summary(self.snapshot)):
-            if i:
-                text.append("  ")
-            text.append(label, self.style_of("load--label"))
-            text.append(value, self.style_of("load--value"))
+        text = Text("\n", no_wrap=True).join(self.lines(self.size.width))
+        text.no_wrap = True
         return text
 
 
-class LoadFooter(SnapshotWidget):
+class LoadSummary(_Lines):
+    """``running 37  queue 0  5,980 tok/s`` (requests, from ``/v1/loads``)."""
+
+    COMPONENT_CLASSES = {"load--label", "load--value", "load--stale"}
+
+    def lines(self, width: int) -> list[Text]:
+        return summary_lines(self.snapshot, width, self.style_of("load--label"), self.style_of("load--value"),
+                             self.style_of("load--stale"))
+
+
+class LoadFooter(_Lines):
     """Limits and token usage; in demo mode, where the tok/s numbers come from."""
 
-    COMPONENT_CLASSES = {"load--label", "load--value", "load--note"}
+    COMPONENT_CLASSES = {"load--label", "load--value", "load--note", "load--stale"}
 
-    def render(self) -> Text:
-        s = self.snapshot
-        text = Text(no_wrap=True, overflow="ellipsis")
-        if s.simulated_note:
-            text.append("sim: tok/s from measured H200 table", self.style_of("load--note"))
-            return text
-        text.append("max running ", self.style_of("load--label"))
-        text.append(fmt.num(s.max_running_requests, "req"), self.style_of("load--value"))
-        usage = s.load.token_usage if s.load else None
-        text.append("  KV ", self.style_of("load--label"))
-        text.append(fmt.num(usage * 100 if usage is not None else None, "%"), self.style_of("load--value"))
-        return text
+    def lines(self, width: int) -> list[Text]:
+        return footer_lines(self.snapshot, width, self.style_of("load--label"), self.style_of("load--value"),
+                            self.style_of("load--note"), self.style_of("load--stale"))
 
 
 class LoadPanel(Vertical):

@@ -8,6 +8,7 @@ the view renders only the visible lines (Textual's line API), so a long log stay
 * search: matches are highlighted; :meth:`LogView.next_match` jumps between matching lines
   (and pauses following).
 * follow: new lines scroll the view to the end; paused, the view stays and counts new lines.
+  Up / PageUp / Home / mouse wheel up pause following; End (or the app's ``G``) resumes it.
 """
 
 from __future__ import annotations
@@ -225,3 +226,21 @@ class LogView(ScrollView, can_focus=True):
 
     def on_mouse_scroll_up(self) -> None:
         self.follow = False
+
+    # keys (ScrollableContainer's bindings): scrolling back pauses following, End resumes it.
+    # The focused view sees End before the app does, so the app's "End: follow" lives here too.
+
+    def action_scroll_end(self) -> None:
+        self.follow = True
+
+    def action_scroll_home(self) -> None:
+        self.follow = False
+        super().action_scroll_home()
+
+    def action_scroll_up(self) -> None:
+        self.follow = False
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self.follow = False
+        super().action_page_up()

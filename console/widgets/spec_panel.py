@@ -1,22 +1,22 @@
 """The speculation panel: a large SPEC ON / SPEC OFF badge with its reason, then the details.
 
-Details, most important first (lines that do not fit the panel's height are dropped from the
-end): the worker class and how it is known, threshold / hysteresis / max running requests,
-switches and accept length, the last threshold-control outcome, then (taller terminals)
-decode steps, last switch, CUDA graph facts, per-TP-rank states and the worker check detail.
+Details, most important first: the worker class and how it is known, threshold and hysteresis
+(with a pending target), the last threshold-control outcome, switches and accept length,
+alarms, then decode steps, last switch, CUDA graph facts, per-TP-rank states and the worker
+check detail. Parts that do not fit side by side go under each other and long ones wrap
+(nothing is cut off); the details scroll inside the panel (Tab to it, then ↑ ↓ PgUp PgDn).
+The batch size here is the gate's own: the last decode batch from ``spec_gate``.
 """
 
 from __future__ import annotations
 
-import textwrap
-
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 
 from console import fmt
 from console import state as st
-from console.widgets.base import SnapshotWidget
+from console.widgets.base import SnapshotWidget, pack
 
 # 3-row block font for the badge on tall terminals (only the letters it needs)
 _FONT = {
@@ -38,33 +38,52 @@ def big_text(word: str) -> list[str] | None:
     return [" ".join(_FONT[ch][row] for ch in word) for row in range(3)]
 
 
-def badge_state(s: st.ConsoleSnapshot) -> tuple[str, str, str]:
-    """``(label, reason, css class)`` for the badge. Classes: -on, -off, -unknown, -alarm."""
+def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
+    """``(label, reasons, css class)``: the reason in decreasing length (the badge shows the
+    longest that fits). Classes: -on, -off, -unknown, -alarm."""
     p = s.process
     if p is not None and p.phase == st.PHASE_CRASHED:
-        return "SERVER DOWN", f"exit code {p.exit_code} · r restart", "-alarm"
+        return "SERVER DOWN", [f"exit code {p.exit_code} · r restart"], "-alarm"
     if p is not None and p.phase in (st.PHASE_STOPPING, st.PHASE_STOPPED):
-        return "STOPPING" if p.phase == st.PHASE_STOPPING else "STOPPED", "server process group", "-unknown"
+        return "STOPPING" if p.phase == st.PHASE_STOPPING else "STOPPED", ["server process group"], "-unknown"
     if p is not None and not s.sample_seen and p.phase != st.PHASE_READY:
-        return "STARTING", p.phase, "-unknown"
+        return "STARTING", [p.phase], "-unknown"
+    if s.connection.auth_refused:
+        err = s.connection.last_error or ""
+        return "NO ACCESS", [err, " ".join(err.split()[:2]).rstrip(":") + ": pass --api-key"], "-alarm"
     if s.connection.reachable is False:
-        return "NO DATA", f"unreachable for {fmt.duration(s.down_for_s)}", "-alarm" if s.sample_seen else "-unknown"
+        return "NO DATA", [f"unreachable for {fmt.duration(s.down_for_s)}"], "-alarm" if s.sample_seen else "-unknown"
     if not s.sample_seen:
-        return "CONNECTING", s.url, "-unknown"
+        return "CONNECTING", [s.url, s.url.removeprefix("http://")], "-unknown"
     g = s.gate
     if g is None:
-        return "NO GATE", "server runs without --speculative-disable-batch-threshold", "-unknown"
-    bs = g.last_decode_batch_size
-    if bs is None:
-        bs = s.running_batch
+        return "NO GATE", ["server runs without --speculative-disable-batch-threshold",
+                           "gate not enabled on this server"], "-unknown"
+    bs = s.decode_batch
     n, h = g.threshold, g.hysteresis or 0
     if g.spec_enabled is True:
-        return "SPEC ON", f"batch {fmt.num(bs)} < threshold {fmt.num(n)}", "-on"
+        return "SPEC ON", [f"decode batch {fmt.num(bs)} < threshold {fmt.num(n)}", f"batch {fmt.num(bs)} < N {fmt.num(n)}"], "-on"
     if g.spec_enabled is False:
         if bs is not None and n is not None and bs < n:
-            return "SPEC OFF", f"batch {bs}: back on below {n - h} (threshold {n} - hysteresis {h})", "-off"
-        return "SPEC OFF", f"batch {fmt.num(bs)} >= threshold {fmt.num(n)}", "-off"
-    return "SPEC ?", "spec_gate has no spec_enabled", "-unknown"
+            return "SPEC OFF", [
+                f"decode batch {bs}: back on below {n - h} (threshold {n} - hysteresis {h})",
+                f"decode batch {bs}: back on below {n - h} (N - H)",
+                f"decode batch {bs}: back on below {n - h}",
+                f"batch {bs}: on below {n - h}",
+            ], "-off"
+        return "SPEC OFF", [f"decode batch {fmt.num(bs)} >= threshold {fmt.num(n)}", f"batch {fmt.num(bs)} >= N {fmt.num(n)}"], "-off"
+    return "SPEC ?", ["spec_gate has no spec_enabled"], "-unknown"
+
+
+def badge_state(s: st.ConsoleSnapshot, width: int | None = None) -> tuple[str, str, str]:
+    """``(label, reason, css class)``: the longest reason that fits ``width`` (None: the full one)."""
+    label, reasons, cls = badge_variants(s)
+    if width is not None:
+        for reason in reasons:
+            if len(reason) <= width:
+                return label, reason, cls
+        return label, reasons[-1], cls
+    return label, reasons[0], cls
 
 
 class SpecBadge(SnapshotWidget):
@@ -78,8 +97,8 @@ class SpecBadge(SnapshotWidget):
             self.set_class(c == cls, c)
 
     def render(self) -> Text:
-        label, reason, _ = badge_state(self.snapshot)
         width, height = self.size.width, self.size.height
+        label, reason, _ = badge_state(self.snapshot, width)
         text = Text(justify="center", no_wrap=True, overflow="ellipsis")
         glyphs = big_text(label) if height >= 4 else None
         if glyphs and len(glyphs[0]) <= width:
@@ -91,15 +110,16 @@ class SpecBadge(SnapshotWidget):
         return text
 
 
-#: switches per minute from which the rate is shown as an alarm (thrash around the threshold)
-THRASH_PER_MIN = 6.0
+#: switches per minute from which the rate is shown, as an alarm: the gate thrashes around the
+#: threshold (a switch every 2 s or more often; load changes alone switch far less often)
+THRASH_PER_MIN = 30.0
 
 
 def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
     """Known operational traps, from the live values.
 
     * a threshold above max running requests never fires;
-    * a batch above cuda graph max bs runs without CUDA graphs;
+    * a decode batch above cuda graph max bs runs without CUDA graphs;
     * TP ranks that disagree about the gate.
     """
     g = s.gate
@@ -109,125 +129,122 @@ def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
     mrr = s.max_running_requests
     if g.threshold is not None and mrr is not None and g.threshold > mrr:
         out.append(f"threshold {g.threshold} > max running {mrr}: never fires")
-    bs = s.running_batch
+    bs = s.decode_batch
     if bs is not None and g.cuda_graph_max_bs is not None and bs > g.cuda_graph_max_bs:
-        out.append(f"batch {bs} > cuda graph max bs {g.cuda_graph_max_bs}: no CUDA graph")
+        out.append(f"decode batch {bs} > cuda graph max bs {g.cuda_graph_max_bs}: no CUDA graph")
     if g.ranks_disagree:
         out.append("TP ranks disagree about the gate")
     return out
 
 
-def _worker_line(s: st.ConsoleSnapshot, d: dict) -> Text:
+def _t(*pieces: tuple[str, object]) -> Text:
+    text = Text()
+    for content, style in pieces:
+        text.append(content, style)  # type: ignore[arg-type]
+    return text
+
+
+def _worker_part(s: st.ConsoleSnapshot, d: dict) -> list[Text]:
     w = s.worker
-    g = s.gate
-    t = Text(no_wrap=True, overflow="ellipsis")
-    t.append("worker ", d["label"])
     if w.live_class is None:
-        t.append(fmt.NA, d["dim"])
-        return t
-    t.append(w.live_class, d["value"])
+        return [_t(("worker ", d["label"]), (fmt.NA, d["dim"]))]
+    head = _t(("worker ", d["label"]), (w.live_class, d["value"]))
     if w.status == st.CHECK_VERIFIED:
-        t.append(" ✓ log agrees", d["ok"])
-    elif w.status == st.CHECK_MISMATCH:
-        t.append(" ✗ MISMATCH", d["alarm"])
-    elif w.status == st.CHECK_UNVERIFIED:
-        t.append(" ? live only", d["dim"])
-    return t
+        return [head + _t((" ✓ log agrees", d["ok"]))]
+    if w.status == st.CHECK_MISMATCH:
+        return [head + _t((" ✗ MISMATCH", d["alarm"]))]
+    if w.status == st.CHECK_UNVERIFIED:
+        return [head + _t((" ? live only", d["dim"]))]
+    return [head]
 
 
-def detail_lines(s: st.ConsoleSnapshot, d: dict, width: int = 80) -> list[Text]:
-    """The detail lines, most important first. ``d`` maps style names to Rich styles.
+def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
+    """The details as rows of parts (a row's parts share a line when they fit), most important first.
 
-    The last threshold-control message (e.g. the server's reason for a rejection) comes third
-    and wraps onto two lines of ``width`` cells if needed.
+    ``d`` maps style names (label, value, dim, ok, alarm, pending) to Rich styles. While the
+    server is down the values are drawn in the dim style (they are from before the outage).
     """
     g = s.gate
-    lines: list[Text] = [_worker_line(s, d)]
-    message: list[Text] = []
+    if s.stale:
+        d = {**d, "value": d["dim"]}
+    rows: list[list[Text]] = [_worker_part(s, d)]
+    message: list[list[Text]] = []
     if s.message:
         level = {"error": "alarm", "ok": "ok"}.get(s.message_level, "value")
-        wrapped = textwrap.wrap(s.message, max(10, width)) or [""]
-        if len(wrapped) > 2:
-            wrapped = [wrapped[0], textwrap.shorten(" ".join(wrapped[1:]), max(10, width), placeholder="…")]
-        message = [Text(part, d[level], no_wrap=True, overflow="ellipsis") for part in wrapped]
-    if g is not None:
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append("threshold ", d["label"])
-        t.append(fmt.num(g.threshold, "req"), d["value"])
-        if s.pending is not None and s.pending.threshold is not None and s.pending.threshold != g.threshold:
-            t.append(f" → {s.pending.threshold} pending", d["pending"])
-        t.append("  hysteresis ", d["label"])
-        t.append(fmt.num(g.hysteresis, "req"), d["value"])
-        if s.pending is not None and s.pending.hysteresis is not None and s.pending.hysteresis != g.hysteresis:
-            t.append(f" → {s.pending.hysteresis}", d["pending"])
-        lines.append(t)
-        lines.extend(message)
-        message = []
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append("switches ", d["label"])
-        t.append(fmt.num(g.switches), d["value"])
-        if s.switches_per_min is not None and s.switches_per_min >= 1:
-            t.append(f" ({s.switches_per_min:.0f}/min)", d["alarm"] if s.switches_per_min >= THRASH_PER_MIN else d["dim"])
-        t.append("  accept ", d["label"])
-        al = g.accept_length_recent
-        if al is None and s.load is not None:
-            al = s.load.accept_length
-        t.append(fmt.num(al, "tok/step", 2), d["value"])
-        lines.append(t)
-    lines.extend(message)  # no gate: right after the worker line
-    if s.worker.status == st.CHECK_MISMATCH:
-        lines.append(Text("⚠ " + s.worker.detail, d["alarm"], no_wrap=True, overflow="ellipsis"))
-    for warning in gate_warnings(s):
-        lines.append(Text("⚠ " + warning, d["alarm"], no_wrap=True, overflow="ellipsis"))
+        message = [[Text(s.message, d[level])]]
     if g is None:
-        return lines
-    # extras for taller panels
-    t = Text(no_wrap=True, overflow="ellipsis")
-    t.append("max running ", d["label"])
-    t.append(fmt.num(s.max_running_requests, "req"), d["value"])
-    t.append("  cuda graph max bs ", d["label"])
-    t.append(fmt.num(g.cuda_graph_max_bs), d["value"])
-    lines.append(t)
-    t = Text(no_wrap=True, overflow="ellipsis")
-    t.append("decode steps on ", d["label"])
-    t.append(fmt.num(g.decode_steps_on), d["value"])
-    t.append("  off ", d["label"])
-    t.append(fmt.num(g.decode_steps_off), d["value"])
-    lines.append(t)
+        rows.extend(message)
+        if s.sample_seen:
+            rows.append([Text("started without --speculative-disable-batch-threshold: no gate to show or change", d["dim"])])
+        if s.worker.status == st.CHECK_MISMATCH:
+            rows.append([Text("⚠ " + s.worker.detail, d["alarm"])])
+        return rows
+    p = s.pending
+    thr = _t(("threshold ", d["label"]), (fmt.num(g.threshold, "req"), d["value"]))
+    if p is not None and p.threshold is not None and p.threshold != g.threshold:
+        thr.append(f" → {p.threshold} pending", d["pending"])
+    hys = _t(("hysteresis ", d["label"]), (fmt.num(g.hysteresis, "req"), d["value"]))
+    if p is not None and p.hysteresis is not None and p.hysteresis != g.hysteresis:
+        hys.append(f" → {p.hysteresis} pending", d["pending"])
+    rows.append([thr, hys])
+    rows.extend(message)
+    sw = _t(("switches ", d["label"]), (fmt.num(g.switches), d["value"]))
+    if s.switches_per_min is not None and s.switches_per_min >= THRASH_PER_MIN:
+        sw.append(f" ({s.switches_per_min:.0f}/min: thrashing)", d["alarm"])
+    al = g.accept_length_recent
+    if al is None and s.load is not None:
+        al = s.load.accept_length
+    rows.append([sw, _t(("accept ", d["label"]), (fmt.num(al, "tok/step", 2), d["value"]))])
+    if s.worker.status == st.CHECK_MISMATCH:
+        rows.append([Text("⚠ " + s.worker.detail, d["alarm"])])
+    for warning in gate_warnings(s):
+        rows.append([Text("⚠ " + warning, d["alarm"])])
+    # the rest: below the fold on small terminals (scroll)
+    rows.append([
+        _t(("max running ", d["label"]), (fmt.num(s.max_running_requests, "req"), d["value"])),
+        _t(("cuda graph max bs ", d["label"]), (fmt.num(g.cuda_graph_max_bs, "req"), d["value"])),
+    ])
+    rows.append([
+        _t(("decode batch ", d["label"]), (fmt.num(g.last_decode_batch_size, "req"), d["value"])),
+        _t(("steps on ", d["label"]), (fmt.num(g.decode_steps_on), d["value"]),
+           ("  off ", d["label"]), (fmt.num(g.decode_steps_off), d["value"])),
+    ])
     if g.last_switch is not None:
         ls = g.last_switch
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append("last switch ", d["label"])
-        t.append(f"{ls.direction or '?'} at step {fmt.num(ls.step)}, batch {fmt.num(ls.batch_size)} req", d["value"])
-        lines.append(t)
-    t = Text(no_wrap=True, overflow="ellipsis")
-    t.append("OFF cuda graph ", d["label"])
-    t.append({True: "captured", False: "not captured", None: fmt.NA}[g.off_cuda_graph], d["value"])
-    t.append(f", {fmt.num(g.off_steps_cuda_graph)} steps replayed", d["dim"])
-    lines.append(t)
-    t = Text(no_wrap=True, overflow="ellipsis")
-    t.append("spec ", d["label"])
+        rows.append([_t(("last switch ", d["label"]),
+                        (f"{ls.direction or '?'} at step {fmt.num(ls.step)}, decode batch {fmt.num(ls.batch_size)} req", d["value"]))])
+    rows.append([_t(
+        ("OFF-step CUDA graph ", d["label"]),
+        ({True: "captured", False: "not captured", None: fmt.NA}[g.off_cuda_graph], d["value"]),
+        (f", replayed by {fmt.num(g.off_steps_cuda_graph)} steps", d["dim"]),
+    )])
     overlap = {True: "on", False: "off", None: fmt.NA}[g.overlap]
-    t.append(f"{g.spec_version or fmt.NA}, overlap {overlap}, ", d["value"])
-    t.append(
-        f"{g.speculative_algorithm or fmt.NA} steps {fmt.num(g.num_steps)} topk {fmt.num(g.topk)} "
-        f"draft {fmt.num(g.num_draft_tokens)}",
-        d["value"],
-    )
-    lines.append(t)
+    rows.append([
+        _t(("spec ", d["label"]), (f"{g.spec_version or fmt.NA}, overlap {overlap}", d["value"])),
+        _t((f"{g.speculative_algorithm or fmt.NA} steps {fmt.num(g.num_steps)} topk {fmt.num(g.topk)} "
+            f"draft {fmt.num(g.num_draft_tokens)}", d["value"])),
+    ])
     if g.ranks:
-        t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(f"TP ranks {fmt.num(g.tp_size)}: ", d["label"])
+        t = _t((f"TP ranks {fmt.num(g.tp_size)}: ", d["label"]))
         for r in g.ranks:
             state = "on" if r.spec_enabled else "off" if r.spec_enabled is False else "?"
             t.append(f"TP{r.tp_rank} {state} ", d["alarm"] if g.ranks_disagree else d["value"])
-        lines.append(t)
-    lines.append(Text(s.worker.detail, d["dim"], no_wrap=True, overflow="ellipsis"))
+        t.rstrip()
+        rows.append([t])
+    rows.append([Text(s.worker.detail, d["dim"])])
+    return rows
+
+
+def detail_lines(s: st.ConsoleSnapshot, d: dict, width: int = 80) -> list[Text]:
+    """:func:`detail_rows` laid out ``width`` cells wide (side by side where they fit, else wrapped)."""
+    lines: list[Text] = []
+    for row in detail_rows(s, d):
+        lines.extend(pack(row, width))
     return lines
 
 
 class SpecDetails(SnapshotWidget):
-    """Detail lines under the badge (as many as fit)."""
+    """Detail lines under the badge, all of them (its scroll container shows what fits)."""
 
     COMPONENT_CLASSES = {
         "spec-details--label",
@@ -238,17 +255,31 @@ class SpecDetails(SnapshotWidget):
         "spec-details--pending",
     }
 
-    def render(self) -> Text:
+    def _lines(self, width: int) -> list[Text]:
         d = {name: self.style_of(f"spec-details--{name}") for name in ("label", "value", "dim", "ok", "alarm", "pending")}
-        lines = detail_lines(self.snapshot, d, self.size.width)[: max(1, self.size.height)]
-        text = Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
-        text.no_wrap, text.overflow = True, "ellipsis"
+        return detail_lines(self.snapshot, d, max(10, width))
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self._lines(width))
+
+    _height = -1
+
+    def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
+        height = len(self._lines(self.size.width)) if self.size.width else -1
+        if height != self._height:  # re-layout only when the number of lines changes
+            self._height = height
+            self.refresh(layout=True)
+
+    def render(self) -> Text:
+        text = Text("\n", no_wrap=True).join(self._lines(self.size.width))
+        text.no_wrap = True
         return text
 
 
 class SpecPanel(Vertical):
-    """Bordered container: :class:`SpecBadge` over :class:`SpecDetails`."""
+    """Bordered container: :class:`SpecBadge` over :class:`SpecDetails` in a focusable scroll area."""
 
     def compose(self) -> ComposeResult:
         yield SpecBadge(id="spec-badge")
-        yield SpecDetails(id="spec-details")
+        with VerticalScroll(id="spec-scroll"):
+            yield SpecDetails(id="spec-details")
