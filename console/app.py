@@ -24,13 +24,14 @@ from typing import Any, Iterable
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import Notification, Notify
 from textual.screen import Screen
 
 import themes
-from console import logparse
+from console import logparse, portcheck
 from console import state as st
 from console.client import Backoff, ServerClient, ServerUnreachable
-from console.config import AppConfig
+from console.config import AppConfig, server_host_port
 from console.logfollow import LogFollower
 from console.model import ConsoleModel
 from console.nvml import NvmlReader
@@ -49,6 +50,12 @@ HERE = Path(__file__).resolve().parent
 LOG_READ_S = 0.25
 #: seconds between checks of the server child
 PROCESS_CHECK_S = 0.5
+#: toasts on screen at once (older ones go; identical ones replace each other)
+MAX_TOASTS = 2
+#: seconds a console notice (toast) stays
+NOTICE_TIMEOUT_S = 4.0
+#: toast tag of the threshold-control notices (each replaces the previous one)
+CONTROL = "control"
 
 
 class SpecConsoleApp(App[int]):
@@ -71,6 +78,8 @@ class SpecConsoleApp(App[int]):
         Binding("plus,equals_sign", "threshold_step(1)", "Thr+1", key_display="+"),
         Binding("minus", "threshold_step(-1)", "Thr-1", key_display="-"),
         Binding("t", "threshold_dialog", "Set"),
+        # --readonly: the keys above are hidden (check_action) and these say why instead
+        Binding("plus,equals_sign,minus,t", "readonly_notice", "Read-only", show=False),
         Binding("slash", "log_prompt('search')", "Search", key_display="/"),
         Binding("n", "next_match(1)", "Next match", show=False),
         Binding("N", "next_match(-1)", "Previous match", show=False),
@@ -108,6 +117,8 @@ class SpecConsoleApp(App[int]):
         self._last_check = st.CHECK_UNKNOWN
         self._crash_shown = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._tagged: dict[str, tuple[str, str]] = {}  # toast identity -> (tag, message kind)
+        self._port_owner_ok = False  # the port's listener was checked to be our child
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -210,20 +221,64 @@ class SpecConsoleApp(App[int]):
         self._poll_loop()
         self.publish()
 
+    def _server_port(self) -> tuple[str, int | None]:
+        """(host, port) the child server binds, from its command line."""
+        return server_host_port(self.cfg.server_command or [])
+
+    def _port_hint(self) -> str:
+        if self.cfg.mode == "demo":
+            return "stop it, or pass --port P (specconsole demo --port P)"
+        return "stop it, or give the server another port (specconsole launch -- ... --port P)"
+
     def _start_process(self) -> None:
+        """Start the child once its port is known to be free (a server already there is never taken for ours)."""
+        self._port_owner_ok = False
+        self._start_checked()
+
+    @work(exclusive=True, group="start", exit_on_error=False)
+    async def _start_checked(self) -> None:
+        host, port = self._server_port()
+        taken = None
+        if port is not None:
+            taken = await asyncio.to_thread(
+                portcheck.check_port, host, port, hint=self._port_hint(), api_key=self.cfg.api_key)
+        if self._quitting:
+            return
+        if taken is not None:
+            self._not_started(taken.short, taken.message, f"server not started: port {port} is in use (see the log)")
+            return
+        self._spawn()  # on the event loop's (main) thread: the parent-death signal is tied to it
+
+    def _not_started(self, short: str, full: str | None = None, notice: str | None = None) -> None:
+        """The child was not started: ``short`` on screen, ``full`` in the log pane, ``notice`` as a toast."""
+        assert self.proc is not None
+        self.model.on_process(st.ProcessState(phase=st.PHASE_CRASHED, exit_code=None, last_lines=(full or short,),
+                                              command=" ".join(self.proc.command), error=short))
+        self.console_line(f"server not started: {full or short}")
+        self.notice(notice or f"server not started: {short}", severity="error", timeout=10)
+        self.publish()
+
+    def _spawn(self) -> None:
         assert self.proc is not None
         try:
             self.proc.start()
         except OSError as exc:
-            self.model.on_process(st.ProcessState(phase=st.PHASE_CRASHED, exit_code=None,
-                                                  last_lines=(f"could not start: {exc}",), command=" ".join(self.proc.command)))
-            self.console_line(f"could not start the server: {exc}")
+            self._not_started(f"could not start: {exc}")
             return
         self.model.on_process(st.ProcessState(
             phase=st.PHASE_STARTING, pid=self.proc.pid, started_at=self.proc.started_at,
             restarts=self.proc.starts - 1, command=" ".join(self.proc.command),
         ))
         self.console_line(f"started server pid {self.proc.pid} (process group {self.proc.pgid})")
+        self.poll_now()
+        self.publish()
+
+    def child_alive(self) -> bool:
+        """Launch/demo: the server child runs (started, not exited, not being stopped). Attach: True."""
+        proc = self.proc
+        if proc is None:
+            return True
+        return proc.popen is not None and not proc.stopping and proc.poll() is None
 
     def _show_no_server(self) -> None:
         from console.config import user_config_dir
@@ -287,29 +342,85 @@ class SpecConsoleApp(App[int]):
 
     @work(exclusive=True, group="poll", exit_on_error=False)
     async def _poll_loop(self) -> None:
-        """Poll forever: /server_info + /v1/loads every interval, backing off while down."""
+        """Poll forever: /server_info + /v1/loads every interval, backing off while down.
+
+        Launch/demo: only while the child runs, and a sample counts only when the process
+        listening on the port is the child (or cannot be told apart): whatever else answers on
+        that port (a server that was there first, or took the port after a crash) is never
+        shown as the console's server.
+        """
         assert self.client is not None
         while True:
+            if not self.child_alive():
+                # nothing of ours to poll (starting, crashed, stopped): never talk to the port
+                if self.proc is not None and self.proc.popen is not None:
+                    self._check_process()
+                await self._sleep(self.cfg.interval_s)
+                continue
             polled_at = self.model.clock()
+            was_down = self.model.connection.reachable is not True
             try:
                 sample = await self.client.poll()
             except ServerUnreachable as exc:
                 self.model.on_failure(str(exc))
             else:
-                for msg in self.model.on_sample(sample, polled_at):
-                    self.console_line(msg)
-                p = self.model.process
-                if p is not None and p.phase not in (st.PHASE_READY, st.PHASE_CRASHED, st.PHASE_STOPPING, st.PHASE_STOPPED):
-                    self.model.on_process(replace(p, phase=st.PHASE_READY))
-            self.publish()
+                foreign = await self._foreign_listener()
+                if not self.child_alive():
+                    self._check_process()  # it exited while we asked: the answer is not its
+                elif foreign:
+                    self._on_foreign(foreign)
+                else:
+                    for msg in self.model.on_sample(sample, polled_at):
+                        self.console_line(msg)
+                    if was_down:
+                        self._clear_tagged(model_kind="connection")
+                    p = self.model.process
+                    if p is not None and p.phase not in (st.PHASE_READY, st.PHASE_CRASHED, st.PHASE_STOPPING, st.PHASE_STOPPED):
+                        self.model.on_process(replace(p, phase=st.PHASE_READY))
             failures = self.model.connection.failures
             starting = self.model.process is not None and self.model.process.phase != st.PHASE_READY
             delay = self.cfg.interval_s if starting else self.backoff.delay(failures)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except asyncio.TimeoutError:
-                pass
+            self.model.poll_delay_s = delay
+            self.publish()
+            await self._sleep(delay)
+
+    async def _sleep(self, delay: float) -> None:
+        """Wait ``delay`` seconds or until :meth:`poll_now`."""
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=delay)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _foreign_listener(self) -> str | None:
+        """Launch/demo: who holds the port if it is provably not the child, else None.
+
+        Checked (Linux, ``/proc``) until the child is seen holding it once per start; a
+        listener this user may not inspect (another user's, a container proxy) counts as ours.
+        """
+        if self.proc is None or self._port_owner_ok:
+            return None
+        _, port = self._server_port()
+        if port is None:
+            self._port_owner_ok = True
+            return None
+        owners = await asyncio.to_thread(portcheck.listener_pids, port)
+        if not owners:  # not Linux, or a listener we may not inspect: cannot be told apart
+            self._port_owner_ok = True
+            return None
+        if owners & set(self.proc.members()):
+            self._port_owner_ok = True
+            return None
+        return f"port {port} is held by {portcheck.process_line(min(owners), 40)}, not by the server this console started"
+
+    def _on_foreign(self, who: str) -> None:
+        first = not self.model.connection.foreign
+        self.model.on_failure(who, foreign=True)
+        if first:
+            self.console_line(who + ": not shown, nothing sent there")
+            _, port = self._server_port()
+            self.notice(f"port {port} is held by another process: not shown, nothing sent",
+                        severity="error", timeout=10)
 
     def poll_now(self) -> None:
         """Wake the poll loop now (after a change, or when the server became ready)."""
@@ -414,10 +525,17 @@ class SpecConsoleApp(App[int]):
         if isinstance(self.screen, NoServerScreen) and action not in ("quit", "help", "command_palette"):
             return False
         if action in ("threshold_step", "threshold_dialog"):
-            return self.cfg.mode != "none"  # read-only: the action says so instead of ignoring the key
+            # hidden in --readonly (the footer does not offer them); readonly_notice answers the keys
+            return self.cfg.mode != "none" and not self.cfg.readonly
+        if action == "readonly_notice":
+            return self.cfg.mode != "none" and self.cfg.readonly
         if action == "restart":
             return self.cfg.mode != "none"
         return True
+
+    def action_readonly_notice(self) -> None:
+        """A threshold key in --readonly: say why nothing happens."""
+        self._refuse(self.model.check_request() or "read-only: threshold changes are disabled (--readonly)")
 
     async def action_quit(self) -> None:
         """Quit; in launch/demo mode stop the server's process group first."""
@@ -458,10 +576,48 @@ class SpecConsoleApp(App[int]):
             self.request_change(req.threshold, req.hysteresis)
 
     def _refuse(self, why: str) -> None:
-        self.model.set_message(why, "error")
+        kind = self.model.refuse(why)
         self.console_line(why)
-        self.notify(why, severity="warning")
+        self.notice(why, severity="warning", tag=CONTROL, kind=kind)
         self.publish()
+
+    # -- notices (toasts) ------------------------------------------------------------------
+
+    def notice(self, message: str, *, title: str = "", severity: str = "information",
+               timeout: float = NOTICE_TIMEOUT_S, tag: str = "", kind: str = "") -> None:
+        """A toast (plain text). A ``tag`` replaces the shown toast of that tag instead of
+        stacking (``control``: threshold-control notices); ``kind`` ``connection`` is removed
+        as soon as the server answers again."""
+        n = Notification(message, title, severity, timeout, markup=False)  # type: ignore[arg-type]
+        if tag or kind:
+            self._tagged[n.identity] = (tag, kind)
+        self.post_message(Notify(n))
+
+    def _clear_tagged(self, model_kind: str) -> None:
+        """Remove the toasts of ``model_kind`` (e.g. ``connection`` after a reconnect)."""
+        for n in list(self._notifications):
+            if self._tagged.get(n.identity, ("", ""))[1] == model_kind:
+                self._unnotify(n)
+
+    def _on_notify(self, event: Notify) -> None:
+        """Collapse toasts: an identical one, or one of the same tag, replaces the old one
+        (presses repeated fast do not stack up over the screen); at most MAX_TOASTS at once."""
+        event.prevent_default()  # instead of App's handler, which stacks every toast
+        new = event.notification
+        tag = self._tagged.get(new.identity, ("", ""))[0]
+        for old in list(self._notifications):
+            same_tag = bool(tag) and self._tagged.get(old.identity, ("", ""))[0] == tag
+            if same_tag or (old.message == new.message and old.title == new.title):
+                self._unnotify(old, refresh=False)
+                self._tagged.pop(old.identity, None)
+        self._notifications.add(new)
+        for old in list(self._notifications)[:-MAX_TOASTS]:
+            self._unnotify(old, refresh=False)
+            self._tagged.pop(old.identity, None)
+        if len(self._tagged) > 200:  # expired toasts
+            live = {n.identity for n in self._notifications}
+            self._tagged = {k: v for k, v in self._tagged.items() if k in live}
+        self._refresh_notifications()
 
     def request_change(self, threshold: int | None, hysteresis: int | None) -> None:
         """Validate a gate change, make it the pending target and send it (absolute values)."""
@@ -485,15 +641,23 @@ class SpecConsoleApp(App[int]):
     @work(group="set", exit_on_error=False)
     async def _send_change(self, change: dict[str, int]) -> None:
         assert self.client is not None
+        not_sent = None
+        if not self.child_alive():  # launch/demo: never send to whatever else holds the port
+            not_sent = "the server this console started is not running"
+        elif self.model.connection.foreign:
+            not_sent = "another process holds the port"
         try:
+            if not_sent:
+                raise ServerUnreachable(not_sent)
             result = await self.client.set_gate(change.get("threshold"), change.get("hysteresis"))
         except ServerUnreachable as exc:
-            lines = self.model.on_set_failure(change, str(exc))
-            self.notify(lines[0], severity="error")
+            lines = self.model.on_set_failure(change, str(exc), delivered=not not_sent)
+            self.notice(lines[0], severity="error", tag=CONTROL)
         else:
             lines = self.model.on_set_result(change, result)
             if not result.updated:
-                self.notify(result.reason or "rejected", title="server rejected the change", severity="error")
+                self.notice(result.reason or "rejected", title="server rejected the change",
+                            severity="error", tag=CONTROL)
         for line in lines:
             self.console_line(line)
         self.publish()

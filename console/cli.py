@@ -116,15 +116,16 @@ def demo_config(base: AppConfig, port: int | None = None, extra: list[str] | Non
     port = port or free_port()
     extra = list(extra if extra is not None else base.demo_args)
     log_path = _log_file(base.log_dir, "demo")
-    command = demo_server_command() + [
+    server_args = [
         "--port", str(port),
         "--speculative-disable-batch-threshold", "32",
         "--speculative-disable-hysteresis", "4",
         *extra,
     ]
     return replace(
-        base, mode="demo", url=f"http://127.0.0.1:{port}", log_path=log_path, server_command=command,
-        nvml="sim" if base.nvml != "real" else "real", api_key=None,
+        base, mode="demo", url=url_from_server_args(server_args), log_path=log_path,
+        server_command=demo_server_command() + server_args,
+        nvml="sim" if base.nvml != "real" else "real", api_key=api_key_from_server_args(server_args),
     )
 
 
@@ -168,6 +169,10 @@ def resolve(argv: list[str]) -> AppConfig:
     if base.theme not in themes.THEMES:
         parser.error(f"unknown theme {base.theme!r}; known: {', '.join(themes.THEMES)}")
 
+    if getattr(args, "stop_timeout", 0) < 0:
+        parser.error(f"--stop-timeout must be >= 0 s (got {args.stop_timeout:g})")
+    if getattr(args, "port", None) is not None and not 1 <= args.port <= 65535:
+        parser.error(f"--port must be 1-65535 (got {args.port})")
     if args.mode == "launch":
         if not extra:
             parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
@@ -218,9 +223,38 @@ def reset_terminal() -> None:
         pass
 
 
+def port_problem(cfg: AppConfig) -> str | None:
+    """Launch/demo: why the server cannot be started on its port (something is there), or None."""
+    if not cfg.server_command:
+        return None
+    from console.config import server_host_port
+    from console.portcheck import port_problem as check
+
+    host, port = server_host_port(cfg.server_command)
+    if port is None:
+        return None
+    if cfg.mode == "demo":
+        hint = "stop it, or pass --port P (specconsole demo --port P)"
+    else:
+        hint = "stop it, or give the server another port (specconsole launch -- ... --port P)"
+    problem = check(host, port, hint=hint, api_key=cfg.api_key)
+    if problem:
+        problem += f". To watch that server instead: specconsole attach {cfg.url}"
+    return problem
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``specconsole`` entry point. Returns the process exit code."""
     cfg = resolve(list(sys.argv[1:] if argv is None else argv))
+    problem = port_problem(cfg)
+    if problem:  # before the screen: the message stays in the terminal
+        import shutil
+        import textwrap
+
+        width = max(40, min(100, shutil.get_terminal_size((100, 24)).columns - 1))
+        print(textwrap.fill(f"specconsole: {problem}", width=width, subsequent_indent="  ",
+                            break_on_hyphens=False), file=sys.stderr)
+        return 1
     from console.app import SpecConsoleApp
 
     nvml_module = None

@@ -11,6 +11,8 @@ failures into growing poll delays.
 
 from __future__ import annotations
 
+import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,24 +28,67 @@ class ServerUnreachable(Exception):
     """The server did not answer usefully (down, slow, auth, or not an SGLang server)."""
 
 
-def status_reason(code: int) -> str:
-    """A short human reason for an HTTP error status (auth errors say what to do)."""
+def status_reason(code: int, api_key_given: bool = False) -> str:
+    """A short human reason for an HTTP error status (auth errors say what to do).
+
+    401/403 say ``pass --api-key`` when no key was given, and that the key was rejected when
+    one was.
+    """
     if code == 401:
-        return "HTTP 401 unauthorized: pass --api-key"
+        return "the API key was rejected (HTTP 401)" if api_key_given else "HTTP 401 unauthorized: pass --api-key"
     if code == 403:
+        if api_key_given:
+            return "the API key was rejected (HTTP 403): this needs the server's --admin-api-key"
         return "HTTP 403 forbidden: pass the server's --admin-api-key as --api-key"
     return f"HTTP {code}"
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, httpx.ConnectError):
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in out and len(out) < 8:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Why a connection failed, from the exception chain: refused, TLS, unknown host, other."""
+    chain = _chain(exc)
+    text = " ".join(str(e) for e in chain)
+    if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in text or "TLS" in text:
+        detail = _first_line(next((e for e in chain if isinstance(e, ssl.SSLError)), exc))
+        hint = " (a plain http:// server?)" if "WRONG_VERSION_NUMBER" in text or "wrong version" in text else ""
+        return f"TLS error: {detail}{hint}"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or "refused" in text.lower():
         return "connection refused"
+    if any(isinstance(e, socket.gaierror) for e in chain) or "Name or service not known" in text \
+            or "nodename nor servname" in text or "getaddrinfo" in text:
+        return f"host not found ({_first_line(exc)})"
+    return f"cannot connect: {_first_line(exc)}"
+
+
+def _reason(exc: BaseException, api_key_given: bool = False) -> str:
+    if isinstance(exc, httpx.ConnectError):
+        return connect_reason(exc)
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
     if isinstance(exc, httpx.HTTPStatusError):
-        return status_reason(exc.response.status_code)
+        return status_reason(exc.response.status_code, api_key_given)
     if isinstance(exc, httpx.UnsupportedProtocol):
         return "unsupported URL scheme (use http:// or https://)"
+    if isinstance(exc, (httpx.ReadError, httpx.WriteError)):
+        detail = f": {_first_line(exc)}" if str(exc).strip() else ""
+        return f"protocol error: connection closed without an HTTP answer{detail} (an https:// server?)"
+    if isinstance(exc, httpx.ProtocolError):
+        return f"protocol error: {_first_line(exc)} (not an HTTP server, or an https:// one?)"
+    if isinstance(exc, ValueError):
+        return "answer is not JSON (not an SGLang server?)"
     return type(exc).__name__ + (f": {exc}" if str(exc) else "")
 
 
@@ -79,13 +124,16 @@ def parse_set_result(data: Any) -> SetResult:
     """Parse the ``/set_internal_state`` answer; raises ValueError when it is not the contract's shape."""
     if not isinstance(data, dict) or not isinstance(data.get("updated"), bool):
         raise ValueError(f"unexpected answer: {str(data)[:200]}")
-    thr = data.get("threshold")
-    hys = data.get("hysteresis")
+
+    def _int(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
     return SetResult(
         updated=data["updated"],
         reason=data.get("reason") if isinstance(data.get("reason"), str) else None,
-        threshold=thr if isinstance(thr, int) and not isinstance(thr, bool) else None,
-        hysteresis=hys if isinstance(hys, int) and not isinstance(hys, bool) else None,
+        threshold=_int(data.get("threshold")),
+        hysteresis=_int(data.get("hysteresis")),
+        decode_step=_int(data.get("decode_step")),
     )
 
 
@@ -107,6 +155,7 @@ class ServerClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.api_key_given = bool(api_key)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, trust_env=False
@@ -123,7 +172,7 @@ class ServerClient:
             resp.raise_for_status()
             return resp.json()
         except (httpx.HTTPError, ValueError) as exc:
-            raise ServerUnreachable(_reason(exc)) from exc
+            raise ServerUnreachable(_reason(exc, self.api_key_given)) from exc
 
     async def health(self) -> bool:
         """True when ``GET /health`` answers 200."""
@@ -154,7 +203,7 @@ class ServerClient:
                     resp.raise_for_status()
                     loads = resp.json()
             except (httpx.HTTPError, ValueError) as exc:
-                raise ServerUnreachable(_reason(exc)) from exc
+                raise ServerUnreachable(_reason(exc, self.api_key_given)) from exc
         return parse_server_info(info, loads)
 
     async def set_gate(self, threshold: int | None = None, hysteresis: int | None = None) -> SetResult:
@@ -174,9 +223,9 @@ class ServerClient:
         try:
             resp = await self._client.post("/set_internal_state", json={"server_args": args})
         except httpx.HTTPError as exc:
-            raise ServerUnreachable(_reason(exc)) from exc
+            raise ServerUnreachable(_reason(exc, self.api_key_given)) from exc
         if resp.status_code in (401, 403):
-            raise ServerUnreachable(status_reason(resp.status_code))
+            raise ServerUnreachable(status_reason(resp.status_code, self.api_key_given))
         try:
             return parse_set_result(resp.json())
         except ValueError as exc:

@@ -19,7 +19,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 
 try:
     import tomllib
@@ -112,35 +114,59 @@ class AppConfig:
     demo_args: list[str] = field(default_factory=list)
 
 
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
+
+
+def valid_host(host: str) -> bool:
+    """True for an IP address or a DNS host name (letters, digits, ``-`` and ``.``; no spaces)."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(_HOST_LABEL.match(label) for label in name.split("."))
+
+
 def normalize_url(text: str) -> str:
     """The server base URL for ``text``: ``http://`` added when no scheme is given, no trailing slash.
 
     ``127.0.0.1:30000`` -> ``http://127.0.0.1:30000``. Raises ConfigError (with a message for
-    the user) for another scheme, a missing host or a port that is not a number.
+    the user) for another scheme, a missing or malformed host (``not a url``), a port that is
+    not a number or out of range.
     """
     from urllib.parse import urlsplit
 
     raw = text.strip()
+    example = "(e.g. http://127.0.0.1:30000)"
     url = raw if "://" in raw else "http://" + raw
     try:
         parts = urlsplit(url)
-        port = parts.port  # raises ValueError for a non-numeric port
-    except ValueError:
-        raise ConfigError(f"server URL {raw!r}: the port is not a number (e.g. http://127.0.0.1:30000)") from None
+    except ValueError as exc:
+        raise ConfigError(f"server URL {raw!r} is not a URL ({exc}) {example}") from None
     if parts.scheme not in ("http", "https"):
-        raise ConfigError(f"server URL {raw!r}: use http:// or https:// (e.g. http://127.0.0.1:30000)")
+        raise ConfigError(f"server URL {raw!r}: use http:// or https:// {example}")
+    try:
+        port = parts.port  # raises ValueError for a non-numeric or out-of-range port
+    except ValueError:
+        port_text = parts.netloc.rsplit(":", 1)[-1]
+        if port_text.isdigit():
+            raise ConfigError(f"server URL {raw!r}: port {port_text} is out of range (1-65535) {example}") from None
+        raise ConfigError(f"server URL {raw!r}: the port is not a number {example}") from None
+    if port == 0:
+        raise ConfigError(f"server URL {raw!r}: port 0 is out of range (1-65535) {example}")
     if not parts.hostname:
-        raise ConfigError(f"server URL {raw!r} has no host (e.g. http://127.0.0.1:30000)")
-    del port
+        raise ConfigError(f"server URL {raw!r} has no host {example}")
+    if any(ch.isspace() for ch in raw) or not valid_host(parts.hostname):
+        raise ConfigError(f"server URL {raw!r}: {parts.hostname!r} is not a host name or IP address {example}")
     return url.rstrip("/")
 
 
-def url_from_server_args(args: list[str]) -> str:
-    """Base URL a server started with ``args`` will answer on (``--host``/``--port``, SGLang defaults)."""
+def server_host_port(args: list[str]) -> tuple[str, int | None]:
+    """``(host, port)`` a server started with ``args`` binds (``--host``/``--port``, the last one
+    wins; SGLang's defaults 127.0.0.1 and 30000). ``port`` is None when it is not a number."""
     host, port = "127.0.0.1", "30000"
-    it = iter(range(len(args)))
-    for i in it:
-        a = args[i]
+    for i, a in enumerate(args):
         for flag in ("--host", "--port"):
             value = None
             if a == flag and i + 1 < len(args):
@@ -152,11 +178,20 @@ def url_from_server_args(args: list[str]) -> str:
                     host = value
                 else:
                     port = value
+    try:
+        return host, int(port)
+    except ValueError:
+        return host, None
+
+
+def url_from_server_args(args: list[str]) -> str:
+    """Base URL a server started with ``args`` will answer on (``--host``/``--port``, SGLang defaults)."""
+    host, port = server_host_port(args)
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"http://{host}:{port if port is not None else 30000}"
 
 
 def api_key_from_server_args(args: list[str]) -> str | None:

@@ -7,9 +7,11 @@ Run it like a real server, in its own process, on its own port::
 
 It serves the README contract — ``GET /health``, ``GET /server_info`` (with
 ``internal_states[0].spec_gate``), ``GET /v1/loads?include=core,spec`` (SGLang 0.5.12 shape),
-``POST /set_internal_state`` (same validation and answers; accepted changes apply from the next
-simulated decode batch, each one in the order received and each logged as
-``spec_gate: threshold A -> B``) — and writes SGLang-format log lines
+``POST /set_internal_state`` (same validation and answers, ``decode_step`` included; accepted
+changes apply from the next simulated decode batch, each one in the order received and each
+logged as ``spec_gate: threshold A -> B``; a body that is not a request at all — empty, not
+JSON, not ``{"server_args": {...}}`` alone — is answered HTTP 400 in the same shape; an integer
+too long for a batch size is "out of range") — and writes SGLang-format log lines
 (startup progress, ``Spec v2 is enabled ...``, ``spec_gate:`` lines, ``Decode batch`` lines) to
 ``--log FILE`` or to stdout. Standard library only (``http.server``).
 
@@ -19,7 +21,10 @@ is that, capped at ``--max-running-requests`` (the rest waits in the queue). The
 speculation off when batch size >= threshold N and back on when batch size < N - H. Generation
 throughput (tok/s) and accept length come from the measured H200 table
 (:mod:`console.throughput`), interpolated by batch size: EAGLE-3 column while ON, no-speculation
-column while OFF.
+column while OFF. ``spec_gate`` also carries the draft-warmth fields (accept length of the first
+ON batch after an off->on switch and of the first 16; that first batch is simulated 0.1 below the
+usual value) and the graph-replay counters (OFF steps replay the OFF target and draft-extend
+graphs, ON steps the ON target graph, each while the batch fits ``--cuda-graph-max-bs``).
 
 Like SGLang it starts helper processes (one sleeping "scheduler" per TP rank) in its process
 group, so process-group handling can be tested without a GPU.
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -155,7 +161,34 @@ class GateSim:
     steps_on: int = 0
     steps_off: int = 0
     off_steps_graph: int = 0
+    off_target_graph_replays: int = 0
+    off_draft_extend_graph_replays: int = 0
+    on_target_graph_replays: int = 0
     last_switch: dict[str, Any] | None = None
+    #: accept length sum, batches since the last off->on switch (the first FIRST_ON_STEPS only)
+    since_on_sum: float = 0.0
+    steps_since_on: int = 0
+    first_on: float | None = None
+
+    #: ON batches measured after each off->on switch (as server_patch's gate)
+    FIRST_ON_STEPS = 16
+
+    def record_on(self, accept_length: float, batches: int, first: float | None = None) -> None:
+        """``batches`` ON decode batches with this accept length (``first``: the first one's, if new)."""
+        if self.steps_since_on == 0:
+            self.first_on = first if first is not None else accept_length
+        n = min(batches, self.FIRST_ON_STEPS - self.steps_since_on)
+        if n > 0:
+            if self.steps_since_on == 0 and first is not None:
+                self.since_on_sum += first + accept_length * (n - 1)
+            else:
+                self.since_on_sum += accept_length * n
+            self.steps_since_on += n
+
+    @property
+    def accept_length_since_on(self) -> float | None:
+        """Mean accept length of the first (up to 16) ON batches after the last off->on switch."""
+        return self.since_on_sum / self.steps_since_on if self.steps_since_on else None
 
     def decide(self, batch_size: int, step: int) -> str | None:
         """Apply the rule to one decode batch; returns ``"on"``/``"off"`` when it switches."""
@@ -165,12 +198,17 @@ class GateSim:
             self.spec_on = False
         elif not self.spec_on and batch_size < self.threshold - self.hysteresis:
             self.spec_on = True
+            self.since_on_sum, self.steps_since_on, self.first_on = 0.0, 0, None
         else:
             return None
         self.switches += 1
         direction = "on" if self.spec_on else "off"
         self.last_switch = {"step": step, "direction": direction, "batch_size": batch_size}
         return direction
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 class Simulation:
@@ -194,6 +232,7 @@ class Simulation:
         self.pending: list[dict[str, int]] = []
         self.pending_at = 0.0
         self.step = 0
+        self.steps_per_tick = 1
         self.batch = 0
         self.waiting = 0
         self.tput = 0.0
@@ -237,12 +276,22 @@ class Simulation:
                 steps_per_s /= self.accept_now
             steps = max(1, int(round(steps_per_s * a.tick)))
             self.step += steps
+            self.steps_per_tick = steps
+            graph = self.batch <= a.cuda_graph_max_bs
             if on:
                 self.gate.steps_on += steps
+                # the first ON batch after OFF steps: the draft's KV was kept current by the
+                # OFF steps' draft extend, so it is only a little below the usual accept length
+                first = self.accept_now - 0.1 if self.gate.steps_since_on == 0 and self.gate.switches else None
+                self.gate.record_on(self.accept_now, steps, first)
+                if graph:
+                    self.gate.on_target_graph_replays += steps
             else:
                 self.gate.steps_off += steps
-                if self.batch <= a.cuda_graph_max_bs:
+                if graph:
                     self.gate.off_steps_graph += steps
+                    self.gate.off_target_graph_replays += steps
+                    self.gate.off_draft_extend_graph_replays += steps
             self.token_usage = min(1.0, (self.batch + self.waiting * 0.2) * 384 / 812_345 * 8)
 
     def _apply_pending(self) -> None:
@@ -319,8 +368,14 @@ class Simulation:
             "switches": g.switches,
             "last_switch": g.last_switch,
             "accept_length_recent": round(self.accept_recent, 3) if self.accept_recent is not None else None,
+            "accept_length_since_on": _round(g.accept_length_since_on),
+            "accept_length_first_on_step": _round(g.first_on),
+            "steps_since_on": g.steps_since_on,
             "off_cuda_graph": True,
             "off_steps_cuda_graph": g.off_steps_graph,
+            "off_target_graph_replays": g.off_target_graph_replays,
+            "off_draft_extend_graph_replays": g.off_draft_extend_graph_replays,
+            "on_target_graph_replays": g.on_target_graph_replays,
             "tp_rank": 0,
             "tp_size": a.tp_size,
             "ranks": ranks,
@@ -381,8 +436,48 @@ class Simulation:
                 },
             }
 
+    def body_error(self, body: Any) -> str | None:
+        """Why ``body`` is not a ``/set_internal_state`` request at all (HTTP 400), or None."""
+        if not isinstance(body, dict):
+            return 'body must be a JSON object {"server_args": {...}}'
+        extra = sorted(set(body) - {"server_args"})
+        if extra:
+            return f'unknown top-level keys {extra}: the body must be {{"server_args": {{...}}}} only'
+        sa = body.get("server_args")
+        if not isinstance(sa, dict) or not sa:
+            return 'body must be {"server_args": {...}} with at least one key'
+        return None
+
+    def rejection(self, reason: str) -> dict[str, Any]:
+        """The contract's rejection answer with the values in force."""
+        thr, hys = self.current_values()
+        return {"updated": False, "reason": reason, "threshold": thr, "hysteresis": hys}
+
+    def handle_post(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+        """``POST /set_internal_state`` from the raw body: ``(HTTP status, answer)``.
+
+        A body that is not a request (empty, not JSON, not ``{"server_args": {...}}``, other
+        top-level keys) is answered 400; a request with invalid values 200 with
+        ``updated: false`` (the contract's answer); both in the contract's shape.
+        """
+        if not raw.strip():
+            return 400, self.rejection('empty body: expected {"server_args": {...}}')
+        try:
+            body = json.loads(raw, parse_int=_parse_int)
+        except (ValueError, RecursionError):
+            return 400, self.rejection("body is not JSON")
+        err = self.body_error(body)
+        if err:
+            return 400, self.rejection(err)
+        return 200, self.set_internal_state(body)
+
     def set_internal_state(self, body: Any) -> dict[str, Any]:
-        """``POST /set_internal_state``: validate per README; apply from the next decode batch."""
+        """``POST /set_internal_state``: validate per README; apply from the next decode batch.
+
+        The answer of an accepted change carries ``decode_step``: the first decode batch the
+        new values decide (the next one; with ``--apply-delay``, an estimate of the batch
+        after the delay).
+        """
         with self.lock:
             g = self.gate
             cur_t, cur_h = self._current()
@@ -393,9 +488,9 @@ class Simulation:
                         self.log(f"spec_gate: rejected {args!r}: {reason}", tp=r)
                 return {"updated": False, "reason": reason, "threshold": cur_t, "hysteresis": cur_h}
 
-            sa = body.get("server_args") if isinstance(body, dict) else None
-            if not isinstance(sa, dict) or not sa:
-                return reject("body must be {\"server_args\": {...}} with at least one key", sa)
+            if self.body_error(body):
+                return reject(self.body_error(body) or "", body)
+            sa = body["server_args"]
             keys = set(sa)
             if not keys & GATE_KEYS:
                 return {"updated": False, "reason": "demo server: only the speculation gate keys can be set",
@@ -406,6 +501,8 @@ class Simulation:
                 return reject(f"gate keys cannot be mixed with other keys: {sorted(keys - GATE_KEYS)}", sa)
             new_t, new_h = sa.get(THRESHOLD_KEY, cur_t), sa.get(HYSTERESIS_KEY, cur_h)
             for name, val in (("threshold", new_t), ("hysteresis", new_h)):
+                if isinstance(val, _BigInt):
+                    return reject(f"{name} {val!r} is out of range", sa)
                 if isinstance(val, bool) or not isinstance(val, int):
                     return reject(f"{name} must be an integer, got {val!r}", sa)
             if new_t < 1:
@@ -416,9 +513,27 @@ class Simulation:
                 return reject("hysteresis must be >= 0", sa)
             if new_h >= new_t:
                 return reject(f"hysteresis {new_h} must be < threshold {new_t}", sa)
-            self.pending_at = time.monotonic() + self.args.apply_delay
+            delay = self.args.apply_delay
+            self.pending_at = time.monotonic() + delay
             self.pending.append({key: sa[key] for key in (THRESHOLD_KEY, HYSTERESIS_KEY) if key in sa})
-            return {"updated": True, "reason": None, "threshold": new_t, "hysteresis": new_h}
+            ticks = math.ceil(delay / self.args.tick) if delay > 0 and self.args.tick > 0 else 0
+            decode_step = self.step + ticks * self.steps_per_tick
+            return {"updated": True, "reason": None, "threshold": new_t, "hysteresis": new_h,
+                    "decode_step": decode_step}
+
+
+class _BigInt:
+    """A JSON integer too long to be a batch size (kept out of ``int()``: no 4300-digit error)."""
+
+    def __init__(self, digits: str) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<{len(self.digits.lstrip('-'))}-digit integer>"
+
+
+def _parse_int(text: str) -> int | _BigInt:
+    return int(text) if len(text.lstrip("-")) <= 18 else _BigInt(text)
 
 
 def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
@@ -467,18 +582,18 @@ def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             if not self._authorized(url.path):
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                length = max(0, int(self.headers.get("Content-Length") or 0))
+            except ValueError:
+                self.close_connection = True
+                self._send(400, sim.rejection("bad Content-Length"))
+                return
             raw = self.rfile.read(length) if length else b""
             if url.path != "/set_internal_state":
                 self._send(404, {"detail": "Not Found"})
                 return
-            try:
-                body = json.loads(raw or b"null")
-            except ValueError:
-                thr, hys = sim.current_values()
-                self._send(400, {"updated": False, "reason": "body is not JSON", "threshold": thr, "hysteresis": hys})
-                return
-            self._send(200, sim.set_internal_state(body))
+            code, answer = sim.handle_post(raw)
+            self._send(code, answer)
 
     return Handler
 

@@ -12,7 +12,13 @@ threshold-change protocol:
   the server (which applies each from its next decode batch and logs each) ends at the last
   value: last write wins. When the server does not answer, the rest of the queue is dropped;
 * the change is reported as confirmed only when a poll *started after* the server accepted the
-  latest target shows it in ``spec_gate``.
+  latest target shows it in ``spec_gate``;
+* a change that got no answer (timeout, server frozen) is remembered: when ``spec_gate`` later
+  shows its values (the server applied it late) that is confirmed too, and when the server is
+  back but shows the old values the message says so instead of "no answer".
+
+Messages caused by the connection being down (a refused key press, ...) are cleared when the
+server answers again.
 """
 
 from __future__ import annotations
@@ -31,6 +37,12 @@ CONFIRM_TIMEOUT_S = 15.0
 SWITCH_WINDOW_S = 60.0
 #: seconds a threshold-control message stays in the speculation panel (the log pane keeps it)
 MESSAGE_TTL_S = 30.0
+#: seconds a change without an answer is watched for (confirmed if spec_gate shows it later)
+UNANSWERED_TTL_S = 600.0
+#: seconds after the server answers again before an unanswered change is called "not applied"
+UNANSWERED_GRACE_S = 3.0
+#: message kind: caused by the connection (cleared when the server answers again)
+KIND_CONNECTION = "connection"
 
 
 def validate_threshold(value: int, max_running_requests: int | None, hysteresis: int | None = None) -> str | None:
@@ -92,6 +104,11 @@ class ConsoleModel:
         self.message: str | None = None
         self.message_level = "info"
         self.message_at = 0.0
+        self.message_kind = ""
+        self.poll_delay_s: float | None = None
+        self._unanswered: st.PendingChange | None = None  # a change the server never answered
+        self._unanswered_said = False  # "not applied" already said for it
+        self._unanswered_back_at: float | None = None  # first poll that answered after it
         self._inflight: dict[str, int] | None = None  # change being POSTed
         self._queued: list[dict[str, int]] = []  # changes still to POST, oldest first
         self._accepted_at: float | None = None  # when the server accepted the latest target
@@ -106,6 +123,8 @@ class ConsoleModel:
         """
         self.sample = sample
         self._sample_at = self.clock() if polled_at is None else polled_at
+        if self.connection.reachable is not True and self.message_kind == KIND_CONNECTION:
+            self.set_message(None)  # e.g. "server unreachable: threshold not changed" is over
         self.connection = st.ConnectionState(url=self.url, reachable=True)
         bs = None
         if sample.load is not None and sample.load.running_reqs is not None:
@@ -121,7 +140,7 @@ class ConsoleModel:
             self.switch_samples.append((now, sample.gate.switches))
             while self.switch_samples and now - self.switch_samples[0][0] > SWITCH_WINDOW_S:
                 self.switch_samples.popleft()
-        return self._check_pending()
+        return self._check_pending() + self._check_unanswered()
 
     def switch_rate(self) -> float | None:
         """On<->off switches per minute over the last SWITCH_WINDOW_S (None before 10 s of data)."""
@@ -132,8 +151,8 @@ class ConsoleModel:
             return None
         return (s1 - s0) * 60.0 / (t1 - t0)
 
-    def on_failure(self, reason: str) -> None:
-        """A failed poll (server down or slow)."""
+    def on_failure(self, reason: str, foreign: bool = False) -> None:
+        """A failed poll (server down or slow); ``foreign``: another process answers on the port."""
         c = self.connection
         self.connection = st.ConnectionState(
             url=self.url,
@@ -141,6 +160,7 @@ class ConsoleModel:
             down_since=c.down_since if c.down_since is not None else self.clock(),
             last_error=reason,
             failures=c.failures + 1,
+            foreign=foreign,
         )
 
     def on_gpus(self, panel: st.GpuPanelState) -> None:
@@ -163,9 +183,19 @@ class ConsoleModel:
         """The launched server changed (started, ready, crashed, stopped)."""
         self.process = process
 
-    def set_message(self, text: str | None, level: str = "info") -> None:
-        """The last threshold-control outcome, shown in the speculation panel for MESSAGE_TTL_S."""
+    def set_message(self, text: str | None, level: str = "info", kind: str = "") -> None:
+        """The last threshold-control outcome, shown in the speculation panel for MESSAGE_TTL_S.
+
+        ``kind`` ``connection``: caused by the server being unreachable (cleared when it answers).
+        """
         self.message, self.message_level, self.message_at = text, level, self.clock()
+        self.message_kind = kind if text else ""
+
+    def refuse(self, why: str) -> str:
+        """Show a refused request's reason; returns its kind (``connection`` while the server is down)."""
+        kind = KIND_CONNECTION if self.connection.reachable is not True else ""
+        self.set_message(why, "error", kind)
+        return kind
 
     # -- threshold protocol ----------------------------------------------------------------
 
@@ -195,7 +225,13 @@ class ConsoleModel:
         """
         if self.readonly:
             return "read-only: threshold changes are disabled (--readonly)"
+        p = self.process
+        if p is not None and p.phase in (st.PHASE_CRASHED, st.PHASE_STOPPING, st.PHASE_STOPPED):
+            what = "was not started" if p.error else "is not running"
+            return f"the server this console started {what}: threshold not changed"
         c = self.connection
+        if c.foreign:
+            return "not sent: another process holds the port (see the top line): threshold not changed"
         if c.auth_refused:
             return f"{c.last_error}: threshold not changed"
         if c.reachable is False:
@@ -257,6 +293,7 @@ class ConsoleModel:
             since=self.clock(),
         )
         self._accepted_at = None
+        self._unanswered = None  # a newer change: the unanswered one no longer matters
         change = {}
         if threshold is not None:
             change["threshold"] = threshold
@@ -300,25 +337,76 @@ class ConsoleModel:
         if not self._queued and self.pending is not None:
             self.pending = replace(self.pending, accepted=True)
             self._accepted_at = self.clock()
-            self.set_message(f"{_targets(self.pending)} accepted, waiting for spec_gate", "info")
+            step = f" from decode step {result.decode_step:,}" if result.decode_step is not None else ""
+            self.set_message(f"{_targets(self.pending)} accepted{step}, waiting for spec_gate", "info")
         return self._check_pending()
 
-    def on_set_failure(self, sent: dict[str, int], reason: str) -> list[str]:
-        """No answer to the change ``sent``: the queued changes are dropped; returns the log-pane message."""
+    def on_set_failure(self, sent: dict[str, int], reason: str, delivered: bool = True) -> list[str]:
+        """No answer to the change ``sent`` (``delivered`` False: it was not sent at all); the
+        queued changes are dropped; returns the log-pane message."""
         self._inflight = None
-        text = f"{_describe(sent.get('threshold'), sent.get('hysteresis'))}: no answer from server ({reason}); not confirmed"
+        what = _describe(sent.get("threshold"), sent.get("hysteresis"))
+        if delivered:
+            text = f"{what}: no answer from server ({reason}); not confirmed"
+        else:
+            text = f"{what} not sent: {reason}"
         if self._queued:
             text += f"; {len(self._queued)} queued change(s) not sent"
             self._queued = []
         self.set_message(text, "error")
-        self.pending = None  # unknown whether it applied: the next poll shows spec_gate's values
+        p, g = self.pending, self.gate
+        if delivered and (sent.get("threshold") is not None or sent.get("hysteresis") is not None):
+            # unknown whether it applied: watched, confirmed if spec_gate shows it later
+            self._unanswered = st.PendingChange(
+                threshold=sent.get("threshold"), hysteresis=sent.get("hysteresis"),
+                old_threshold=p.old_threshold if p else (g.threshold if g else None),
+                old_hysteresis=p.old_hysteresis if p else (g.hysteresis if g else None),
+                since=self.clock(),
+            )
+            self._unanswered_said = False
+            self._unanswered_back_at = None
+        self.pending = None  # the next poll shows spec_gate's values
         return [text]
 
     def reset_changes(self) -> None:
-        """Forget pending and queued changes (server restarted)."""
+        """Forget pending, queued and unanswered changes (server restarted)."""
         self.pending = None
         self._queued, self._inflight = [], None
         self._accepted_at = None
+        self._unanswered = None
+
+    def _check_unanswered(self) -> list[str]:
+        """A change without an answer: confirmed when spec_gate shows it, else said once to be not applied."""
+        u, g = self._unanswered, self.gate
+        if u is None or g is None:
+            return []
+        now = self.clock()
+        if now - u.since > UNANSWERED_TTL_S:
+            self._unanswered = None
+            return []
+        parts = []
+        if u.threshold is not None and u.threshold != u.old_threshold:
+            parts.append(("threshold", u.old_threshold, u.threshold, g.threshold))
+        if u.hysteresis is not None and u.hysteresis != u.old_hysteresis:
+            parts.append(("hysteresis", u.old_hysteresis, u.hysteresis, g.hysteresis))
+        if not parts:
+            self._unanswered = None
+            return []
+        if all(live == want for _, _, want, live in parts):
+            self._unanswered = None
+            text = ", ".join(f"{name} {old} -> {want}" for name, old, want, _ in parts)
+            text += " confirmed by spec_gate (applied, although the request got no answer)"
+            self.set_message(text, "ok")
+            return [text]
+        if self._unanswered_back_at is None:
+            self._unanswered_back_at = self._sample_at  # the server answers again
+        if not self._unanswered_said and self._sample_at - self._unanswered_back_at >= UNANSWERED_GRACE_S:
+            self._unanswered_said = True
+            shown = " ".join(f"{name} {live}" for name, _, _, live in parts)
+            text = f"{_describe(u.threshold, u.hysteresis)} got no answer and spec_gate shows {shown}: not applied"
+            self.set_message(text, "error")
+            return [text]
+        return []
 
     def _fall_back(self, threshold: int | None, hysteresis: int | None) -> None:
         """After a rejection: pending only what the server reports beyond spec_gate's values."""
@@ -387,6 +475,7 @@ class ConsoleModel:
             message=self.message if self.clock() - self.message_at <= MESSAGE_TTL_S else None,
             message_level=self.message_level,
             switches_per_min=self.switch_rate(),
+            poll_delay_s=self.poll_delay_s,
             now=self.clock(),
         )
 

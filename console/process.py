@@ -7,6 +7,11 @@ SIGTERM to the whole group, waits, then SIGKILLs whatever is left, so no schedul
 (and no GPU memory) stays behind. Output (stdout + stderr) goes to a log file that the console
 follows like any other server log.
 
+If the console itself dies without cleaning up (SIGKILL, OOM killer), the kernel stops the
+child: on Linux it is started with a parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``),
+so it gets SIGTERM when the console's process ends (SGLang's own scheduler processes follow their
+parent the same way). Elsewhere this is a no-op.
+
 Linux: group membership is read from ``/proc``; elsewhere ``killpg(pgid, 0)`` is used.
 """
 
@@ -39,6 +44,37 @@ def default_server_command() -> list[str]:
 def demo_server_command() -> list[str]:
     """The built-in simulated server, started exactly like a real one."""
     return [sys.executable, "-m", "console.demo_server"]
+
+
+#: prctl option: signal sent to this process when its parent dies (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+
+
+def parent_death_signal(sig: int = signal.SIGTERM):
+    """A ``preexec_fn`` that asks the kernel to send ``sig`` to the child when the console dies.
+
+    Linux only (``prctl(PR_SET_PDEATHSIG)`` through ctypes); None elsewhere or when libc cannot
+    be loaded, so the caller passes no ``preexec_fn`` at all. The signal is tied to the thread
+    that starts the child: start children from the main thread. If the console died between
+    fork and prctl, the child signals itself.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):  # pragma: no cover - no usable libc
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the console is already gone
+            os.kill(os.getpid(), sig)
+
+    return preexec
 
 
 def group_members(pgid: int) -> list[int]:
@@ -144,6 +180,7 @@ class ServerProcess:
                 start_new_session=True,
                 env=self.env,
                 close_fds=True,
+                preexec_fn=parent_death_signal(),
             )
         self.started_at = time.monotonic()
         self.starts += 1

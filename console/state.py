@@ -91,8 +91,14 @@ class GateState:
     switches: int | None = None
     last_switch: LastSwitch | None = None
     accept_length_recent: float | None = None
+    accept_length_since_on: float | None = None
+    accept_length_first_on_step: float | None = None
+    steps_since_on: int | None = None
     off_cuda_graph: bool | None = None
     off_steps_cuda_graph: int | None = None
+    off_target_graph_replays: int | None = None
+    off_draft_extend_graph_replays: int | None = None
+    on_target_graph_replays: int | None = None
     tp_rank: int | None = None
     tp_size: int | None = None
     ranks: tuple[RankState, ...] = ()
@@ -138,8 +144,14 @@ class GateState:
             switches=_int(data.get("switches")),
             last_switch=last_switch,
             accept_length_recent=_float(data.get("accept_length_recent")),
+            accept_length_since_on=_float(data.get("accept_length_since_on")),
+            accept_length_first_on_step=_float(data.get("accept_length_first_on_step")),
+            steps_since_on=_int(data.get("steps_since_on")),
             off_cuda_graph=_bool(data.get("off_cuda_graph")),
             off_steps_cuda_graph=_int(data.get("off_steps_cuda_graph")),
+            off_target_graph_replays=_int(data.get("off_target_graph_replays")),
+            off_draft_extend_graph_replays=_int(data.get("off_draft_extend_graph_replays")),
+            on_target_graph_replays=_int(data.get("on_target_graph_replays")),
             tp_rank=_int(data.get("tp_rank")),
             tp_size=_int(data.get("tp_size")),
             ranks=tuple(ranks),
@@ -217,13 +229,15 @@ class SetResult:
     """Answer of ``POST /set_internal_state`` (README contract).
 
     ``updated`` False means nothing was applied and ``reason`` says why; ``threshold`` and
-    ``hysteresis`` are the values in force after the call.
+    ``hysteresis`` are the values in force after the call; ``decode_step`` (accepted changes)
+    the first decode batch the new values decide.
     """
 
     updated: bool
     reason: str | None
     threshold: int | None
     hysteresis: int | None
+    decode_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -274,7 +288,9 @@ class ConnectionState:
     """Reachability of the server's HTTP endpoint.
 
     ``reachable`` is None before the first answer or failure. ``down_since`` is the monotonic
-    time of the first failure of the current outage (None while reachable).
+    time of the first failure of the current outage (None while reachable). ``foreign`` (launch
+    and demo): the port answers, but the listening process is not the server this console
+    started; ``last_error`` says who it is, and nothing of it is shown or sent there.
     """
 
     url: str = ""
@@ -282,11 +298,13 @@ class ConnectionState:
     down_since: float | None = None
     last_error: str | None = None
     failures: int = 0
+    foreign: bool = False
 
     @property
     def auth_refused(self) -> bool:
         """The server answers but refuses the request (HTTP 401/403: wrong or missing API key)."""
-        return self.reachable is False and (self.last_error or "").startswith(("HTTP 401", "HTTP 403"))
+        err = self.last_error or ""
+        return self.reachable is False and ("HTTP 401" in err or "HTTP 403" in err)
 
 
 #: WorkerCheck.status values
@@ -346,7 +364,11 @@ PHASE_STOPPED = "stopped"
 
 @dataclass(frozen=True)
 class ProcessState:
-    """The server child in launch/demo mode: phase, pid/pgid, exit code and last log lines."""
+    """The server child in launch/demo mode: phase, pid/pgid, exit code and last log lines.
+
+    ``error`` is set when the console did not start the child at all (e.g. the port is taken);
+    the phase is then ``crashed`` with no exit code.
+    """
 
     phase: str = PHASE_STARTING
     pid: int | None = None
@@ -355,6 +377,7 @@ class ProcessState:
     started_at: float | None = None
     restarts: int = 0
     command: str = ""
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -366,7 +389,8 @@ class ConsoleSnapshot:
     per NVML read (None where n/a). ``now`` is the monotonic time the snapshot was taken (for
     durations such as "unreachable for 12 s"). ``message`` is the last threshold-control
     outcome (e.g. the server's reason for a rejection). ``switches_per_min`` is the on<->off
-    switch rate over the last minute (thrash around the threshold shows here).
+    switch rate over the last minute (thrash around the threshold shows here). ``poll_delay_s``
+    is the current delay between polls (longer than ``interval_s`` while backing off).
     """
 
     mode: str = "attach"
@@ -390,6 +414,7 @@ class ConsoleSnapshot:
     message: str | None = None
     message_level: str = "info"
     switches_per_min: float | None = None
+    poll_delay_s: float | None = None
     now: float = 0.0
 
     @property

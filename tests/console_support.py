@@ -54,8 +54,8 @@ def screen_text(app: Any) -> str:
 class DemoServer:
     """``python -m console.demo_server`` as a child process (for attach-mode and contract tests)."""
 
-    def __init__(self, tmp_path: Path, args: list[str] | None = None, gate: bool = True) -> None:
-        self.port = free_port()
+    def __init__(self, tmp_path: Path, args: list[str] | None = None, gate: bool = True, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.log = tmp_path / f"demo-{self.port}.log"
         cmd = [sys.executable, "-m", "console.demo_server", "--port", str(self.port), "--log", str(self.log), *FAST_DEMO]
         if gate:

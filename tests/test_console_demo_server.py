@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,12 +14,37 @@ from console import logparse
 from console import throughput
 from console_support import DemoServer
 
+#: every key of ``spec_gate`` in the README's table (kept in step with it by the test below)
 README_GATE_KEYS = {
     "worker_class", "spec_version", "overlap", "sglang_version", "speculative_algorithm", "topk", "num_steps",
     "num_draft_tokens", "spec_enabled", "threshold", "hysteresis", "max_running_requests", "cuda_graph_max_bs",
     "last_decode_batch_size", "decode_steps_on", "decode_steps_off", "switches", "last_switch",
-    "accept_length_recent", "off_cuda_graph", "off_steps_cuda_graph", "tp_rank", "tp_size", "ranks",
+    "accept_length_recent", "accept_length_since_on", "accept_length_first_on_step", "steps_since_on",
+    "off_cuda_graph", "off_steps_cuda_graph", "off_target_graph_replays", "off_draft_extend_graph_replays",
+    "on_target_graph_replays", "tp_rank", "tp_size", "ranks",
 }
+#: the keys of an accepted ``POST /set_internal_state`` answer (README)
+README_SET_KEYS = {"updated", "reason", "threshold", "hysteresis", "decode_step"}
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_gate_keys() -> set[str]:
+    """The keys named in the first column of the README's ``spec_gate`` table."""
+    text = README.read_text()
+    start = text.index("### `GET /server_info`")
+    table = text[start:text.index("###", start + 10)]
+    keys: set[str] = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            keys.update(re.findall(r"`([a-z_]+)`", line.split("|")[1]))
+    return keys
+
+
+def test_readme_lists_exactly_these_keys():
+    assert _readme_gate_keys() == README_GATE_KEYS
+    text = README.read_text()
+    example = re.search(r'`(\{"updated": true[^`]*\})`', text).group(1)
+    assert set(re.findall(r'"([a-z_]+)":', example)) == README_SET_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +58,13 @@ def test_server_info_has_spec_gate_per_readme(server):
     info = server.get("/server_info")
     assert info["version"] == "0.5.12"
     gate = info["internal_states"][0]["spec_gate"]
-    assert README_GATE_KEYS <= set(gate)
+    assert set(gate) == README_GATE_KEYS
+    # plausible values: load 8 < threshold 32, so every step so far was ON, on the ON graph
+    assert gate["spec_enabled"] is True and gate["decode_steps_on"] > 0
+    assert gate["on_target_graph_replays"] == gate["decode_steps_on"]
+    assert gate["off_target_graph_replays"] == gate["off_draft_extend_graph_replays"] == gate["off_steps_cuda_graph"] == 0
+    assert gate["steps_since_on"] == min(16, gate["decode_steps_on"])  # the first 16 ON batches, no more
+    assert 2.0 < gate["accept_length_since_on"] < 4.0 and 2.0 < gate["accept_length_first_on_step"] < 4.0
     assert gate["worker_class"] == "EAGLEWorkerV2" and gate["spec_version"] == "v2" and gate["overlap"] is True
     assert (gate["threshold"], gate["hysteresis"], gate["tp_size"]) == (32, 4, 2)
     assert [r["tp_rank"] for r in gate["ranks"]] == [0, 1]
@@ -70,8 +103,13 @@ def test_set_internal_state_rejections(server, args, reason):
 
 
 def test_set_internal_state_applies_and_logs(server):
+    before = server.get("/server_info")["internal_states"][0]["spec_gate"]
     ans = server.post({"server_args": {"speculative_disable_batch_threshold": 16, "speculative_disable_hysteresis": 2}})
-    assert ans == {"updated": True, "reason": None, "threshold": 16, "hysteresis": 2}
+    assert set(ans) == README_SET_KEYS
+    assert (ans["updated"], ans["reason"], ans["threshold"], ans["hysteresis"]) == (True, None, 16, 2)
+    # the first decode batch the new values decide: after every batch run before the answer
+    assert isinstance(ans["decode_step"], int)
+    assert ans["decode_step"] >= before["decode_steps_on"] + before["decode_steps_off"]
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         gate = server.get("/server_info")["internal_states"][0]["spec_gate"]
@@ -151,7 +189,8 @@ def _sim(*argv: str):
 def test_each_accepted_change_is_logged_in_order():
     sim, out = _sim()
     for t in (16, 20, 24):  # three POSTs before the next simulated decode batch
-        assert sim.set_internal_state({"server_args": {"speculative_disable_batch_threshold": t}})["updated"]
+        ans = sim.set_internal_state({"server_args": {"speculative_disable_batch_threshold": t}})
+        assert ans["updated"] and ans["decode_step"] == sim.step  # all decide from the next batch on
     assert sim.set_internal_state({"server_args": {"speculative_disable_hysteresis": 2}})["updated"]
     sim.tick(time.monotonic())
     gate_lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "spec_gate: " in line]
@@ -160,7 +199,27 @@ def test_each_accepted_change_is_logged_in_order():
     assert (sim.gate.threshold, sim.gate.hysteresis) == (24, 2)
 
 
-def test_non_json_body_returns_the_unchanged_values(server):
-    r = httpx.post(server.url + "/set_internal_state", content=b"{not json", timeout=2)
-    assert r.status_code == 400
-    assert r.json() == {"updated": False, "reason": "body is not JSON", "threshold": 32, "hysteresis": 4}
+@pytest.mark.parametrize("body,reason", [
+    (b"{not json", "body is not JSON"),
+    (b"", "empty body"),
+    (b"   ", "empty body"),
+    (b"[1, 2]", "must be a JSON object"),
+    (b'{"server_args": {}}', "at least one key"),
+    (b'{"server_args": {"speculative_disable_batch_threshold": 16}, "extra": 1}', "unknown top-level keys ['extra']"),
+])
+def test_malformed_bodies_get_one_rejection_shape(server, body, reason):
+    r = httpx.post(server.url + "/set_internal_state", content=body, timeout=2)
+    assert r.status_code == 400, r.text
+    ans = r.json()
+    assert set(ans) == {"updated", "reason", "threshold", "hysteresis"}
+    assert ans["updated"] is False and reason in ans["reason"]
+    assert (ans["threshold"], ans["hysteresis"]) == (32, 4)
+
+
+def test_huge_integer_is_out_of_range_not_bad_json(server):
+    body = b'{"server_args": {"speculative_disable_batch_threshold": ' + b"9" * 5000 + b"}}"
+    r = httpx.post(server.url + "/set_internal_state", content=body, timeout=2)
+    assert r.status_code == 200
+    ans = r.json()
+    assert ans["updated"] is False and ans["reason"] == "threshold <5000-digit integer> is out of range"
+    assert (ans["threshold"], ans["hysteresis"]) == (32, 4)

@@ -94,7 +94,7 @@ def tmux():
 def _command(tmp_path: Path, port: int) -> str:
     return (
         f"cd {tmp_path} && TERM=xterm-256color {_specconsole()} demo --log-dir {tmp_path} --port {port} --interval 0.3 "
-        f"-- --startup-seconds 0.3 --load fixed:8 --log-interval 0.3; echo EXITED $?; sleep 60"
+        f"-- --startup-seconds 0.3 --load fixed:8 --jitter 0 --log-interval 0.3; echo EXITED $?; sleep 60"
     )
 
 
@@ -190,3 +190,32 @@ def test_sigterm_stops_the_server_and_restores_the_terminal(tmux, tmp_path):
     assert "EXITED 143" in text  # 128 + SIGTERM
     assert tmux.fmt(s, "mouse_any_flag") == "0" and tmux.fmt(s, "alternate_on") == "0"
     _wait_gone(port, timeout=5)
+
+
+def test_sigkill_of_the_console_stops_the_launched_server(tmux, tmp_path):
+    """``kill -9`` of specconsole (no cleanup runs): the kernel's parent-death signal stops the server."""
+    from console.process import group_members
+
+    port = free_port()
+    s = "kill9"
+    server_cmd = f"{sys.executable} -m console.demo_server"
+    tmux.start(s, (
+        f"cd {tmp_path} && SPECCONSOLE_SERVER_CMD='{server_cmd}' TERM=xterm-256color {_specconsole()} launch "
+        f"--log-dir {tmp_path} --interval 0.3 -- --port {port} --speculative-disable-batch-threshold 32 "
+        f"--startup-seconds 0.3 --load fixed:8 --tp-size 2; sleep 60"
+    ))
+    tmux.wait(s, lambda t: "SPEC ON" in t and "LAUNCH" in t, what="main screen")
+    shell = int(tmux.fmt(s, "pane_pid"))
+    (console,) = [p for p in _children(shell) if b"launch" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    (server,) = [p for p in _children(console) if b"console.demo_server" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(group_members(server)) >= 3  # the server and its two "scheduler" processes, one group
+    try:
+        os.kill(console, 9)
+        deadline = time.monotonic() + 5
+        while group_members(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group_members(server) == [], "the launched server outlived the SIGKILLed console"
+        _wait_gone(port, timeout=1)
+    finally:
+        if group_members(server):  # never leave it behind when the test fails
+            os.killpg(server, 9)

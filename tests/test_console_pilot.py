@@ -128,6 +128,16 @@ async def test_out_of_range_threshold_is_refused_before_sending(make_app):
         await pilot.press("enter")
         await pilot.pause(0.2)
         assert "must be >= 1" in str(app.screen.query_one("#threshold-error").render())
+        # typed characters are not dropped: "2.5" stays "2.5" and is refused, visibly, unsent
+        field = app.screen.query_one("#threshold-input")
+        field.value = ""
+        await pilot.press("2", "full_stop", "5")
+        await pilot.pause(0.1)
+        assert field.value == "2.5"
+        assert "'2.5' is not a whole number" in str(app.screen.query_one("#threshold-error").render())
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert app.screen.__class__.__name__ == "ThresholdDialog" and "'2.5' is not a whole number" in screen_text(app)
         await pilot.press("escape")
         server_log = app.cfg.log_path.read_text()
         assert "rejected" not in server_log  # nothing reached the server
@@ -222,6 +232,8 @@ async def test_readonly_refuses_threshold_keys(make_app):
     app = make_app(["--load", "fixed:8"], readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        footer = screen_text(app).splitlines()[-1]
+        assert "Quit" in footer and "Thr+1" not in footer and "Thr-1" not in footer and "Set" not in footer
         await pilot.press("plus", "t")
         await pilot.pause(0.5)
         assert app.model.pending is None and app.screen.__class__.__name__ == "MainScreen"
@@ -234,10 +246,12 @@ async def test_attach_to_nothing_shows_unreachable_and_keeps_running(tmp_path):
     cfg = AppConfig(mode="attach", url=f"http://127.0.0.1:{free_port()}", interval_s=0.2, handle_signals=False)
     app = SpecConsoleApp(cfg, nvml_module=SimulatedNvml(init_error=12))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.model.connection.failures >= 2, what="failures")
+        await wait_for(pilot, lambda: app.model.connection.failures >= 3, what="failures")
         await wait_for(pilot, lambda: "unreachable for" in screen_text(app), what="unreachable text")
         text = screen_text(app)
         assert "connection refused" in text
+        assert "retry every 0.8 s" in text or "retry every 1.6 s" in text  # backing off: the real interval
+        assert "every 0.2 s" not in text
         assert "NVML unavailable" in text
         await pilot.press("plus")  # nothing to change: refused, saying why, nothing breaks
         await pilot.pause(0.2)
@@ -256,12 +270,14 @@ async def test_log_filter_search_and_pause(make_app):
         assert view.include == "spec_gate"
         assert view.shown and all("spec_gate" in t for t in view.visible_texts())
         await pilot.press("x")
-        await pilot.press(*"worker=")
+        app.main_screen.query_one("#log-prompt").value = "worker="  # (typing is tested above)
         await pilot.press("enter")
         await pilot.pause(0.1)
         assert not any("worker=" in t for t in view.visible_texts())
         await pilot.press("c")
-        await pilot.press("slash", *"decode batch", "enter")
+        await pilot.press("slash")
+        app.main_screen.query_one("#log-prompt").value = "decode batch"
+        await pilot.press("enter")
         await pilot.pause(0.2)
         assert view.search == "decode batch" and view.match_rows()
         assert view.follow is False  # jumping to a match pauses following
@@ -339,8 +355,8 @@ async def test_help_palette_and_theme_switch(make_app):
             if key == "ctrl+p":
                 await pilot.press("escape")
                 await wait_for(pilot, lambda: app.screen.__class__.__name__ == "MainScreen", what="palette closed")
-        await pilot.press(*"Theme: ansi")
-        await pilot.pause(0.5)
+        await pilot.press(*"ansi")
+        await pilot.pause(0.3)
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.has_class("theme-ansi"), what="ansi theme")
         assert app.theme == "ansi-dark"
@@ -439,3 +455,124 @@ async def test_restart_key_while_running_says_so_and_t_when_unreachable(make_app
         await pilot.press("t")
         await pilot.pause(0.1)
         assert "unreachable" in (app.model.message or "") and app.screen.__class__.__name__ == "MainScreen"
+
+
+# -- second fresh-user test ------------------------------------------------------------------
+
+async def test_a_server_already_on_the_port_is_never_taken_for_ours(make_app, tmp_path):
+    """Item 1: the demo refuses to start on a port another server holds; nothing is sent there."""
+    from console.cli import demo_config
+    from console_support import DemoServer
+
+    other = DemoServer(tmp_path, ["--load", "fixed:8", "--speculative-disable-batch-threshold", "50"]).wait_ready()
+    try:
+        base = AppConfig(log_dir=tmp_path / "logs", interval_s=0.2, handle_signals=False, stop_timeout_s=3.0)
+        app = make_app(cfg=demo_config(base, port=other.port, extra=FAST_DEMO))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.model.process is not None and app.model.process.error is not None,
+                           what="refusal")
+            assert app.model.process.error.startswith(f"port {other.port} is already in use by pid {other.proc.pid} (")
+            why = app.model.process.last_lines[0]  # the full story, in the log pane too
+            assert f"port {other.port} on 127.0.0.1 is already in use by an SGLang 0.5.12 server" in why
+            assert "threshold 50" in why and "pass --port P" in why and why in log_texts(app)
+            assert app.proc.popen is None  # no second server was started
+            await pilot.press("plus")
+            await pilot.pause(0.5)
+            text = screen_text(app)
+            assert "NOT STARTED" in text and "connected" not in text
+            assert all(len(line) <= 80 for line in text.splitlines())
+            assert "was not started: threshold not changed" in (app.model.message or "")
+            assert app.model.sample is None  # the other server was never polled as ours
+        assert other.get("/server_info")["internal_states"][0]["spec_gate"]["threshold"] == 50
+    finally:
+        other.stop()
+
+
+async def test_a_server_that_takes_the_port_during_startup_or_after_a_crash_is_ignored(make_app, tmp_path):
+    """Item 1: the port is free at the check, another server binds it while ours is still starting."""
+    from console_support import DemoServer
+
+    app = make_app(["--load", "fixed:8", "--startup-seconds", "1.5"])  # the other one binds first
+    port = int(app.cfg.url.rsplit(":", 1)[1])
+    other = None
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.proc is not None and app.proc.pid is not None, what="child started")
+            other = DemoServer(tmp_path, ["--load", "fixed:8", "--speculative-disable-batch-threshold", "50"],
+                               port=port).wait_ready()
+            await wait_for(pilot, lambda: app.model.connection.foreign, what="foreign listener detected")
+            assert f"NOT CONNECTED: port {port} is held by pid {other.proc.pid}" in screen_text(app)
+            assert app.model.connection.last_error.endswith("not by the server this console started")
+            assert "PORT TAKEN" in screen_text(app) and "connected │" not in screen_text(app)
+            await pilot.press("plus")
+            await pilot.pause(0.2)
+            assert "another process holds the port" in (app.model.message or "")
+            # ours cannot bind and exits; the console stops polling the port
+            await wait_for(pilot, lambda: app.model.process.phase == st.PHASE_CRASHED, timeout=10, what="crash")
+            assert "Address already in use" in "\n".join(app.model.process.last_lines) or \
+                "could not bind" in "\n".join(app.model.process.last_lines)
+            await pilot.press("escape")
+            await pilot.pause(0.4)  # two poll intervals
+            assert app.model.sample is None and "connected" not in screen_text(app)
+        assert other.get("/server_info")["internal_states"][0]["spec_gate"]["threshold"] == 50
+        assert "spec_gate: threshold" not in other.log.read_text()
+    finally:
+        if other is not None:
+            other.stop()
+
+
+async def test_repeated_refusals_do_not_pile_up_and_n_minus_h_1_is_warned(make_app):
+    """Items 6 and 10: N=5, H=4, "-" 15 times fast at 80x24: one short notice, the screen stays readable."""
+    app = make_app(["--load", "fixed:2", "--speculative-disable-batch-threshold", "5",
+                    "--speculative-disable-hysteresis", "4"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        for _ in range(15):
+            app.post_message(events.Key("minus", "-"))
+        await wait_for(pilot, lambda: len([t for t in log_texts(app).splitlines() if "refused" in t]) == 15,
+                       what="15 refusals in the log")
+        await pilot.pause(0.3)
+        assert notifications(app) == ["threshold 4 refused: must be > hysteresis 4"]
+        lines = screen_text(app).splitlines()
+        assert "DEMO simulated" in lines[0] and "connected" in lines[0]  # the header is not covered
+        assert "Load · requests" in lines[1] and "running 2" in lines[2]
+        assert "N-H = 1: once off, never back on" in "\n".join(lines)
+
+
+async def test_notices_follow_the_server_after_a_freeze(tmp_path):
+    """Item 8: a change the frozen server applied late is confirmed; "unreachable" notices go away."""
+    import os
+    import signal
+
+    from console_support import DemoServer
+
+    srv = DemoServer(tmp_path, ["--load", "fixed:8"]).wait_ready()
+    cfg = AppConfig(mode="attach", url=srv.url, log_path=srv.log, interval_s=0.2, handle_signals=False)
+    app = SpecConsoleApp(cfg, nvml_module=fake_gpus(), http_timeout_s=0.5)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+            app.backoff.max_s = 0.4  # keep the test short: retry soon after the freeze
+            os.killpg(srv.proc.pid, signal.SIGSTOP)
+            await pilot.press("plus")  # sent, but no answer: the server is frozen
+            await wait_for(pilot, lambda: "no answer from server" in (app.model.message or ""), what="timeout")
+            await wait_for(pilot, lambda: app.model.connection.reachable is False, what="unreachable")
+            await pilot.press("plus")  # refused while down
+            await pilot.pause(0.1)
+            assert "server unreachable (timed out): threshold not changed" in notifications(app)
+            os.killpg(srv.proc.pid, signal.SIGCONT)  # the frozen request is served now
+            await wait_for(pilot, lambda: app.model.gate.threshold == 33 and app.model.connection.reachable,
+                           timeout=10, what="late change visible")
+            await wait_for(pilot, lambda: "confirmed" in (app.model.message or ""), what="late confirmation")
+            await pilot.pause(0.2)
+            top = "\n".join(screen_text(app).splitlines()[:10])  # header, Speculation and Load panels
+            assert "threshold 32 -> 33 confirmed by spec_gate (applied, although the request got no answer)" in log_texts(app)
+            assert "threshold 33 req" in top and "confirmed" in top
+            assert "unreachable" not in top and "no answer from server" not in top
+            assert not [n for n in notifications(app) if "unreachable" in n]
+    finally:
+        try:
+            os.killpg(srv.proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        srv.stop()

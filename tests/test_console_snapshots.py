@@ -200,3 +200,25 @@ async def test_nothing_is_cut_off_at_80x24(setup):
     if setup is _held_off:
         assert "running 10,255  queue 10,255" in text and "11,599 tok/s" in text  # wrapped, not cut
         assert "decode batch 130 >= threshold 32" in text
+
+
+async def test_filters_and_threshold_stay_visible_at_80x24():
+    """Item 7: the search/include/exclude state is never cut off, and N / H stay next to SPEC ON
+    when the Speculation details are scrolled to their end."""
+    from console_support import screen_text
+
+    app = frozen_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        feed(app)
+        await pilot.pause()
+        view = app.main_screen.query_one(LogView)
+        view.include, view.exclude, view.search = "spec_gate|console", "worker=", "speculation"
+        app.main_screen.query_one("#spec-scroll").scroll_end(animate=False)
+        await pilot.pause()
+        await pilot.pause(0.05)
+        text = screen_text(app)
+        assert "only: spec_gate|console · hide: worker= · search: speculation (2 matches)" in text
+        assert "…" not in text
+        assert "SPEC ON   N 32 · H 4" in text
+        assert "threshold 32 req" not in text  # the details row scrolled away, N and H did not

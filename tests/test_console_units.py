@@ -411,8 +411,14 @@ def test_threshold_dialog_parsing():
     assert parse_request("16", "2", 32, 4, 48) == ThresholdRequest(16, 2)
     assert parse_request("32", "2", 32, 4, 48) == ThresholdRequest(None, 2)  # only what changed
     assert "refused" in parse_request("49", "", 32, 4, 48)
-    assert "not an integer" in parse_request("x", "", 32, 4, 48)
+    assert "not a whole number" in parse_request("x", "", 32, 4, 48)
     assert parse_request("32", "4", 32, 4, 48) == "nothing changed"
+    # not reduced to their digits (Input(type="integer") used to drop the rest: 2.5 -> 25)
+    for text in ("2.5", "1.5", "3e1", "1_000", "+5", "٣", "0x10"):
+        assert parse_request(text, "", 32, 4, 48) == f"threshold {text!r} is not a whole number: type digits only (e.g. 32)"
+    assert "hysteresis '1.5' is not a whole number" in parse_request("", "1.5", 32, 4, 48)
+    assert "out of range" in parse_request("9" * 40, "", 32, 4, 48)
+    assert parse_request(" 33 ", "", 32, 4, 48) == ThresholdRequest(33, None)
 
 
 def test_fmt():
@@ -694,3 +700,253 @@ def test_stale_values_while_the_server_is_down():
     both = replace(up, gate=st.GateState.from_json({**GATE, "last_decode_batch_size": 48}))
     assert both.running_batch == 50 and both.decode_batch == 48
     assert badge_state(both)[1] == "decode batch 48 < threshold 32"
+
+
+# -- second fresh-user test ------------------------------------------------------------------
+
+def test_port_problem_says_who_holds_the_port_and_what_to_do(tmp_path, monkeypatch, capsys):
+    import socket
+    import threading
+
+    from console import portcheck
+
+    free = portcheck.port_problem("127.0.0.1", _free_port(), hint="stop it or pass --port")
+    assert free is None
+    with socket.socket() as sock:  # something that listens but speaks no HTTP (closes at once)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        port = sock.getsockname()[1]
+
+        def close_all():
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except OSError:
+                    return
+                conn.close()
+
+        threading.Thread(target=close_all, daemon=True).start()
+        text = portcheck.port_problem("127.0.0.1", port, hint="stop it or pass --port", timeout_s=0.3)
+        assert text.startswith(f"port {port} on 127.0.0.1 is already in use by a process that does not speak HTTP")
+        assert f"pid {os.getpid()}" in text  # the listener, found through /proc
+        assert text.endswith("stop it or pass --port")
+        assert portcheck.port_problem("0.0.0.0", port, hint="h") is not None  # every interface: seen too
+        # the CLI refuses before the screen starts, with the message in the terminal
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+        monkeypatch.chdir(tmp_path)
+        assert cli.main(["demo", "--port", str(port)]) == 1
+        err = " ".join(capsys.readouterr().err.split())  # wrapped to the terminal
+        assert "already in use" in err and "pass --port P (specconsole demo --port P)" in err
+        assert f"specconsole attach http://127.0.0.1:{port}" in err
+        assert cli.main(["launch", "--", "--model-path", "M", "--port", str(port)]) == 1
+        assert "specconsole launch -- ... --port P" in " ".join(capsys.readouterr().err.split())
+    info = {"version": "0.5.12", "model_path": "M", "simulated": {"note": "x"},
+            "internal_states": [{"spec_gate": {"threshold": 50}}]}
+    assert portcheck.describe_server_info(info) == "an SGLang 0.5.12 server (simulated demo server, model M, threshold 50)"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cli_refuses_negative_stop_timeout_and_bad_ports(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    for bad, why in ((["demo", "--stop-timeout", "-1"], "--stop-timeout must be >= 0"),
+                     (["launch", "--stop-timeout", "-0.5", "--", "--model-path", "M"], "--stop-timeout must be >= 0"),
+                     (["demo", "--port", "0"], "--port must be 1-65535"),
+                     (["demo", "--port", "70000"], "--port must be 1-65535")):
+        with pytest.raises(SystemExit):
+            cli.resolve(bad)
+        assert why in capsys.readouterr().err
+    # the demo's own arguments after -- win, the URL follows them
+    assert cli.resolve(["demo", "--port", "31005", "--", "--port", "31006"]).url == "http://127.0.0.1:31006"
+
+
+def test_attach_refuses_a_host_that_is_not_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    for bad, why in (("not a url", "'not a url' is not a host name or IP address"),
+                     ("http://exa mple:1", "is not a host name"),
+                     ("http://-bad-:1", "is not a host name"),
+                     ("127.0.0.1:99999", "port 99999 is out of range"),
+                     ("http://h:0", "port 0 is out of range")):
+        with pytest.raises(SystemExit):
+            cli.resolve(["attach", bad])
+        assert why in capsys.readouterr().err
+    for good in ("localhost:30000", "10.0.0.5", "[::1]:30000", "gpu_box-1.lan:8000"):
+        assert cli.resolve(["attach", good]).url.startswith("http://")
+
+
+async def test_tls_and_protocol_errors_are_not_called_connection_refused():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Plain(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Plain)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        client = ServerClient(f"https://127.0.0.1:{srv.server_address[1]}", timeout_s=2)  # https to plain HTTP
+        with pytest.raises(ServerUnreachable, match=r"^TLS error: .*\(a plain http:// server\?\)$"):
+            await client.poll()
+        await client.aclose()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+    def raising(exc):
+        def handler(request):
+            raise exc
+        return httpx.MockTransport(handler)
+
+    for exc, reason in ((httpx.ReadError(""), "protocol error: connection closed without an HTTP answer (an https:// server?)"),
+                        (httpx.RemoteProtocolError("Server disconnected without sending a response."),
+                         "protocol error: Server disconnected without sending a response."),
+                        (httpx.ConnectError("[Errno -2] Name or service not known"), "host not found"),
+                        (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused")):
+        client = ServerClient("http://x:1", transport=raising(exc))
+        with pytest.raises(ServerUnreachable) as info:
+            await client.poll()
+        assert str(info.value).startswith(reason), str(info.value)
+        await client.aclose()
+
+
+async def test_http_401_with_a_key_says_the_key_was_rejected():
+    client = ServerClient("http://x", api_key="wrong", transport=httpx.MockTransport(lambda r: httpx.Response(401)))
+    with pytest.raises(ServerUnreachable, match=r"^the API key was rejected \(HTTP 401\)$"):
+        await client.poll()
+    with pytest.raises(ServerUnreachable, match=r"^the API key was rejected \(HTTP 401\)$"):
+        await client.set_gate(threshold=3)
+    await client.aclose()
+    m = ConsoleModel()
+    m.on_failure("the API key was rejected (HTTP 401)")
+    snap = m.snapshot()
+    assert snap.connection.auth_refused
+    assert badge_state(snap, 30) == ("NO ACCESS", "API key rejected (HTTP 401)", "-alarm")
+    assert "pass --api-key" not in " ".join(badge_state(snap, w)[1] for w in (20, 40, 80))
+
+
+def _model_with_gate(threshold=32, hysteresis=4, clock=None) -> ConsoleModel:
+    m = ConsoleModel(clock=clock or (lambda: 0.0))
+    gate = {**GATE, "threshold": threshold, "hysteresis": hysteresis}
+    m.on_sample(parse_server_info({"internal_states": [{"spec_gate": gate}]}, None), polled_at=0.0)
+    return m
+
+
+def _sample(threshold=32, hysteresis=4):
+    return parse_server_info({"internal_states": [{"spec_gate": {**GATE, "threshold": threshold, "hysteresis": hysteresis}}]}, None)
+
+
+def test_reconnect_clears_unreachable_notices_and_late_changes_are_confirmed():
+    now = [0.0]
+    m = _model_with_gate(clock=lambda: now[0])
+    # a change that times out (server frozen) ...
+    ok, _ = m.step_threshold(1)
+    change = m.next_to_send()
+    (line,) = m.on_set_failure(change, "timed out")
+    assert "no answer" in line and m.pending is None
+    now[0] = 1.0
+    m.on_failure("timed out")
+    why = m.check_request()
+    assert why == "server unreachable (timed out): threshold not changed"
+    assert m.refuse(why) == "connection" and m.snapshot().message == why
+    # ... the server comes back and shows the value: the stale notice goes, the change is confirmed
+    now[0] = 5.0
+    lines = m.on_sample(_sample(33), polled_at=5.0)
+    assert lines == ["threshold 32 -> 33 confirmed by spec_gate (applied, although the request got no answer)"]
+    assert m.snapshot().message == lines[0] and m.snapshot().message_level == "ok"
+    assert m.on_sample(_sample(33), polled_at=6.0) == []  # said once
+
+    # a change that never applied: "not applied" once the server has answered for a while
+    m = _model_with_gate(clock=lambda: now[0])
+    m.step_threshold(1)
+    m.on_set_failure(m.next_to_send(), "timed out")
+    now[0] = 10.0
+    assert m.on_sample(_sample(32), polled_at=10.0) == []
+    now[0] = 14.0
+    (line,) = m.on_sample(_sample(32), polled_at=14.0)
+    assert line == "set threshold 33 got no answer and spec_gate shows threshold 32: not applied"
+    now[0] = 20.0  # it applied after all: still confirmed
+    assert "confirmed by spec_gate" in m.on_sample(_sample(33), polled_at=20.0)[0]
+
+    # a change that was never sent (the console's own server is gone) is not watched for
+    m = _model_with_gate(clock=lambda: now[0])
+    m.step_threshold(1)
+    (line,) = m.on_set_failure(m.next_to_send(), "the server this console started is not running", delivered=False)
+    assert line == "set threshold 33 not sent: the server this console started is not running"
+    assert m.on_sample(_sample(33), polled_at=30.0) == []
+
+
+def test_no_threshold_changes_for_a_server_that_is_not_running():
+    m = _model_with_gate()
+    m.on_process(st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1))
+    assert m.check_request() == "the server this console started is not running: threshold not changed"
+    m.on_process(st.ProcessState(phase=st.PHASE_CRASHED, error="port 1 is already in use"))
+    assert m.check_request() == "the server this console started was not started: threshold not changed"
+    m = _model_with_gate()
+    m.on_failure("port 1 is held by pid 2 (x), not by the server this console started", foreign=True)
+    assert m.check_request().startswith("not sent: another process holds the port")
+    from console.widgets.status_bar import connection_text
+
+    snap = replace(m.snapshot(), process=st.ProcessState(phase=st.PHASE_STARTING))
+    assert connection_text(snap) == ("NOT CONNECTED: port 1 is held by pid 2 (x), not by the server this console started", "error")
+    assert badge_state(snap)[0] == "PORT TAKEN"
+
+
+def test_n_minus_h_of_one_is_warned_and_n_h_stay_pinned():
+    from console.widgets.spec_panel import gate_warnings, pinned_values
+
+    def snap(n, h, **kw):
+        return st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, "threshold": n, "hysteresis": h}), sample_seen=True, **kw)
+
+    assert "N-H = 1: once off, never back on" in gate_warnings(snap(5, 4))
+    assert "N-H = 1: once off, never back on" in gate_warnings(snap(1, 0))
+    assert not [w for w in gate_warnings(snap(6, 4)) if "N-H" in w]
+    assert pinned_values(snap(32, 4)) == "N 32 · H 4"
+    pending = st.PendingChange(threshold=33, hysteresis=2, old_threshold=32, old_hysteresis=4, since=0.0)
+    assert pinned_values(snap(32, 4, pending=pending)) == "N 32→33 · H 4→2"
+
+
+def test_header_shows_the_actual_poll_interval_while_backing_off():
+    from console.widgets.status_bar import status_segments
+
+    snap = st.ConsoleSnapshot(interval_s=1.0, poll_delay_s=8.0, connection=st.ConnectionState(reachable=False))
+    texts = [t for t, _ in status_segments(snap)]
+    assert "retry every 8 s" in texts and "every 1 s" not in texts
+    assert "every 1 s" in [t for t, _ in status_segments(replace(snap, poll_delay_s=1.0))]
+    assert "every 0.5 s" in [t for t, _ in status_segments(replace(snap, interval_s=0.5, poll_delay_s=None))]
+
+
+def test_log_filter_line():
+    from console.widgets.log_panel import filter_line
+
+    assert filter_line("", "", "", 0) == ""
+    assert filter_line("spec_gate|console", "worker=", "decode", 15) == \
+        "only: spec_gate|console · hide: worker= · search: decode (15 matches) · c clears"
+    assert filter_line("", "", "x", 1) == "search: x (1 match) · c clears"
+
+
+def test_demo_gate_measures_the_first_on_steps_after_each_switch():
+    from console import demo_server as ds
+
+    g = ds.GateSim(enabled=True, threshold=8, hysteresis=2)
+    g.record_on(3.0, 10)
+    assert (g.steps_since_on, g.accept_length_since_on, g.first_on) == (10, 3.0, 3.0)
+    g.record_on(2.0, 10)
+    assert g.steps_since_on == 16 and g.accept_length_since_on == pytest.approx((30 + 12) / 16)
+    assert g.decide(9, 1) == "off" and g.decide(5, 2) == "on"
+    assert (g.steps_since_on, g.accept_length_since_on, g.first_on) == (0, None, None)  # reset at off->on
+    g.record_on(3.0, 4, first=2.5)
+    assert g.first_on == 2.5 and g.accept_length_since_on == pytest.approx((2.5 + 9.0) / 4)

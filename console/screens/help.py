@@ -14,7 +14,7 @@ HELP = r"""# specconsole — keys
 |---|---|
 | `+` / `=` | threshold + 1 req: each press steps the pending target and sends it; shown as `→ N pending` until `spec_gate` confirms N |
 | `-` | threshold - 1 req (refused before sending outside [1, max running requests] or at the hysteresis) |
-| `t` | set threshold and hysteresis exactly |
+| `t` | set threshold and hysteresis exactly (plain integers) |
 | `/` | search the log; `n` / `N` next / previous match |
 | `f` | show only log lines containing … (`a\|b`: a or b) |
 | `x` | hide log lines containing … |
@@ -28,22 +28,24 @@ HELP = r"""# specconsole — keys
 
 ## What you see
 
-* **Speculation** — SPEC ON / SPEC OFF and why (`decode batch 37 >= threshold 32`: the last
-  decode batch from `spec_gate`); the live worker class from `spec_gate` and whether SGLang's
+* **Speculation** — SPEC ON / SPEC OFF with `N · H` next to it, and why (`decode batch 37 >=
+  threshold 32`: the last decode batch from `spec_gate`); the live worker class from `spec_gate` and whether SGLang's
   startup log line agrees (`✗ MISMATCH` is an alarm); threshold N and hysteresis H (off at
-  decode batch >= N, back on below N - H), switches, accept length; the details scroll
-  (`Tab` to the panel, then `↑` `↓`).
+  decode batch >= N, back on below N - H; `N-H = 1` is warned: once off, never back on),
+  switches, accept length; the details scroll (`Tab` to the panel, then `↑` `↓`).
 * **Load** — running requests (from `/v1/loads`) per poll as bars against the threshold line
   (`─` N: the row of sizes >= N; `┄` N - H), queue length (req), generation throughput (tok/s).
   Greyed and marked `stale` while the server is down.
 * **GPUs** — NVML: utilization, memory, temperature, power / limit, SM clock; `n/a` where the
   GPU or driver does not report a field.
 * **Log** — the server log, followed; `spec_gate:` lines, worker lines, switches and errors
-  highlighted. `←` `→` scroll long lines.
+  highlighted. `←` `→` scroll long lines. Active filters and search show on a line above it.
 
 Modes: `specconsole launch -- <server args>`, `specconsole attach URL [--log FILE]`,
 `specconsole demo`, or plain `specconsole` (config file, else 127.0.0.1:30000, else this advice).
-Options: `--readonly`, `--interval SECONDS`, `--theme dark|light|ansi`.
+Options: `--readonly` (no threshold keys), `--interval SECONDS`, `--theme dark|light|ansi`.
+`launch` / `demo` refuse to start on a port something else holds, and show and change only the
+server they started.
 """
 
 #: shown at the top of the help, above the scrolling text

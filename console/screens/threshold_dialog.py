@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from textual import on
@@ -22,6 +23,25 @@ class ThresholdRequest:
     hysteresis: int | None
 
 
+#: a plain integer: optional minus sign, ASCII digits only (no "2.5", "3e1", "1_000", "+5")
+_INTEGER = re.compile(r"-?[0-9]+")
+#: more digits than any batch size can have
+MAX_DIGITS = 9
+
+
+def parse_int_field(name: str, text: str) -> int | None | str:
+    """The field's integer, None when empty (unchanged), or why it is refused (a str)."""
+    value = text.strip()
+    if not value:
+        return None
+    if not _INTEGER.fullmatch(value):
+        return f"{name} {value!r} is not a whole number: type digits only (e.g. 32)"
+    if len(value.lstrip("-")) > MAX_DIGITS:
+        shown = value if len(value) <= 12 else value[:12] + "…"
+        return f"{name} {shown} is out of range"
+    return int(value)
+
+
 def parse_request(
     threshold_text: str, hysteresis_text: str, current_threshold: int | None, current_hysteresis: int | None,
     max_running_requests: int | None,
@@ -29,18 +49,19 @@ def parse_request(
     """Validate the dialog's fields.
 
     Returns:
-        A :class:`ThresholdRequest` with only the changed values, or an error message. The
-        threshold must lie in [1, max running requests] (refused here, before sending);
-        the hysteresis is checked by the server, which knows the rules in force.
+        A :class:`ThresholdRequest` with only the changed values, or an error message. Both
+        fields must be plain integers (``2.5``, ``3e1``, ``1_000`` are refused, not reduced to
+        their digits); the threshold must lie in [1, max running requests] (refused here,
+        before sending); the hysteresis is checked by the server, which knows the rules in force.
     """
-    try:
-        thr = int(threshold_text.strip()) if threshold_text.strip() else current_threshold
-    except ValueError:
-        return f"threshold {threshold_text.strip()!r} is not an integer"
-    try:
-        hys = int(hysteresis_text.strip()) if hysteresis_text.strip() else current_hysteresis
-    except ValueError:
-        return f"hysteresis {hysteresis_text.strip()!r} is not an integer"
+    thr = parse_int_field("threshold", threshold_text)
+    if isinstance(thr, str):
+        return thr
+    hys = parse_int_field("hysteresis", hysteresis_text)
+    if isinstance(hys, str):
+        return hys
+    thr = current_threshold if thr is None else thr
+    hys = current_hysteresis if hys is None else hys
     if thr is not None:
         err = validate_threshold(thr, max_running_requests)
         if err:
@@ -71,10 +92,10 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
             yield Label(f"SPEC OFF at batch size >= N (1..{upper} req), ON again below N - H.", id="threshold-help")
             with Horizontal(classes="field"):
                 yield Label("threshold N (req)", classes="field-label")
-                yield Input(str(self.threshold if self.threshold is not None else ""), id="threshold-input", type="integer")
+                yield Input(str(self.threshold if self.threshold is not None else ""), id="threshold-input")
             with Horizontal(classes="field"):
                 yield Label("hysteresis H (req)", classes="field-label")
-                yield Input(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input", type="integer")
+                yield Input(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input")
             yield Label("", id="threshold-error")
             with Horizontal(id="threshold-buttons"):
                 yield Button("Send", id="send", variant="primary")
@@ -84,6 +105,17 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
         field = self.query_one("#threshold-input", Input)
         field.focus()
         field.select_all() if hasattr(field, "select_all") else None
+
+    @on(Input.Changed)
+    def check_fields(self) -> None:
+        """Say at once when a field is not a plain integer (nothing typed is silently dropped)."""
+        error = ""
+        for name in ("threshold", "hysteresis"):
+            result = parse_int_field(name, self.query_one(f"#{name}-input", Input).value)
+            if isinstance(result, str):
+                error = result
+                break
+        self.query_one("#threshold-error", Label).update(error)
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#send")

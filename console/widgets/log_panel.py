@@ -1,4 +1,9 @@
-"""The log panel: :class:`LogView` plus a one-line prompt for search / include / exclude."""
+"""The log panel: :class:`LogView` plus a one-line prompt for search / include / exclude.
+
+The border title says follow/pause and the line count; the active filters and search are on
+an indicator line of their own above the lines (it wraps instead of being cut off, so they
+stay visible at 80 columns), shown only while one is set.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import Input
+from textual.widgets import Input, Static
 
 from console.widgets.log_view import LogView
 
@@ -36,6 +41,7 @@ class LogPanel(Vertical):
         self.prompt_kind: str | None = None
 
     def compose(self) -> ComposeResult:
+        yield Static("", id="log-filters", classes="-hidden", markup=False)
         yield LogView(id="log-view")
         yield LogPrompt(id="log-prompt", classes="-hidden")
 
@@ -76,18 +82,37 @@ class LogPanel(Vertical):
 
     @on(LogView.StateChanged)
     def update_title(self) -> None:
-        """Border title: ``Log · following · +include -exclude · /search (3 matches)``."""
+        """Border title ``Log · following · 120/480 lines``; the filter line shows the rest."""
         views = self.query(LogView)
         if not views:
             return
         v = views.first()
         parts = [self.base_title]
         parts.append("following" if v.follow else f"PAUSED (+{v.new_while_paused} new)")
-        if v.include:
-            parts.append(f"only: {v.include}")
-        if v.exclude:
-            parts.append(f"hide: {v.exclude}")
-        if v.search:
-            parts.append(f"/{v.search} ({len(v.match_rows())} matches)")
         parts.append(f"{len(v.shown)}/{len(v.entries)} lines")
         self.border_title = " · ".join(parts)
+        indicator = self.query_one("#log-filters", Static)
+        width = self.content_region.width or self.app.size.width
+        line = filter_line(v.include, v.exclude, v.search, len(v.match_rows()) if v.search else 0, width)
+        indicator.update(line)
+        indicator.set_class(not line, "-hidden")
+
+
+def filter_line(include: str, exclude: str, search: str, matches: int, width: int | None = None) -> str:
+    """``only: a|b · hide: c · search: d (3 matches) · c clears``, or "" when none is set.
+
+    ``· c clears`` only when it still fits ``width`` (the rest wraps rather than being cut).
+    """
+    parts = []
+    if include:
+        parts.append(f"only: {include}")
+    if exclude:
+        parts.append(f"hide: {exclude}")
+    if search:
+        parts.append(f"search: {search} ({matches} match{'' if matches == 1 else 'es'})")
+    if not parts:
+        return ""
+    line = " · ".join(parts)
+    if width is None or len(line) + len(" · c clears") <= width:
+        line += " · c clears"
+    return line

@@ -42,15 +42,22 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
     """``(label, reasons, css class)``: the reason in decreasing length (the badge shows the
     longest that fits). Classes: -on, -off, -unknown, -alarm."""
     p = s.process
+    if p is not None and p.phase == st.PHASE_CRASHED and p.error:
+        short = "port in use" if "already in use" in p.error else "could not start"
+        return "NOT STARTED", [f"{short}: see the top line · r retries", f"{short} · r retries"], "-alarm"
     if p is not None and p.phase == st.PHASE_CRASHED:
         return "SERVER DOWN", [f"exit code {p.exit_code} · r restart"], "-alarm"
+    if p is not None and s.connection.foreign:
+        return "PORT TAKEN", ["another process answers on the port", "not this console's server"], "-alarm"
     if p is not None and p.phase in (st.PHASE_STOPPING, st.PHASE_STOPPED):
         return "STOPPING" if p.phase == st.PHASE_STOPPING else "STOPPED", ["server process group"], "-unknown"
     if p is not None and not s.sample_seen and p.phase != st.PHASE_READY:
         return "STARTING", [p.phase], "-unknown"
     if s.connection.auth_refused:
         err = s.connection.last_error or ""
-        return "NO ACCESS", [err, " ".join(err.split()[:2]).rstrip(":") + ": pass --api-key"], "-alarm"
+        code = "HTTP 403" if "HTTP 403" in err else "HTTP 401"
+        short = f"API key rejected ({code})" if "rejected" in err else f"{code}: pass --api-key"
+        return "NO ACCESS", [err, short], "-alarm"
     if s.connection.reachable is False:
         return "NO DATA", [f"unreachable for {fmt.duration(s.down_for_s)}"], "-alarm" if s.sample_seen else "-unknown"
     if not s.sample_seen:
@@ -73,6 +80,22 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
             ], "-off"
         return "SPEC OFF", [f"decode batch {fmt.num(bs)} >= threshold {fmt.num(n)}", f"batch {fmt.num(bs)} >= N {fmt.num(n)}"], "-off"
     return "SPEC ?", ["spec_gate has no spec_enabled"], "-unknown"
+
+
+def pinned_values(s: st.ConsoleSnapshot) -> str:
+    """``N 32 · H 4`` (``N 32→33`` while a change is pending): shown next to SPEC ON/OFF, so the
+    threshold stays in view however far the details are scrolled. Empty without a gate."""
+    g = s.gate
+    if g is None or s.stale or g.threshold is None:
+        return ""
+    p = s.pending
+    n = f"N {g.threshold}"
+    if p is not None and p.threshold is not None and p.threshold != g.threshold:
+        n += f"→{p.threshold}"
+    h = f"H {fmt.num(g.hysteresis)}"
+    if p is not None and p.hysteresis is not None and p.hysteresis != g.hysteresis:
+        h += f"→{p.hysteresis}"
+    return f"{n} · {h}"
 
 
 def badge_state(s: st.ConsoleSnapshot, width: int | None = None) -> tuple[str, str, str]:
@@ -99,13 +122,20 @@ class SpecBadge(SnapshotWidget):
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
         label, reason, _ = badge_state(self.snapshot, width)
+        pinned = pinned_values(self.snapshot)
         text = Text(justify="center", no_wrap=True, overflow="ellipsis")
-        glyphs = big_text(label) if height >= 4 else None
+        glyphs = big_text(label) if height >= 5 else None
         if glyphs and len(glyphs[0]) <= width:
             for row in glyphs:
                 text.append(row + "\n", "bold")
-        else:
-            text.append(label + "\n", "bold")
+            text.append(reason, self.style_of("spec-badge--reason"))
+            if pinned:
+                text.append("\n" + pinned, "bold")
+            return text
+        text.append(label, "bold")
+        if pinned and len(label) + 3 + len(pinned) <= width:
+            text.append("   " + pinned, "bold")
+        text.append("\n")
         text.append(reason, self.style_of("spec-badge--reason"))
         return text
 
@@ -120,12 +150,16 @@ def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
 
     * a threshold above max running requests never fires;
     * a decode batch above cuda graph max bs runs without CUDA graphs;
-    * TP ranks that disagree about the gate.
+    * TP ranks that disagree about the gate;
+    * N - H <= 1: valid, but speculation, once off, comes back only below batch size 1, i.e.
+      never while a request runs (decode batches have at least one request).
     """
     g = s.gate
     out = []
     if g is None:
         return out
+    if g.threshold is not None and g.hysteresis is not None and g.threshold - g.hysteresis <= 1:
+        out.append(f"N-H = {g.threshold - g.hysteresis}: once off, never back on")
     mrr = s.max_running_requests
     if g.threshold is not None and mrr is not None and g.threshold > mrr:
         out.append(f"threshold {g.threshold} > max running {mrr}: never fires")
@@ -188,6 +222,10 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         hys.append(f" → {p.hysteresis} pending", d["pending"])
     rows.append([thr, hys])
     rows.extend(message)
+    if s.worker.status == st.CHECK_MISMATCH:
+        rows.append([Text("⚠ " + s.worker.detail, d["alarm"])])
+    for warning in gate_warnings(s):
+        rows.append([Text("⚠ " + warning, d["alarm"])])
     sw = _t(("switches ", d["label"]), (fmt.num(g.switches), d["value"]))
     if s.switches_per_min is not None and s.switches_per_min >= THRASH_PER_MIN:
         sw.append(f" ({s.switches_per_min:.0f}/min: thrashing)", d["alarm"])
@@ -195,10 +233,6 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     if al is None and s.load is not None:
         al = s.load.accept_length
     rows.append([sw, _t(("accept ", d["label"]), (fmt.num(al, "tok/step", 2), d["value"]))])
-    if s.worker.status == st.CHECK_MISMATCH:
-        rows.append([Text("⚠ " + s.worker.detail, d["alarm"])])
-    for warning in gate_warnings(s):
-        rows.append([Text("⚠ " + warning, d["alarm"])])
     # the rest: below the fold on small terminals (scroll)
     rows.append([
         _t(("max running ", d["label"]), (fmt.num(s.max_running_requests, "req"), d["value"])),
@@ -213,11 +247,23 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         ls = g.last_switch
         rows.append([_t(("last switch ", d["label"]),
                         (f"{ls.direction or '?'} at step {fmt.num(ls.step)}, decode batch {fmt.num(ls.batch_size)} req", d["value"]))])
+    if g.steps_since_on or g.accept_length_first_on_step is not None:
+        rows.append([_t(
+            ("accept after ON ", d["label"]),
+            (f"first {fmt.num(g.accept_length_first_on_step, digits=2)}, "
+             f"{fmt.num(g.steps_since_on)} steps {fmt.num(g.accept_length_since_on, digits=2)}", d["value"]),
+        )])
     rows.append([_t(
         ("OFF-step CUDA graph ", d["label"]),
         ({True: "captured", False: "not captured", None: fmt.NA}[g.off_cuda_graph], d["value"]),
         (f", replayed by {fmt.num(g.off_steps_cuda_graph)} steps", d["dim"]),
     )])
+    if g.off_target_graph_replays is not None or g.on_target_graph_replays is not None:
+        rows.append([_t(
+            ("graph replays ", d["label"]),
+            (f"OFF target {fmt.num(g.off_target_graph_replays)}, draft extend "
+             f"{fmt.num(g.off_draft_extend_graph_replays)}; ON target {fmt.num(g.on_target_graph_replays)}", d["value"]),
+        )])
     overlap = {True: "on", False: "off", None: fmt.NA}[g.overlap]
     rows.append([
         _t(("spec ", d["label"]), (f"{g.spec_version or fmt.NA}, overlap {overlap}", d["value"])),

@@ -1,4 +1,5 @@
-"""The bar at the top: mode, server URL, connection or startup state, version, poll interval.
+"""The bar at the top: mode, server URL, connection or startup state, version, poll interval
+(the actual one: ``retry every 8 s`` while polling backs off from a server that is down).
 
 One line when it fits. On a narrow terminal the ``specconsole`` title goes first; if the rest
 still does not fit (e.g. a long "unreachable" reason) the server's state moves to a second line
@@ -19,15 +20,19 @@ SEP = " │ "
 def connection_text(s: st.ConsoleSnapshot) -> tuple[str, str]:
     """``(text, level)`` describing the server's state; level is ok / warn / error / dim."""
     p = s.process
+    c = s.connection
     if p is not None:
+        if p.phase == st.PHASE_CRASHED and p.error:
+            return f"server not started: {p.error} · r retries", "error"
         if p.phase == st.PHASE_CRASHED:
             return f"server exited (code {p.exit_code}) · r restart", "error"
         if p.phase in (st.PHASE_STOPPING, st.PHASE_STOPPED):
             return f"server {p.phase}", "warn"
+        if c.foreign and c.last_error:
+            return f"NOT CONNECTED: {c.last_error}", "error"
         if p.phase != st.PHASE_READY and not s.sample_seen:
             since = fmt.duration(s.now - p.started_at) if p.started_at is not None else ""
             return f"starting: {p.phase} {since}".rstrip(), "warn"
-    c = s.connection
     if c.auth_refused:
         return f"{c.last_error} ({fmt.duration(s.down_for_s)})", "error"
     if c.reachable is False:
@@ -49,7 +54,11 @@ def status_segments(s: st.ConsoleSnapshot) -> list[tuple[str, str | None]]:
     segs: list[tuple[str, str | None]] = [(mode, None), (s.url.removeprefix("http://"), None), (conn, level)]
     if s.version:
         segs.append((f"SGLang {s.version}", None))
-    segs.append((f"every {s.interval_s:g} s", None))
+    delay = s.poll_delay_s
+    if delay is not None and delay > s.interval_s + 1e-9:  # backing off while the server is down
+        segs.append((f"retry every {delay:g} s", "warn"))
+    else:
+        segs.append((f"every {s.interval_s:g} s", None))
     return segs
 
 
