@@ -110,7 +110,7 @@ def append_csv(path: Path, rows: List[Dict[str, Any]]) -> None:
 
 def run(a: argparse.Namespace) -> None:
     from bench.server_harness import (
-        eagle3_args, plain_args, set_gate, start_server, stop_server, wait_ready, write_json,
+        eagle3_args, plain_args, set_gate, spec_gate, start_server, stop_server, wait_ready, write_json,
     )
     from bench.synthetic_models import Oracle
 
@@ -156,7 +156,7 @@ def run(a: argparse.Namespace) -> None:
                     rec_rows += sweep(f"gate-n{n}", oracle.p_wrong, a.port, server.url, work, n,
                                       [int(x) for x in a.recommend_levels.split(",")])
                 append_csv(a.out / "throughput.csv", rec_rows)
-            meta["final_spec_gate"] = __import__("bench.server_harness", fromlist=["spec_gate"]).spec_gate(server.url)
+            meta["final_spec_gate"] = spec_gate(server.url)
     except Exception as exc:
         meta["error"] = f"{type(exc).__name__}: {exc}"
         meta["log_tail"] = server.log_tail(60)

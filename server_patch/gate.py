@@ -15,6 +15,10 @@ from typing import Any, Deque, Dict, Mapping, Optional, Tuple
 THRESHOLD_KEY = "speculative_disable_batch_threshold"
 HYSTERESIS_KEY = "speculative_disable_hysteresis"
 GATE_KEYS = (THRESHOLD_KEY, HYSTERESIS_KEY)
+# Extra keys of a gate reply on its way from the scheduler to the tokenizer manager
+# (inside SetInternalStateReqOutput.server_args).
+REASON_KEY = "spec_gate_reason"
+DECODE_STEP_KEY = "spec_gate_decode_step"
 
 
 class GateConfigError(ValueError):

@@ -21,8 +21,10 @@ from typing import Any, Dict, Optional
 
 from server_patch import compat, options
 from server_patch.gate import (
+    DECODE_STEP_KEY,
     GATE_KEYS,
     HYSTERESIS_KEY,
+    REASON_KEY,
     THRESHOLD_KEY,
     GateConfigError,
     SpecGate,
@@ -40,8 +42,6 @@ logger = logging.getLogger("server_patch.spec_gate")
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 GATE_ATTR = "_spec_gate"
 OFF_RESULT_ATTR = "_spec_gate_off"
-REASON_KEY = "spec_gate_reason"
-DECODE_STEP_KEY = "spec_gate_decode_step"
 
 
 class GateRuntime:

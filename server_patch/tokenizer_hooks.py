@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from server_patch.gate import GATE_KEYS, HYSTERESIS_KEY, THRESHOLD_KEY
+from server_patch.gate import DECODE_STEP_KEY, GATE_KEYS, HYSTERESIS_KEY, REASON_KEY, THRESHOLD_KEY
 
 TOKENIZER_MANAGER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
-REASON_KEY = "spec_gate_reason"
 
 
 def merge_gate_replies(replies: List[Any]) -> Dict[str, Any]:
@@ -33,7 +32,7 @@ def merge_gate_replies(replies: List[Any]) -> Dict[str, Any]:
         "reason": reason if not updated else None,
         "threshold": (first or {}).get(THRESHOLD_KEY),
         "hysteresis": (first or {}).get(HYSTERESIS_KEY),
-        "decode_step": (first or {}).get("spec_gate_decode_step"),
+        "decode_step": (first or {}).get(DECODE_STEP_KEY),
     }
 
 
