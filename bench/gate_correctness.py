@@ -201,6 +201,14 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         rec["ranks"] = g["ranks"]
         rec["ranks_agree"] = len({(x["switches"], x["decode_steps_on"], x["decode_steps_off"]) for x in g["ranks"]}) == 1
         rec["oracle_match"] = all(oks)
+        # the decode-kernel OFF verify read the right keys on every sampled OFF step, every rank
+        rec["off_target_attention"] = g.get("off_target_attention")
+        rec["off_attention_checks"] = [x.get("off_attention_checks", 0) for x in g["ranks"]]
+        rec["off_attention_mismatches"] = [x.get("off_attention_mismatches", 0) for x in g["ranks"]]
+        rec["off_attention_proof_ok"] = (
+            g.get("off_target_attention") != "triton-decode-kernel"
+            or (min(rec["off_attention_checks"]) > 0 and max(rec["off_attention_mismatches"]) == 0)
+        )
         rec["final_spec_gate"] = g
     except Exception as exc:  # keep the other runs going; the record says why this one failed
         record_failure(rec, server, exc)
@@ -230,14 +238,20 @@ def main() -> None:
         futs = [pool.submit(run_config, n, a.models, oracle, a.base_port + 10 * i, a.log_dir,
                             tp=a.tp, switches_target=a.switches, mem_fraction=a.mem_fraction)
                 for i, n in enumerate(names)]
-        results = [f.result() for f in futs]
-    existing = json.loads(a.out.read_text()) if a.out.exists() else []
-    keep = [r for r in existing if (r.get("config"), r.get("tp")) not in {(x["config"], x["tp"]) for x in results}]
-    write_json(a.out, keep + results)
-    for r in results:
-        print(json.dumps({k: r.get(k) for k in ("config", "tp", "worker_class", "oracle_match", "switches",
-                                                 "off_steps_used_cuda_graph", "accept_length_before_off",
-                                                 "accept_length_after_on", "error")}))
+        for f in futs:  # merged as each one ends: a run cut short keeps what finished
+            r = f.result()
+            merge_result(a.out, r)
+            print(json.dumps({k: r.get(k) for k in (
+                "config", "tp", "worker_class", "oracle_match", "switches", "ranks_agree",
+                "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
+                "accept_length_before_off", "accept_length_after_on", "error")}), flush=True)
+
+
+def merge_result(out: Path, rec: Dict[str, Any]) -> None:
+    """Write ``rec`` into the JSON list at ``out``, replacing an entry of the same (config, tp)."""
+    existing = json.loads(out.read_text()) if out.exists() else []
+    keep = [r for r in existing if (r.get("config"), r.get("tp")) != (rec["config"], rec["tp"])]
+    write_json(out, keep + [rec])
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ in 0.5.23, backported here):
 
 1. no drafting: the verify input is a 1-node tree rooted at the last committed (bonus) token;
 2. target ``TARGET_VERIFY`` with 1 token per request, replaying a CUDA graph captured for
-   exactly that shape at startup — functionally a plain decode step;
+   exactly that shape at startup — functionally a plain decode step; on the triton backend its
+   attention *is* the decode kernel (``off_attention``: the verify kernel made an OFF step cost
+   4.7x a plain decode step at 128 requests on the H200);
 3. a 1-token draft extend (its own CUDA graph), so the draft model's KV cache and hidden
    state stay current and speculation resumes at full acceptance without re-prefill.
 
@@ -26,6 +28,8 @@ import logging
 from typing import Any, Callable, List, Optional
 
 import torch
+
+from server_patch import off_attention
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +133,10 @@ class OffStepRunner:
         self.v2 = spec_version == "v2"
         self.topk = worker.topk
         self.on_state = self._current_state()
-        with self._build_context(), _no_multistep_draft_backend_for_zero_steps():
+        target_runner = worker.target_worker.model_runner
+        self.off_target_attention = off_attention.VERIFY_KERNEL
+        with self._build_context(), _no_multistep_draft_backend_for_zero_steps(), \
+                self._decode_kernel_for_off_target(target_runner):
             self.off_state = worker.build_adaptive_runtime_state(OFF_STEPS, OFF_DRAFT_TOKENS)
         self._apply(self.on_state)  # build leaves ON fields in place; be explicit
         self.off_target_graph = _ReplayCounter(self.off_state.target_graph_runner)
@@ -144,7 +151,39 @@ class OffStepRunner:
     def has_off_cuda_graph(self) -> bool:
         return self.off_state.target_graph_runner is not None
 
+    @property
+    def off_attention_checks(self) -> int:
+        """Sampled OFF steps whose decode-kernel key indices were checked (see ``off_attention``)."""
+        return getattr(self.off_state.target_attn_backend, "spec_gate_checks", 0)
+
+    @property
+    def off_attention_mismatches(self) -> int:
+        return getattr(self.off_state.target_attn_backend, "spec_gate_mismatches", 0)
+
     # -- runtime-state plumbing ------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _decode_kernel_for_off_target(self, target_runner):
+        """While the OFF state is built, the target backend that ``build_adaptive_runtime_state``
+        asks ``_get_attention_backend`` for is converted (before its CUDA graphs are captured)
+        to serve the 1-token verify with the decode kernel, where the backend allows it."""
+        original = target_runner._get_attention_backend
+        had_own = "_get_attention_backend" in vars(target_runner)
+        runner = self
+
+        def get_attention_backend(*args, **kwargs):
+            backend = original(*args, **kwargs)
+            runner.off_target_attention = off_attention.use_decode_kernel(backend)
+            return backend
+
+        target_runner._get_attention_backend = get_attention_backend
+        try:
+            yield
+        finally:
+            if had_own:
+                target_runner._get_attention_backend = original
+            else:
+                del target_runner._get_attention_backend
 
     def _build_context(self):
         from sglang.srt.layers.moe.utils import (

@@ -100,6 +100,11 @@ class GateRuntime:
             "off_target_graph_replays": self.runner.off_target_graph.count,
             "off_draft_extend_graph_replays": self.runner.off_draft_extend_graph.count,
             "on_target_graph_replays": self.runner.on_target_graph.count,
+            # how an OFF step's 1-token verify attends (server_patch/off_attention.py) and the
+            # sampled proof that the decode kernel read the right keys
+            "off_target_attention": getattr(self.runner, "off_target_attention", None),
+            "off_attention_checks": getattr(self.runner, "off_attention_checks", 0),
+            "off_attention_mismatches": getattr(self.runner, "off_attention_mismatches", 0),
             "tp_rank": self.tp_rank,
             "tp_size": self.tp_size,
         }
@@ -150,6 +155,11 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
         "on" if runtime.overlap else "off",
         config.threshold,
         config.hysteresis,
+    )
+    logger.info(
+        "spec_gate: OFF step = 1-token verify (%s, CUDA graph %s) + 1-token draft extend",
+        getattr(runtime.runner, "off_target_attention", None),
+        "on" if runtime.runner.has_off_cuda_graph else "off",
     )
     if not runtime.runner.has_off_cuda_graph:
         logger.warning("spec_gate: CUDA graphs are disabled; OFF steps run eagerly")

@@ -611,6 +611,10 @@ def test_switch_rate_and_gate_warnings():
     assert any("never fires" in w for w in warnings)
     assert any("no CUDA graph" in w for w in warnings)
     assert any("TP ranks disagree" in w for w in warnings)
+    assert not any("wrong keys" in w for w in warnings)
+    bad = st.GateState.from_json({**GATE, "off_target_attention": "triton-decode-kernel",
+                                  "off_attention_checks": 70, "off_attention_mismatches": 2})
+    assert "OFF-step attention read wrong keys on 2 checked steps (see log)" in gate_warnings(st.ConsoleSnapshot(gate=bad))
 
 
 # -- fresh-user findings ---------------------------------------------------------------------

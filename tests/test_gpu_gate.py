@@ -32,6 +32,8 @@ def test_gate_keeps_greedy_output_exact_on_every_worker_path(models, config, tmp
     assert rec["worker_class"] == CONFIGS[config]["expect"]
     assert rec["oracle_match"] is True
     assert rec["off_steps_used_cuda_graph"] is True
+    assert rec["off_target_attention"] == "triton-decode-kernel"
+    assert rec["off_attention_proof_ok"] is True, (rec["off_attention_checks"], rec["off_attention_mismatches"])
     assert rec["switches"] >= 100
     assert rec["phases"]["F_runtime_change"]["delay_steps"] == 0
     # the draft stays warm across 200+ OFF steps: first ON steps within 0.5 of the ON baseline

@@ -230,3 +230,55 @@ def test_generation_batch_result_accepts_the_off_tag():
     cls = _classes(SRT / "managers/utils.py")["GenerationBatchResult"]
     decos = [ast.unparse(d) for d in cls.decorator_list]
     assert decos == ["dataclasses.dataclass"]  # no slots=True: setattr(result, "_spec_gate_off") works
+
+
+# -- the decode-kernel OFF verify (server_patch/off_attention.py) ---------------------------
+
+TRITON = SRT / "layers" / "attention" / "triton_backend.py"
+
+
+@pytest.mark.parametrize("method, params", [
+    ("init_forward_metadata", ["self", "forward_batch"]),
+    ("init_forward_metadata_capture_cuda_graph",
+     ["self", "bs", "num_tokens", "req_pool_indices", "seq_lens", "encoder_lens", "forward_mode", "spec_info"]),
+    ("init_forward_metadata_replay_cuda_graph",
+     ["self", "bs", "req_pool_indices", "seq_lens", "seq_lens_sum", "encoder_lens", "forward_mode",
+      "spec_info", "seq_lens_cpu"]),
+    ("forward_extend", ["self", "q", "k", "v", "layer", "forward_batch", "save_kv_cache", "sinks"]),
+    ("forward_decode", ["self", "q", "k", "v", "layer", "forward_batch", "save_kv_cache", "sinks"]),
+])
+def test_triton_backend_methods_the_off_verify_overrides(method, params):
+    fn = _methods(_classes(TRITON)["TritonAttnBackend"])[method]
+    assert _params(fn) == params
+
+
+def test_triton_backend_attributes_the_off_verify_reads():
+    src = TRITON.read_text()
+    for attr in ("self.num_draft_tokens", "self.sliding_window_size", "self.use_mla",
+                 "self.enable_deterministic", "self.req_to_token"):
+        assert f"{attr} =" in src, attr
+    # the eager DECODE branch reads exactly these ForwardBatch fields (our stand-in provides them)
+    init = ast.get_source_segment(src, _methods(_classes(TRITON)["TritonAttnBackend"])["init_forward_metadata"])
+    decode_branch = init.split("elif forward_batch.forward_mode.is_target_verify()")[0]
+    used = set()
+    for node in ast.walk(ast.parse("if True:\n" + "\n".join("    " + l for l in decode_branch.splitlines()))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "forward_batch":
+            used.add(node.attr)
+    assert used <= {"batch_size", "forward_mode", "spec_info", "seq_lens", "seq_lens_sum", "req_pool_indices"}, used
+
+
+def test_graph_runner_hands_the_live_batch_to_replay_metadata():
+    src = (SRT / "model_executor" / "cuda_graph_runner.py").read_text()
+    assert "attn_backend._replay_forward_batch = forward_batch" in src
+
+
+@pytest.mark.parametrize("file", ["eagle_worker.py", "eagle_worker_v2.py"])
+def test_off_state_target_backend_comes_from_get_attention_backend(file):
+    src = (SRT / "speculative" / file).read_text()
+    fn = ast.get_source_segment(src, next(
+        n for n in ast.walk(ast.parse(src))
+        if isinstance(n, ast.FunctionDef) and n.name == "build_adaptive_runtime_state"))
+    # the backend is built before the CUDA-graph runner that captures with it
+    assert fn.index("target_model_runner._get_attention_backend(") < fn.index("CudaGraphRunner(")
+    mr = _classes(SRT / "model_executor" / "model_runner.py")["ModelRunner"]
+    assert _params(_methods(mr)["_get_attention_backend"]) == ["self", "init_new_workspace"]

@@ -151,6 +151,7 @@ def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
     * a threshold above max running requests never fires;
     * a decode batch above cuda graph max bs runs without CUDA graphs;
     * TP ranks that disagree about the gate;
+    * an OFF step whose decode-kernel attention failed its key-index check (server log has it);
     * N - H <= 1: valid, but speculation, once off, comes back only below batch size 1, i.e.
       never while a request runs (decode batches have at least one request).
     """
@@ -168,6 +169,8 @@ def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
         out.append(f"decode batch {bs} > cuda graph max bs {g.cuda_graph_max_bs}: no CUDA graph")
     if g.ranks_disagree:
         out.append("TP ranks disagree about the gate")
+    if g.off_attention_mismatches:
+        out.append(f"OFF-step attention read wrong keys on {g.off_attention_mismatches} checked steps (see log)")
     return out
 
 
@@ -258,6 +261,10 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         ({True: "captured", False: "not captured", None: fmt.NA}[g.off_cuda_graph], d["value"]),
         (f", replayed by {fmt.num(g.off_steps_cuda_graph)} steps", d["dim"]),
     )])
+    if g.off_target_attention is not None:
+        proof = (f", {fmt.num(g.off_attention_checks)} steps checked, {fmt.num(g.off_attention_mismatches)} wrong"
+                 if g.off_target_attention == "triton-decode-kernel" else "")
+        rows.append([_t(("OFF-step attention ", d["label"]), (g.off_target_attention, d["value"]), (proof, d["dim"]))])
     if g.off_target_graph_replays is not None or g.on_target_graph_replays is not None:
         rows.append([_t(
             ("graph replays ", d["label"]),
