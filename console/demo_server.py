@@ -377,8 +377,9 @@ class Simulation:
             "off_draft_extend_graph_replays": g.off_draft_extend_graph_replays,
             "on_target_graph_replays": g.on_target_graph_replays,
             "off_target_attention": "triton-decode-kernel",
-            # the real server checks the first 64 OFF steps, then every 256th
-            "off_attention_checks": min(g.off_steps_graph, 64) + max(0, g.off_steps_graph - 64) // 256,
+            "off_draft_extend_attention": "triton-decode-kernel",
+            # the real server checks the first 64 OFF steps, then every 256th (verify + draft extend)
+            "off_attention_checks": 2 * (min(g.off_steps_graph, 64) + max(0, g.off_steps_graph - 64) // 256),
             "off_attention_mismatches": 0,
             "tp_rank": 0,
             "tp_size": a.tp_size,

@@ -100,6 +100,7 @@ class GateState:
     off_draft_extend_graph_replays: int | None = None
     on_target_graph_replays: int | None = None
     off_target_attention: str | None = None
+    off_draft_extend_attention: str | None = None
     off_attention_checks: int | None = None
     off_attention_mismatches: int | None = None
     tp_rank: int | None = None
@@ -156,6 +157,7 @@ class GateState:
             off_draft_extend_graph_replays=_int(data.get("off_draft_extend_graph_replays")),
             on_target_graph_replays=_int(data.get("on_target_graph_replays")),
             off_target_attention=_str(data.get("off_target_attention")),
+            off_draft_extend_attention=_str(data.get("off_draft_extend_attention")),
             off_attention_checks=_int(data.get("off_attention_checks")),
             off_attention_mismatches=_int(data.get("off_attention_mismatches")),
             tp_rank=_int(data.get("tp_rank")),

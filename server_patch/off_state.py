@@ -40,15 +40,24 @@ OFF_DRAFT_TOKENS = 1
 class _ReplayCounter:
     """Wraps a graph runner instance's ``replay`` to count calls (proves which graph ran)."""
 
-    def __init__(self, runner: Any):
+    def __init__(self, runner: Any, hand_batch_to: Any = None):
+        """``hand_batch_to``: an attention backend that gets the replayed batch as
+        ``_replay_forward_batch`` for the duration of the replay (the draft-extend graph runner
+        does not hand it over itself; ``off_attention``'s key-index check reads it)."""
         self.count = 0
         if runner is None:
             return
         original = runner.replay
 
-        def counted(*args, **kwargs):
+        def counted(forward_batch, *args, **kwargs):
             self.count += 1
-            return original(*args, **kwargs)
+            if hand_batch_to is None:
+                return original(forward_batch, *args, **kwargs)
+            hand_batch_to._replay_forward_batch = forward_batch
+            try:
+                return original(forward_batch, *args, **kwargs)
+            finally:
+                hand_batch_to._replay_forward_batch = None
 
         runner.replay = counted
 
@@ -134,14 +143,16 @@ class OffStepRunner:
         self.topk = worker.topk
         self.on_state = self._current_state()
         target_runner = worker.target_worker.model_runner
-        self.off_target_attention = off_attention.VERIFY_KERNEL
+        self.off_target_attention = off_attention.EXTEND_KERNEL
+        self.off_draft_extend_attention = off_attention.EXTEND_KERNEL
         with self._build_context(), _no_multistep_draft_backend_for_zero_steps(), \
-                self._decode_kernel_for_off_target(target_runner):
+                self._decode_kernel_for_off_target(target_runner), self._decode_kernel_for_off_draft_extend():
             self.off_state = worker.build_adaptive_runtime_state(OFF_STEPS, OFF_DRAFT_TOKENS)
         self._apply(self.on_state)  # build leaves ON fields in place; be explicit
         self.off_target_graph = _ReplayCounter(self.off_state.target_graph_runner)
         self.off_draft_extend_graph = _ReplayCounter(
-            self.off_state.cuda_graph_runner_for_draft_extend
+            self.off_state.cuda_graph_runner_for_draft_extend,
+            hand_batch_to=self.off_state.draft_extend_attn_backend,
         )
         self.on_target_graph = _ReplayCounter(self.on_state.target_graph_runner)
         self.off_steps_cuda_graph = 0  # OFF steps whose target verify replayed the OFF graph
@@ -151,16 +162,42 @@ class OffStepRunner:
     def has_off_cuda_graph(self) -> bool:
         return self.off_state.target_graph_runner is not None
 
+    def _off_backends(self):
+        return (self.off_state.target_attn_backend, getattr(self.off_state, "draft_extend_attn_backend", None))
+
     @property
     def off_attention_checks(self) -> int:
-        """Sampled OFF steps whose decode-kernel key indices were checked (see ``off_attention``)."""
-        return getattr(self.off_state.target_attn_backend, "spec_gate_checks", 0)
+        """Sampled OFF-step attention calls (target verify + draft extend) whose decode-kernel key
+        indices were checked (see ``off_attention``)."""
+        return sum(getattr(b, "spec_gate_checks", 0) for b in self._off_backends())
 
     @property
     def off_attention_mismatches(self) -> int:
-        return getattr(self.off_state.target_attn_backend, "spec_gate_mismatches", 0)
+        return sum(getattr(b, "spec_gate_mismatches", 0) for b in self._off_backends())
 
     # -- runtime-state plumbing ------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _decode_kernel_for_off_draft_extend(self):
+        """Same for the OFF draft-extend backend, which the worker's ``init_attention_backend``
+        gets from ``DraftBackendFactory.create_draft_extend_backend`` during the build."""
+        from sglang.srt.speculative.draft_utils import DraftBackendFactory
+
+        original = DraftBackendFactory.create_draft_extend_backend
+        runner = self
+
+        def create_draft_extend_backend(factory):
+            backend = original(factory)
+            if backend is not None:
+                runner.off_draft_extend_attention = off_attention.use_decode_kernel(
+                    backend, role=off_attention.DRAFT_EXTEND)
+            return backend
+
+        DraftBackendFactory.create_draft_extend_backend = create_draft_extend_backend
+        try:
+            yield
+        finally:
+            DraftBackendFactory.create_draft_extend_backend = original
 
     @contextlib.contextmanager
     def _decode_kernel_for_off_target(self, target_runner):

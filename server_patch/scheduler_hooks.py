@@ -103,6 +103,7 @@ class GateRuntime:
             # how an OFF step's 1-token verify attends (server_patch/off_attention.py) and the
             # sampled proof that the decode kernel read the right keys
             "off_target_attention": getattr(self.runner, "off_target_attention", None),
+            "off_draft_extend_attention": getattr(self.runner, "off_draft_extend_attention", None),
             "off_attention_checks": getattr(self.runner, "off_attention_checks", 0),
             "off_attention_mismatches": getattr(self.runner, "off_attention_mismatches", 0),
             "tp_rank": self.tp_rank,
@@ -157,8 +158,9 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
         config.hysteresis,
     )
     logger.info(
-        "spec_gate: OFF step = 1-token verify (%s, CUDA graph %s) + 1-token draft extend",
+        "spec_gate: OFF step = 1-token verify (%s) + 1-token draft extend (%s), CUDA graphs %s",
         getattr(runtime.runner, "off_target_attention", None),
+        getattr(runtime.runner, "off_draft_extend_attention", None),
         "on" if runtime.runner.has_off_cuda_graph else "off",
     )
     if not runtime.runner.has_off_cuda_graph:

@@ -21,7 +21,7 @@ README_GATE_KEYS = {
     "last_decode_batch_size", "decode_steps_on", "decode_steps_off", "switches", "last_switch",
     "accept_length_recent", "accept_length_since_on", "accept_length_first_on_step", "steps_since_on",
     "off_cuda_graph", "off_steps_cuda_graph", "off_target_graph_replays", "off_draft_extend_graph_replays",
-    "on_target_graph_replays", "off_target_attention", "off_attention_checks", "off_attention_mismatches",
+    "on_target_graph_replays", "off_target_attention", "off_draft_extend_attention", "off_attention_checks", "off_attention_mismatches",
     "tp_rank", "tp_size", "ranks",
 }
 #: the keys of an accepted ``POST /set_internal_state`` answer (README)

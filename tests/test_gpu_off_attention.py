@@ -52,12 +52,13 @@ def sglang_triton():
     tb.get_attention_tp_size = original
 
 
-def _runner(torch, AttentionArch, pool, req_to_token):
+def _runner(torch, AttentionArch, pool, req_to_token, num_draft_tokens=1, num_steps=0):
     model_config = types.SimpleNamespace(
         attention_arch=AttentionArch.MHA, num_attention_heads=HEADS, get_num_kv_heads=lambda tp: KV_HEADS,
         v_head_dim=DIM, swa_v_head_dim=None, context_len=CTX, is_encoder_decoder=False)
     server_args = types.SimpleNamespace(
-        speculative_num_draft_tokens=1, speculative_num_steps=0, triton_attention_num_kv_splits=8,
+        speculative_num_draft_tokens=num_draft_tokens, speculative_num_steps=num_steps,
+        triton_attention_num_kv_splits=8,
         enable_deterministic_inference=False, triton_attention_split_tile_size=None,
         disable_cuda_graph=False, chunked_prefill_size=8192)
     return types.SimpleNamespace(
@@ -116,4 +117,56 @@ def test_decode_kernel_verify_equals_the_verify_kernel(sglang_triton, bs):
         bs, rows, seq_lens, int(seq_lens.sum()), None, ForwardMode.TARGET_VERIFY, spec_info, seq_lens.cpu())
     got = graph.forward_extend(q, k, v, layer, fb).float()
     torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+    assert (graph.spec_gate_checks, graph.spec_gate_mismatches) == (1, 0)
+
+
+@pytest.mark.parametrize("bs", [1, 7, 128])
+def test_decode_kernel_draft_extend_equals_the_prefix_extend(sglang_triton, bs):
+    """The OFF draft extend (DRAFT_EXTEND_V2, 1 token per request, ``seq_lens`` including it)
+    against SGLang's eager v2 path for the same batch (regular extend over the prefix + 1 token)."""
+    torch, tb, AttentionArch, AttentionType, ForwardMode = sglang_triton
+    from server_patch import off_attention
+
+    g = torch.Generator(device="cuda").manual_seed(1000 + bs)
+    slots = MAX_BS * CTX
+    pool = Pool(torch, slots)
+    req_to_token = torch.randperm(slots, device="cuda", generator=g).to(torch.int32).view(MAX_BS, CTX)
+    rows = torch.randperm(MAX_BS, device="cuda", generator=g)[:bs]
+    prefix = torch.randint(1, CTX - 1, (bs,), device="cuda", generator=g)
+    seq_lens = prefix + 1
+    out_cache_loc = req_to_token[rows, prefix].to(torch.int64)
+    layer = types.SimpleNamespace(
+        tp_q_head_num=HEADS, qk_head_dim=DIM, v_head_dim=DIM, layer_id=0, k_scale=None, v_scale=None,
+        scaling=DIM ** -0.5, logit_capping_method="tanh", logit_cap=0.0, xai_temperature_len=-1,
+        sliding_window_size=-1, is_cross_attention=False, attn_type=AttentionType.DECODER)
+    q = torch.randn(bs, HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
+    k = torch.randn(bs, KV_HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
+    v = torch.randn(bs, KV_HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
+    fb = types.SimpleNamespace(
+        forward_mode=ForwardMode.DRAFT_EXTEND_V2, batch_size=bs, req_pool_indices=rows, seq_lens=seq_lens,
+        seq_lens_sum=int(seq_lens.sum()), out_cache_loc=out_cache_loc, token_to_kv_pool=pool, spec_info=None,
+        extend_prefix_lens=prefix, extend_prefix_lens_cpu=prefix.tolist(),
+        extend_seq_lens=torch.ones_like(prefix), extend_seq_lens_cpu=[1] * bs)
+
+    reference = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
+    reference.init_forward_metadata(fb)  # DRAFT_EXTEND_V2 eager: the regular extend branch
+    expected = reference.forward_extend(q, k, v, layer, fb).float()
+
+    eager = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
+    assert off_attention.use_decode_kernel(eager, role=off_attention.DRAFT_EXTEND) == off_attention.DECODE_KERNEL
+    eager.init_forward_metadata(fb)
+    torch.testing.assert_close(eager.forward_extend(q, k, v, layer, fb).float(), expected, atol=2e-2, rtol=2e-2)
+    assert (eager.spec_gate_checks, eager.spec_gate_mismatches) == (1, 0)
+
+    graph = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
+    off_attention.use_decode_kernel(graph, role=off_attention.DRAFT_EXTEND)
+    graph.init_cuda_graph_state(MAX_BS, MAX_BS)
+    fill = graph.get_cuda_graph_seq_len_fill_value()
+    graph.init_forward_metadata_capture_cuda_graph(
+        bs, bs, torch.zeros(bs, dtype=torch.int64, device="cuda"),
+        torch.full((bs,), fill, dtype=torch.int64, device="cuda"), None, ForwardMode.DRAFT_EXTEND_V2, None)
+    graph._replay_forward_batch = fb
+    graph.init_forward_metadata_replay_cuda_graph(
+        bs, rows, seq_lens, int(seq_lens.sum()), None, ForwardMode.DRAFT_EXTEND_V2, None, seq_lens.cpu())
+    torch.testing.assert_close(graph.forward_extend(q, k, v, layer, fb).float(), expected, atol=2e-2, rtol=2e-2)
     assert (graph.spec_gate_checks, graph.spec_gate_mismatches) == (1, 0)

@@ -24,11 +24,15 @@ class Mode:
     def is_target_verify(self):
         return self.name == "verify"
 
+    def is_draft_extend(self, include_v2=False):
+        return self.name == "draft_extend" or (include_v2 and self.name == "draft_extend_v2")
+
     def __repr__(self):
         return self.name
 
 
 DECODE, VERIFY, EXTEND = Mode("decode"), Mode("verify"), Mode("extend")
+DRAFT_EXTEND, DRAFT_EXTEND_V2 = Mode("draft_extend"), Mode("draft_extend_v2")
 
 
 class FakeTriton:
@@ -37,6 +41,7 @@ class FakeTriton:
     def __init__(self, req_to_token=None, **attrs):
         self.calls = []
         self.num_draft_tokens = 1
+        self.speculative_num_steps = 0
         self.sliding_window_size = None
         self.use_mla = False
         self.enable_deterministic = False
@@ -65,8 +70,8 @@ class FakeTriton:
         return "decode-out"
 
 
-def convert(backend):
-    return off_attention.use_decode_kernel(backend, triton_cls=FakeTriton, decode_mode=DECODE)
+def convert(backend, role=off_attention.TARGET):
+    return off_attention.use_decode_kernel(backend, triton_cls=FakeTriton, decode_mode=DECODE, role=role)
 
 
 def verify_batch(req_to_token, rows, seq_lens, out_cache_loc, mode=VERIFY):
@@ -101,7 +106,7 @@ def test_only_a_plain_one_token_triton_backend_is_converted():
         else:
             assert reason in got
     kept = FakeTriton(num_draft_tokens=4)
-    assert convert(kept) == off_attention.VERIFY_KERNEL and type(kept) is FakeTriton
+    assert convert(kept) == off_attention.EXTEND_KERNEL and type(kept) is FakeTriton
     b = FakeTriton()
     assert convert(b) == off_attention.DECODE_KERNEL
     assert isinstance(b, FakeTriton) and type(b) is not FakeTriton
@@ -135,7 +140,7 @@ def test_other_modes_pass_through_unchanged(pool):
     assert b.calls[-1] == ("capture", 2, 2, [1, 1], DECODE, "s")
     b.init_forward_metadata_replay_cuda_graph(2, None, torch.tensor([3, 4]), 7, None, EXTEND, "s", None)
     assert b.calls[-1] == ("replay", 2, [3, 4], 7, EXTEND, "s", None)
-    assert b.forward_extend(None, None, None, None, fb, sinks="x") == "extend-out"
+    assert b.forward_extend(torch.zeros(1, 8), None, None, None, fb, sinks="x") == "extend-out"
     assert b.calls[-1] == ("extend", EXTEND, "x")
 
 
@@ -143,7 +148,7 @@ def test_verify_attention_runs_the_decode_kernel(pool):
     b = FakeTriton(pool)
     convert(b)
     fb = verify_batch(pool, [1], [4], [int(pool[1, 4])])
-    assert b.forward_extend(None, None, None, None, fb, save_kv_cache=True, sinks=None) == "decode-out"
+    assert b.forward_extend(torch.zeros(1, 8), None, None, None, fb, save_kv_cache=True, sinks=None) == "decode-out"
     assert b.calls[-1] == ("decode", VERIFY, True, None)
 
 
@@ -197,10 +202,66 @@ def test_only_the_off_state_build_sees_the_converted_backend(monkeypatch):
                         lambda b: real(b, triton_cls=FakeTriton, decode_mode=DECODE))
     target = TargetRunner()
     runner = OffStepRunner.__new__(OffStepRunner)
-    runner.off_target_attention = off_attention.VERIFY_KERNEL
+    runner.off_target_attention = off_attention.EXTEND_KERNEL
     with runner._decode_kernel_for_off_target(target):
         built = target._get_attention_backend(init_new_workspace=True)
     assert runner.off_target_attention == off_attention.DECODE_KERNEL
     assert type(built) is not FakeTriton and isinstance(built, FakeTriton)
     assert "_get_attention_backend" not in vars(target)  # the class method is back
     assert type(target._get_attention_backend()) is FakeTriton
+
+
+def test_draft_extend_backend_needs_zero_draft_steps():
+    assert off_attention.decode_kernel_reason(FakeTriton(num_draft_tokens=4), FakeTriton,
+                                              off_attention.DRAFT_EXTEND) is None
+    assert "speculative_num_steps=3" in off_attention.decode_kernel_reason(
+        FakeTriton(speculative_num_steps=3), FakeTriton, off_attention.DRAFT_EXTEND)
+
+
+@pytest.mark.parametrize("mode", [DRAFT_EXTEND, DRAFT_EXTEND_V2])
+def test_draft_extend_attends_over_its_seq_lens_which_include_the_new_token(pool, mode):
+    b = FakeTriton(pool)
+    convert(b, off_attention.DRAFT_EXTEND)
+    # draft-extend seq_lens include the new token: its key is the last one, at seq_len - 1
+    fb = verify_batch(pool, [2, 0], [4, 6], [int(pool[2, 3]), int(pool[0, 5])], mode=mode)
+    b.init_forward_metadata(fb)
+    assert b.calls[-1] == ("eager", DECODE, [4, 6], 10, None)
+    assert (b.spec_gate_checks, b.spec_gate_mismatches) == (1, 0)
+    b.init_forward_metadata_capture_cuda_graph(4, 4, None, torch.ones(4, dtype=torch.long), None, mode, "s")
+    assert b.calls[-1] == ("capture", 4, 4, [1, 1, 1, 1], DECODE, None)
+    b._replay_forward_batch = fb
+    b.init_forward_metadata_replay_cuda_graph(4, None, torch.tensor([4, 6, 1, 1]), 12, None, mode, "s", None)
+    assert b.calls[-1] == ("replay", 4, [4, 6, 1, 1], 12, DECODE, None, None)
+    assert b.forward_extend(torch.zeros(2, 8), None, None, None, fb) == "decode-out"
+    # a target-verify batch on the draft-extend backend is not its business
+    vb = verify_batch(pool, [2], [3], [int(pool[2, 3])])
+    b.init_forward_metadata(vb)
+    assert b.calls[-1][1] is VERIFY
+
+
+def test_more_than_one_token_per_request_keeps_the_extend_kernel(pool):
+    b = FakeTriton(pool)
+    convert(b, off_attention.DRAFT_EXTEND)
+    fb = verify_batch(pool, [2], [5], [1, 2], mode=DRAFT_EXTEND)  # 2 tokens for 1 request
+    b.init_forward_metadata(fb)
+    assert b.calls[-1] == ("eager", DRAFT_EXTEND, [5], 5, "verify-input")
+    assert b.forward_extend(torch.zeros(2, 8), None, None, None, fb) == "extend-out"
+    b.init_forward_metadata_capture_cuda_graph(2, 4, None, torch.ones(2, dtype=torch.long), None, DRAFT_EXTEND, "s")
+    assert b.calls[-1][4] is DRAFT_EXTEND
+
+
+def test_replay_counter_hands_the_batch_to_the_backend_during_replay():
+    from server_patch.off_state import _ReplayCounter
+
+    backend = types.SimpleNamespace(_replay_forward_batch=None)
+    seen = []
+
+    class Runner:
+        def replay(self, forward_batch):
+            seen.append(backend._replay_forward_batch)
+            return "out"
+
+    r = Runner()
+    counter = _ReplayCounter(r, hand_batch_to=backend)
+    assert r.replay("fb") == "out" and seen == ["fb"] and counter.count == 1
+    assert backend._replay_forward_batch is None

@@ -282,3 +282,19 @@ def test_off_state_target_backend_comes_from_get_attention_backend(file):
     assert fn.index("target_model_runner._get_attention_backend(") < fn.index("CudaGraphRunner(")
     mr = _classes(SRT / "model_executor" / "model_runner.py")["ModelRunner"]
     assert _params(_methods(mr)["_get_attention_backend"]) == ["self", "init_new_workspace"]
+
+
+def test_off_draft_extend_backend_comes_from_the_factory():
+    du = SRT / "speculative" / "draft_utils.py"
+    factory = _methods(_classes(du)["DraftBackendFactory"])
+    assert _params(factory["create_draft_extend_backend"]) == ["self"]
+    assert "TritonAttnBackend(self.draft_model_runner, skip_prefill=False)" in du.read_text()
+    for file in ("eagle_worker.py", "eagle_worker_v2.py"):
+        assert "create_draft_extend_backend()" in (SRT / "speculative" / file).read_text(), file
+    runner = SRT / "speculative" / "eagle_draft_extend_cuda_graph_runner.py"
+    assert "self.num_tokens_per_bs = self.speculative_num_steps + 1" in runner.read_text()
+    # the v2 draft extend's seq_lens include the new tokens (off_attention's key count)
+    assert "batch.seq_lens = batch.seq_lens + num_draft_tokens" in (SRT / "speculative" / "eagle_info_v2.py").read_text()
+    # v1: verify adds the accepted tokens to seq_lens before it builds the draft-extend input
+    info = (SRT / "speculative" / "eagle_info.py").read_text()
+    assert info.index("batch.seq_lens.add_(num_correct_drafts + 1)") < info.index("seq_lens=batch.seq_lens,")

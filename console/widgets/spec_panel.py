@@ -262,9 +262,12 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         (f", replayed by {fmt.num(g.off_steps_cuda_graph)} steps", d["dim"]),
     )])
     if g.off_target_attention is not None:
-        proof = (f", {fmt.num(g.off_attention_checks)} steps checked, {fmt.num(g.off_attention_mismatches)} wrong"
-                 if g.off_target_attention == "triton-decode-kernel" else "")
-        rows.append([_t(("OFF-step attention ", d["label"]), (g.off_target_attention, d["value"]), (proof, d["dim"]))])
+        kernels = g.off_target_attention
+        if g.off_draft_extend_attention and g.off_draft_extend_attention != g.off_target_attention:
+            kernels += f" / draft {g.off_draft_extend_attention}"
+        proof = (f", {fmt.num(g.off_attention_checks)} checked, {fmt.num(g.off_attention_mismatches)} wrong"
+                 if "decode-kernel" in kernels else "")
+        rows.append([_t(("OFF-step attention ", d["label"]), (kernels, d["value"]), (proof, d["dim"]))])
     if g.off_target_graph_replays is not None or g.on_target_graph_replays is not None:
         rows.append([_t(
             ("graph replays ", d["label"]),
