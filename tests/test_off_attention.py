@@ -211,6 +211,12 @@ def test_only_the_off_state_build_sees_the_converted_backend(monkeypatch):
     assert type(target._get_attention_backend()) is FakeTriton
 
 
+def test_escape_hatch_keeps_the_extend_kernel(monkeypatch):
+    monkeypatch.setenv(off_attention.ENV_SWITCH, "0")
+    b = FakeTriton()
+    assert convert(b) == off_attention.EXTEND_KERNEL and type(b) is FakeTriton
+
+
 def test_draft_extend_backend_needs_zero_draft_steps():
     assert off_attention.decode_kernel_reason(FakeTriton(num_draft_tokens=4), FakeTriton,
                                               off_attention.DRAFT_EXTEND) is None
