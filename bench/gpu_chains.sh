@@ -5,10 +5,17 @@
 # servers ever share a GPU (SGLang's KV sizing refuses that) and each timing has its GPU alone.
 #
 #   bash bench/gpu_chains.sh start          start both chains with setsid (they outlive the call)
-#   bash bench/gpu_chains.sh wait SECONDS   wait until both are done or SECONDS passed, then pack
+#   bash bench/gpu_chains.sh kernels        the GPU kernel-equivalence test of the OFF attention (seconds)
+#   bash bench/gpu_chains.sh start-tp2      the TP=2 gate correctness on both GPUs (after the chains)
+#   bash bench/gpu_chains.sh wait SECONDS [DONE-FILES]
+#                                           wait until the chains (or DONE-FILES, e.g. tp2.done)
+#                                           are done or SECONDS passed, then pack
 #                                           /tmp/chains into $OUT/chains.tgz and the server logs
 #                                           into $OUT/server-logs.tgz
-# Prerequisites: bench/gpu_session.sh install; models in /tmp/models/{1b/p0.2,8b/p0.2,8b/p0.5}.
+# Prerequisites: bench/gpu_session.sh install; models in /tmp/models/{1b/p0.2,8b/p0.2}.
+# chain0 (GPU 0): no speculation, EAGLE-3 always on (8B pair, p=0.2), gate correctness v1-topk1.
+# chain1 (GPU 1): the gate (threshold 24: the static crossover lies between 16 and 32) + off-step cost + threshold sweep, gate correctness v2-topk1,
+# v1-topk4. The 2026-11-30 run's chains (p=0.5 and the console check) are in git history.
 set -uo pipefail
 R=/tmp/chains
 step=${1:?step}; shift || true
@@ -19,32 +26,41 @@ case "$step" in
       CUDA_VISIBLE_DEVICES=$g setsid bash bench/gpu_chains.sh "chain$g" >"$R/chain$g.log" 2>&1 </dev/null &
     done
     sleep 2; echo "started: $(ls "$R")" ;;
+  kernels)
+    # seconds: the decode-kernel OFF attention against SGLang's kernels (must pass before the rest)
+    source .gpuwheels/B/env.sh
+    python3 -m pytest -q -p no:cacheprovider tests/test_gpu_off_attention.py 2>&1 | tee "$R/kernels.log" ;;
   chain0)
     source .gpuwheels/B/env.sh
     python3 -m bench.throughput run --config none --models /tmp/models/8b/p0.2 --out "$R/gpu0" --port 30500
     python3 -m bench.throughput run --config always --models /tmp/models/8b/p0.2 --out "$R/gpu0" --port 30500
-    python3 -m bench.throughput run --config always --models /tmp/models/8b/p0.5 --out "$R/gpu0" --port 30500 --no-time-varying
+    python3 -m bench.gate_correctness --configs v1-topk1 --parallel 1 --mem-fraction 0.4 \
+      --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-gpu0.json" --base-port 31000
     touch "$R/chain0.done" ;;
   chain1)
     source .gpuwheels/B/env.sh
-    python3 -m bench.throughput run --config gate --threshold 12 --recommend --recommend-thresholds 4,8,12,16 \
+    python3 -m bench.throughput run --config gate --threshold 24 --recommend --recommend-thresholds 12,17,24,32 --recommend-levels 1,8,16,32 \
       --models /tmp/models/8b/p0.2 --out "$R/gpu1" --port 30600
-    m=/tmp/models/1b/p0.2
-    python3 -m console.headless_check --launch --timeout 300 --out "$R/console" --log-dir /tmp/specconsole-logs/console -- \
-      --model-path $m/target --speculative-algorithm EAGLE3 --speculative-draft-model-path $m/draft \
-      --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 \
-      --max-running-requests 64 --cuda-graph-max-bs 64 --mem-fraction-static 0.5 \
-      --attention-backend triton --sampling-backend pytorch --grammar-backend none --dtype bfloat16 \
-      --port 30700 --speculative-disable-batch-threshold 16 --speculative-disable-hysteresis 2
-    echo "headless_check exit $?"
-    python3 -m bench.throughput run --config gate --threshold 8 --models /tmp/models/8b/p0.5 --out "$R/gpu1" --port 30600 --no-time-varying
+    python3 -m bench.gate_correctness --configs v2-topk1,v1-topk4 --parallel 1 --mem-fraction 0.4 \
+      --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-gpu1.json" --base-port 31100
     touch "$R/chain1.done" ;;
+  tp2)
+    # both GPUs: started with setsid by `start-tp2`, results merged per config as each ends
+    source .gpuwheels/B/env.sh
+    python3 -m bench.gate_correctness --tp 2 --parallel 1 --mem-fraction 0.4 \
+      --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-tp2.json" --base-port 31200
+    touch "$R/tp2.done" ;;
+  start-tp2)
+    mkdir -p "$R"; setsid bash bench/gpu_chains.sh tp2 >"$R/tp2.log" 2>&1 </dev/null &
+    sleep 2; echo "started tp2" ;;
   wait)
     limit=${1:-500}; t0=$SECONDS
-    while [ $((SECONDS - t0)) -lt "$limit" ] && ! { [ -e "$R/chain0.done" ] && [ -e "$R/chain1.done" ]; }; do
+    want=${2:-chain0.done chain1.done}
+    done_all() { for f in $want; do [ -e "$R/$f" ] || return 1; done; }
+    while [ $((SECONDS - t0)) -lt "$limit" ] && ! done_all; do
       sleep 20
       echo "--- $((SECONDS - t0)) s: $(ls "$R" | tr '\n' ' ')"
-      for g in 0 1; do tail -n 2 "$R/chain$g.log" 2>/dev/null | cut -c1-200; done
+      for f in chain0 chain1 tp2; do tail -n 2 "$R/$f.log" 2>/dev/null | cut -c1-200; done
     done
     tar czf "${OUT:-/tmp/out}/chains.tgz" -C "$R" . 2>/dev/null
     tar czf "${OUT:-/tmp/out}/server-logs.tgz" -C /tmp specconsole-logs 2>/dev/null
