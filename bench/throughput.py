@@ -203,6 +203,29 @@ def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
     return best
 
 
+def off_step_cost(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per concurrency where both exist: gate forced off (threshold 1) against no speculation.
+
+    ``ratio`` = forced-off output tok/s / no-speculation output tok/s (issue target: >= 0.93 at 64
+    and 128 concurrent requests)."""
+    by: Dict[tuple, Dict[str, Any]] = {}
+    for r in rows:
+        if r["config"] in ("none", "gate-forced-off"):
+            by[(r["config"], float(r["p_wrong"]), int(r["concurrency"]))] = r
+    out = []
+    for (config, p, c), off in sorted(by.items()):
+        none = by.get(("none", p, c))
+        if config != "gate-forced-off" or none is None:
+            continue
+        out.append({
+            "p_wrong": p, "concurrency": c,
+            "none_output_tok_s": float(none["output_tok_s"]), "forced_off_output_tok_s": float(off["output_tok_s"]),
+            "ratio": round(float(off["output_tok_s"]) / float(none["output_tok_s"]), 3),
+            "none_mean_tpot_ms": float(none["mean_tpot_ms"]), "forced_off_mean_tpot_ms": float(off["mean_tpot_ms"]),
+        })
+    return out
+
+
 def summarize(a: argparse.Namespace) -> None:
     rows = load_rows(a.results)
     for p in sorted({float(r["p_wrong"]) for r in rows}):
@@ -239,8 +262,21 @@ def main() -> None:
     r.add_argument("--port", type=int, default=30500)
     s = sub.add_parser("summarize")
     s.add_argument("--results", type=Path, default=Path("bench/results"))
+    o = sub.add_parser("offcost", help="off-step cost JSON from throughput CSVs (none + gate-forced-off rows)")
+    o.add_argument("csv", type=Path, nargs="+")
+    o.add_argument("--note", default="", help="what the OFF step was (commit, attention kernel)")
+    o.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    run(a) if a.cmd == "run" else summarize(a)
+    if a.cmd == "run":
+        run(a)
+    elif a.cmd == "summarize":
+        summarize(a)
+    else:
+        rows = [r for path in a.csv for r in csv.DictReader(path.open())]
+        cost = {"command": "python -m bench.throughput offcost " + " ".join(map(str, a.csv)),
+                "note": a.note, "rows": off_step_cost(rows)}
+        a.out.write_text(json.dumps(cost, indent=1) + "\n")
+        print(json.dumps(cost["rows"], indent=1))
 
 
 if __name__ == "__main__":

@@ -33,3 +33,17 @@ def test_recommend_rejects_thresholds_that_slow_down_low_concurrency():
 
 def test_recommend_without_candidates_is_none():
     assert recommend(STATIC, 0.2) is None
+
+
+def test_off_step_cost_pairs_forced_off_with_no_speculation_at_the_same_concurrency():
+    from bench.throughput import off_step_cost
+
+    rows = [
+        {"config": "none", "p_wrong": "0.2", "concurrency": "64", "output_tok_s": "8000", "mean_tpot_ms": "6"},
+        {"config": "none", "p_wrong": "0.2", "concurrency": "128", "output_tok_s": "12000", "mean_tpot_ms": "9"},
+        {"config": "gate-forced-off", "p_wrong": "0.2", "concurrency": "64", "output_tok_s": "7600", "mean_tpot_ms": "6.3"},
+        {"config": "gate-forced-off", "p_wrong": "0.5", "concurrency": "128", "output_tok_s": "1", "mean_tpot_ms": "1"},
+        {"config": "always", "p_wrong": "0.2", "concurrency": "64", "output_tok_s": "5000", "mean_tpot_ms": "9"},
+    ]
+    cost = off_step_cost(rows)
+    assert [(c["concurrency"], c["ratio"]) for c in cost] == [(64, 0.95)]  # p=0.5 row has no baseline
