@@ -226,6 +226,35 @@ def off_step_cost(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
+def plot(rows: List[Dict[str, Any]], out: Path, title: str = "") -> None:
+    """Output tok/s against max concurrency (log2 axis) for none / always / gate, one panel per
+    p_wrong; PNG at ``out``. Needs matplotlib (``pip install matplotlib``; not a test dependency)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ps = sorted({float(r["p_wrong"]) for r in rows})
+    fig, axes = plt.subplots(1, len(ps), figsize=(6.4 * len(ps), 4.4), squeeze=False)
+    style = {"none": ("no speculation", "o-"), "always": ("EAGLE-3 always on", "s-"), "gate": ("EAGLE-3 + gate", "^-")}
+    for ax, p in zip(axes[0], ps):
+        for config, (label, fmt) in style.items():
+            pts = sorted((int(r["concurrency"]), float(r["output_tok_s"]), r.get("threshold") or "")
+                         for r in rows if r["config"] == config and float(r["p_wrong"]) == p)
+            if pts:
+                if config == "gate" and pts[0][2]:
+                    label += f" (N={pts[0][2]})"
+                ax.plot([c for c, _, _ in pts], [t for _, t, _ in pts], fmt, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("max concurrency (requests)")
+        ax.set_ylabel("output tok/s")
+        ax.set_title(f"p_wrong = {p}" + (f" · {title}" if title else ""))
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def summarize(a: argparse.Namespace) -> None:
     rows = load_rows(a.results)
     for p in sorted({float(r["p_wrong"]) for r in rows}):
@@ -262,6 +291,10 @@ def main() -> None:
     r.add_argument("--port", type=int, default=30500)
     s = sub.add_parser("summarize")
     s.add_argument("--results", type=Path, default=Path("bench/results"))
+    pl = sub.add_parser("plot", help="PNG of tok/s against concurrency from throughput CSVs")
+    pl.add_argument("csv", type=Path, nargs="+")
+    pl.add_argument("--title", default="")
+    pl.add_argument("--out", type=Path, required=True)
     o = sub.add_parser("offcost", help="off-step cost JSON from throughput CSVs (none + gate-forced-off rows)")
     o.add_argument("csv", type=Path, nargs="+")
     o.add_argument("--note", default="", help="what the OFF step was (commit, attention kernel)")
@@ -271,6 +304,8 @@ def main() -> None:
         run(a)
     elif a.cmd == "summarize":
         summarize(a)
+    elif a.cmd == "plot":
+        plot([r for path in a.csv for r in csv.DictReader(path.open())], a.out, a.title)
     else:
         rows = [r for path in a.csv for r in csv.DictReader(path.open())]
         cost = {"command": "python -m bench.throughput offcost " + " ".join(map(str, a.csv)),
