@@ -68,18 +68,42 @@ def _runner(torch, AttentionArch, pool, req_to_token, num_draft_tokens=1, num_st
         linear_attn_model_spec=None, token_to_kv_pool=pool, device="cuda", gpu_id=0)
 
 
-@pytest.mark.parametrize("bs", [1, 7, 64, 128])
-def test_decode_kernel_verify_equals_the_verify_kernel(sglang_triton, bs):
-    torch, tb, AttentionArch, AttentionType, ForwardMode = sglang_triton
+def _assert_converted_matches(sglang_triton, role, pool, req_to_token, fb, spec_info, qkv, layer, expected):
+    """The converted backend (``role``) gives ``expected`` through the eager metadata and through
+    CUDA-graph capture + replay metadata, and its key-index check passes once on each."""
+    torch, tb, AttentionArch, _, _ = sglang_triton
     from server_patch import off_attention
 
-    g = torch.Generator(device="cuda").manual_seed(bs)
+    bs, rows, seq_lens = fb.batch_size, fb.req_pool_indices, fb.seq_lens
+    eager = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
+    assert off_attention.use_decode_kernel(eager, role=role) == off_attention.DECODE_KERNEL
+    eager.init_forward_metadata(fb)
+    torch.testing.assert_close(eager.forward_extend(*qkv, layer, fb).float(), expected, atol=2e-2, rtol=2e-2)
+    assert (eager.spec_gate_checks, eager.spec_gate_mismatches) == (1, 0)
+
+    graph = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
+    off_attention.use_decode_kernel(graph, role=role)
+    graph.init_cuda_graph_state(MAX_BS, MAX_BS)
+    fill = graph.get_cuda_graph_seq_len_fill_value()
+    graph.init_forward_metadata_capture_cuda_graph(
+        bs, bs, torch.zeros(bs, dtype=torch.int64, device="cuda"),
+        torch.full((bs,), fill, dtype=torch.int64, device="cuda"), None, fb.forward_mode, spec_info)
+    graph._replay_forward_batch = fb
+    graph.init_forward_metadata_replay_cuda_graph(
+        bs, rows, seq_lens, int(seq_lens.sum()), None, fb.forward_mode, spec_info, seq_lens.cpu())
+    torch.testing.assert_close(graph.forward_extend(*qkv, layer, fb).float(), expected, atol=2e-2, rtol=2e-2)
+    assert (graph.spec_gate_checks, graph.spec_gate_mismatches) == (1, 0)
+
+
+def _random_layer(torch, AttentionType, bs, seed):
+    """A KV pool with random keys/values, shuffled slots, ``bs`` random requests with random
+    prefix lengths, one attention layer, and q/k/v of one new token per request."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
     slots = MAX_BS * CTX
     pool = Pool(torch, slots)
     req_to_token = torch.randperm(slots, device="cuda", generator=g).to(torch.int32).view(MAX_BS, CTX)
     rows = torch.randperm(MAX_BS, device="cuda", generator=g)[:bs]
-    seq_lens = torch.randint(1, CTX - 1, (bs,), device="cuda", generator=g)
-    out_cache_loc = req_to_token[rows, seq_lens].to(torch.int64)  # what both workers arrange
+    prefix = torch.randint(1, CTX - 1, (bs,), device="cuda", generator=g)
     layer = types.SimpleNamespace(
         tp_q_head_num=HEADS, qk_head_dim=DIM, v_head_dim=DIM, layer_id=0, k_scale=None, v_scale=None,
         scaling=DIM ** -0.5, logit_capping_method="tanh", logit_cap=0.0, xai_temperature_len=-1,
@@ -87,6 +111,16 @@ def test_decode_kernel_verify_equals_the_verify_kernel(sglang_triton, bs):
     q = torch.randn(bs, HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
     k = torch.randn(bs, KV_HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
     v = torch.randn(bs, KV_HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
+    return pool, req_to_token, rows, prefix, layer, q, k, v
+
+
+@pytest.mark.parametrize("bs", [1, 7, 64, 128])
+def test_decode_kernel_verify_equals_the_verify_kernel(sglang_triton, bs):
+    torch, tb, AttentionArch, AttentionType, ForwardMode = sglang_triton
+    from server_patch import off_attention
+
+    pool, req_to_token, rows, seq_lens, layer, q, k, v = _random_layer(torch, AttentionType, bs, seed=bs)
+    out_cache_loc = req_to_token[rows, seq_lens].to(torch.int64)  # what both workers arrange
     spec_info = types.SimpleNamespace(
         custom_mask=torch.ones(int(seq_lens.sum()) + bs, dtype=torch.bool, device="cuda"))
     fb = types.SimpleNamespace(
@@ -98,26 +132,8 @@ def test_decode_kernel_verify_equals_the_verify_kernel(sglang_triton, bs):
     reference.init_forward_metadata(fb)
     expected = reference.forward_extend(q, k, v, layer, fb).float()
 
-    eager = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
-    assert off_attention.use_decode_kernel(eager) == off_attention.DECODE_KERNEL
-    eager.init_forward_metadata(fb)
-    got = eager.forward_extend(q, k, v, layer, fb).float()
-    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
-    assert (eager.spec_gate_checks, eager.spec_gate_mismatches) == (1, 0)
-
-    graph = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
-    off_attention.use_decode_kernel(graph)
-    graph.init_cuda_graph_state(MAX_BS, MAX_BS)
-    fill = graph.get_cuda_graph_seq_len_fill_value()
-    graph.init_forward_metadata_capture_cuda_graph(
-        bs, bs, torch.zeros(bs, dtype=torch.int64, device="cuda"),
-        torch.full((bs,), fill, dtype=torch.int64, device="cuda"), None, ForwardMode.TARGET_VERIFY, spec_info)
-    graph._replay_forward_batch = fb
-    graph.init_forward_metadata_replay_cuda_graph(
-        bs, rows, seq_lens, int(seq_lens.sum()), None, ForwardMode.TARGET_VERIFY, spec_info, seq_lens.cpu())
-    got = graph.forward_extend(q, k, v, layer, fb).float()
-    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
-    assert (graph.spec_gate_checks, graph.spec_gate_mismatches) == (1, 0)
+    _assert_converted_matches(sglang_triton, off_attention.TARGET, pool, req_to_token, fb, spec_info,
+                              (q, k, v), layer, expected)
 
 
 @pytest.mark.parametrize("bs", [1, 7, 128])
@@ -127,21 +143,9 @@ def test_decode_kernel_draft_extend_equals_the_prefix_extend(sglang_triton, bs):
     torch, tb, AttentionArch, AttentionType, ForwardMode = sglang_triton
     from server_patch import off_attention
 
-    g = torch.Generator(device="cuda").manual_seed(1000 + bs)
-    slots = MAX_BS * CTX
-    pool = Pool(torch, slots)
-    req_to_token = torch.randperm(slots, device="cuda", generator=g).to(torch.int32).view(MAX_BS, CTX)
-    rows = torch.randperm(MAX_BS, device="cuda", generator=g)[:bs]
-    prefix = torch.randint(1, CTX - 1, (bs,), device="cuda", generator=g)
+    pool, req_to_token, rows, prefix, layer, q, k, v = _random_layer(torch, AttentionType, bs, seed=1000 + bs)
     seq_lens = prefix + 1
     out_cache_loc = req_to_token[rows, prefix].to(torch.int64)
-    layer = types.SimpleNamespace(
-        tp_q_head_num=HEADS, qk_head_dim=DIM, v_head_dim=DIM, layer_id=0, k_scale=None, v_scale=None,
-        scaling=DIM ** -0.5, logit_capping_method="tanh", logit_cap=0.0, xai_temperature_len=-1,
-        sliding_window_size=-1, is_cross_attention=False, attn_type=AttentionType.DECODER)
-    q = torch.randn(bs, HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
-    k = torch.randn(bs, KV_HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
-    v = torch.randn(bs, KV_HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
     fb = types.SimpleNamespace(
         forward_mode=ForwardMode.DRAFT_EXTEND_V2, batch_size=bs, req_pool_indices=rows, seq_lens=seq_lens,
         seq_lens_sum=int(seq_lens.sum()), out_cache_loc=out_cache_loc, token_to_kv_pool=pool, spec_info=None,
@@ -152,21 +156,5 @@ def test_decode_kernel_draft_extend_equals_the_prefix_extend(sglang_triton, bs):
     reference.init_forward_metadata(fb)  # DRAFT_EXTEND_V2 eager: the regular extend branch
     expected = reference.forward_extend(q, k, v, layer, fb).float()
 
-    eager = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
-    assert off_attention.use_decode_kernel(eager, role=off_attention.DRAFT_EXTEND) == off_attention.DECODE_KERNEL
-    eager.init_forward_metadata(fb)
-    torch.testing.assert_close(eager.forward_extend(q, k, v, layer, fb).float(), expected, atol=2e-2, rtol=2e-2)
-    assert (eager.spec_gate_checks, eager.spec_gate_mismatches) == (1, 0)
-
-    graph = tb.TritonAttnBackend(_runner(torch, AttentionArch, pool, req_to_token))
-    off_attention.use_decode_kernel(graph, role=off_attention.DRAFT_EXTEND)
-    graph.init_cuda_graph_state(MAX_BS, MAX_BS)
-    fill = graph.get_cuda_graph_seq_len_fill_value()
-    graph.init_forward_metadata_capture_cuda_graph(
-        bs, bs, torch.zeros(bs, dtype=torch.int64, device="cuda"),
-        torch.full((bs,), fill, dtype=torch.int64, device="cuda"), None, ForwardMode.DRAFT_EXTEND_V2, None)
-    graph._replay_forward_batch = fb
-    graph.init_forward_metadata_replay_cuda_graph(
-        bs, rows, seq_lens, int(seq_lens.sum()), None, ForwardMode.DRAFT_EXTEND_V2, None, seq_lens.cpu())
-    torch.testing.assert_close(graph.forward_extend(q, k, v, layer, fb).float(), expected, atol=2e-2, rtol=2e-2)
-    assert (graph.spec_gate_checks, graph.spec_gate_mismatches) == (1, 0)
+    _assert_converted_matches(sglang_triton, off_attention.DRAFT_EXTEND, pool, req_to_token, fb, None,
+                              (q, k, v), layer, expected)
