@@ -51,7 +51,8 @@ logger = logging.getLogger("server_patch.spec_gate")
 
 DECODE_KERNEL = "triton-decode-kernel"
 EXTEND_KERNEL = "extend-kernel"
-#: set to "0" to keep SGLang's extend kernel for OFF steps (an escape hatch; costs OFF-step speed)
+#: "0" keeps SGLang's extend kernel for both OFF-step forwards, "target" converts only the target
+#: verify (escape hatches; they cost OFF-step speed); unset or "1": both
 ENV_SWITCH = "SPECCONSOLE_OFF_DECODE_KERNEL"
 CHECK_FIRST = 64
 CHECK_EVERY = 256
@@ -71,8 +72,9 @@ def decode_kernel_reason(backend: Any, triton_cls: Optional[type] = None, role: 
             token) or the draft extend's (``role=DRAFT_EXTEND``, built with 0 draft steps).
         triton_cls: the ``TritonAttnBackend`` class (looked up in SGLang when omitted).
     """
-    if os.environ.get(ENV_SWITCH, "1") == "0":
-        return f"disabled by {ENV_SWITCH}=0"
+    switch = os.environ.get(ENV_SWITCH, "1")
+    if switch == "0" or (switch == "target" and role != TARGET):
+        return f"disabled by {ENV_SWITCH}={switch}"
     if triton_cls is None:
         from sglang.srt.layers.attention.triton_backend import TritonAttnBackend as triton_cls
     if type(backend) is not triton_cls:

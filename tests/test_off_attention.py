@@ -215,6 +215,9 @@ def test_escape_hatch_keeps_the_extend_kernel(monkeypatch):
     monkeypatch.setenv(off_attention.ENV_SWITCH, "0")
     b = FakeTriton()
     assert convert(b) == off_attention.EXTEND_KERNEL and type(b) is FakeTriton
+    monkeypatch.setenv(off_attention.ENV_SWITCH, "target")
+    assert convert(FakeTriton(), off_attention.DRAFT_EXTEND) == off_attention.EXTEND_KERNEL
+    assert convert(FakeTriton(), off_attention.TARGET) == off_attention.DECODE_KERNEL
 
 
 def test_draft_extend_backend_needs_zero_draft_steps():
