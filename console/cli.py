@@ -13,6 +13,7 @@ else show how to start a server (and offer the demo).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import sys
@@ -158,9 +159,13 @@ def resolve(argv: list[str]) -> AppConfig:
         except ConfigError as exc:
             parser.error(str(exc))
     console_defaults = file_cfg["console"] if file_cfg else {}
-    interval = getattr(args, "interval", console_defaults.get("interval", 1.0))
-    if interval < 0.1:
-        parser.error("--interval must be >= 0.1 s")
+    interval = getattr(args, "interval", None)
+    where = "--interval"
+    if interval is None:
+        interval = console_defaults.get("interval", 1.0)
+        where = f"{file_cfg['path']}: console.interval" if file_cfg and "interval" in console_defaults else where
+    if not math.isfinite(interval) or interval < 0.1:
+        parser.error(f"{where} must be a number of seconds >= 0.1 (got {interval})")
     base = AppConfig(
         readonly=getattr(args, "readonly", console_defaults.get("readonly", False)),
         interval_s=float(interval),
@@ -169,8 +174,9 @@ def resolve(argv: list[str]) -> AppConfig:
     if base.theme not in themes.THEMES:
         parser.error(f"unknown theme {base.theme!r}; known: {', '.join(themes.THEMES)}")
 
-    if getattr(args, "stop_timeout", 0) < 0:
-        parser.error(f"--stop-timeout must be >= 0 s (got {args.stop_timeout:g})")
+    stop_timeout = getattr(args, "stop_timeout", 0)
+    if not math.isfinite(stop_timeout) or stop_timeout < 0:
+        parser.error(f"--stop-timeout must be a finite number of seconds >= 0 (got {stop_timeout:g})")
     if getattr(args, "port", None) is not None and not 1 <= args.port <= 65535:
         parser.error(f"--port must be 1-65535 (got {args.port})")
     if args.mode == "launch":

@@ -40,6 +40,8 @@ def status_reason(code: int, api_key_given: bool = False) -> str:
         if api_key_given:
             return "the API key was rejected (HTTP 403): this needs the server's --admin-api-key"
         return "HTTP 403 forbidden: pass the server's --admin-api-key as --api-key"
+    if code == 404:
+        return "HTTP 404: no SGLang server at this URL (give its root, e.g. http://host:30000)"
     return f"HTTP {code}"
 
 

@@ -59,6 +59,11 @@ class ConfigError(Exception):
     """The config file is unreadable or has wrong types."""
 
 
+SECTION_KEYS = {"server", "console"}
+SERVER_KEYS = {"args", "log_dir", "attach", "log", "api_key"}
+CONSOLE_KEYS = {"interval", "theme", "readonly"}
+
+
 def load_config(path: Path) -> dict[str, Any]:
     """Parse and type-check a config file; returns ``{"server": {...}, "console": {...}}``."""
     try:
@@ -72,8 +77,16 @@ def load_config(path: Path) -> dict[str, Any]:
     args = server.get("args")
     if args is not None and (not isinstance(args, list) or not all(isinstance(a, str) for a in args)):
         raise ConfigError(f"{path}: server.args must be a list of strings")
+    for table, got, known in (("", data, SECTION_KEYS), ("server", server, SERVER_KEYS),
+                              ("console", console, CONSOLE_KEYS)):
+        unknown = sorted(set(got) - known)
+        if unknown:
+            where = f"[{table}] " if table else ""
+            raise ConfigError(f"{path}: unknown {where}key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    if server.get("args") and server.get("attach"):
+        raise ConfigError(f"{path}: server.args (launch) and server.attach (watch) exclude each other; keep one")
     for key, typ in (("interval", (int, float)), ("theme", str), ("readonly", bool)):
-        if key in console and not isinstance(console[key], typ):
+        if key in console and (not isinstance(console[key], typ) or isinstance(console[key], bool) != (typ is bool)):
             raise ConfigError(f"{path}: console.{key} has the wrong type")
     return {"server": server, "console": console, "path": str(path)}
 

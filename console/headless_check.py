@@ -46,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=0.5, help="poll interval, seconds")
     p.add_argument("--log-dir", type=Path, default=None, help="launch/demo: where the server log goes")
     p.add_argument("--no-restore", action="store_true", help="leave the threshold at +1")
-    p.add_argument("--gpus", choices=("real", "sim"), default="real", help="NVML (default) or a simulated GPU")
+    p.add_argument("--gpus", choices=("real", "sim"), default=None,
+                   help="NVML or a simulated GPU (default: sim with --demo, else real)")
     return p
 
 
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print("--size must look like 160x50", file=sys.stderr)
         return 2
+    if args.gpus is None:
+        args.gpus = "sim" if args.demo else "real"
     base = AppConfig(interval_s=args.interval, log_dir=args.log_dir or default_log_dir(), nvml=args.gpus)
     from console.cli import demo_config, launch_config
 

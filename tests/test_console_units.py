@@ -761,8 +761,15 @@ def _free_port() -> int:
 def test_cli_refuses_negative_stop_timeout_and_bad_ports(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.chdir(tmp_path)
-    for bad, why in ((["demo", "--stop-timeout", "-1"], "--stop-timeout must be >= 0"),
-                     (["launch", "--stop-timeout", "-0.5", "--", "--model-path", "M"], "--stop-timeout must be >= 0"),
+    for bad, why in ((["demo", "--stop-timeout", "-1"], "--stop-timeout must be a finite number of seconds >= 0"),
+                     (["launch", "--stop-timeout", "-0.5", "--", "--model-path", "M"], "--stop-timeout must be a"),
+                     # NaN compares false with everything: a server ignoring SIGTERM would never be killed
+                     (["demo", "--stop-timeout", "nan"], "(got nan)"),
+                     (["demo", "--stop-timeout", "inf"], "(got inf)"),
+                     # a NaN poll interval spun the event loop at 100% CPU, deaf to q, Ctrl+C and SIGTERM
+                     (["demo", "--interval", "nan"], "--interval must be a number of seconds >= 0.1 (got nan)"),
+                     (["demo", "--interval", "inf"], "(got inf)"),
+                     (["demo", "--interval", "0.01"], "(got 0.01)"),
                      (["demo", "--port", "0"], "--port must be 1-65535"),
                      (["demo", "--port", "70000"], "--port must be 1-65535")):
         with pytest.raises(SystemExit):
@@ -954,3 +961,29 @@ def test_demo_gate_measures_the_first_on_steps_after_each_switch():
     assert (g.steps_since_on, g.accept_length_since_on, g.first_on) == (0, None, None)  # reset at off->on
     g.record_on(3.0, 4, first=2.5)
     assert g.first_on == 2.5 and g.accept_length_since_on == pytest.approx((2.5 + 9.0) / 4)
+
+
+def test_config_file_errors_name_the_file_and_key(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        ('[console]\ninterval = nan\n', "specconsole.toml: console.interval must be a number of seconds >= 0.1 (got nan)"),
+        ('[console]\ninterval = 0\n', "console.interval must be a number of seconds >= 0.1 (got 0)"),
+        ('[console]\nintervall = 1\n', "unknown [console] key(s) intervall"),
+        ('[sever]\nattach = "x"\n', "unknown key(s) sever"),
+        ('[server]\nargs = ["--model-path", "M"]\nattach = "http://127.0.0.1:30000"\n',
+         "server.args (launch) and server.attach (watch) exclude each other"),
+        ('[console]\ninterval = true\n', "console.interval has the wrong type"),
+    ]
+    for text, why in cases:
+        (tmp_path / "specconsole.toml").write_text(text)
+        with pytest.raises(SystemExit):
+            cli.resolve([])
+        err = capsys.readouterr().err
+        assert why in err, (text, err)
+
+
+def test_http_404_says_the_url_is_not_the_servers_root():
+    from console.client import status_reason
+
+    assert "no SGLang server at this URL" in status_reason(404)
