@@ -576,3 +576,13 @@ async def test_notices_follow_the_server_after_a_freeze(tmp_path):
         except ProcessLookupError:
             pass
         srv.stop()
+
+
+async def test_tall_terminal_shows_every_speculation_detail_without_scrolling(make_app):
+    """Fresh-user finding: at 220x60 the details still scrolled while the log had empty rows."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=(220, 60)) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await pilot.pause(0.5)
+        scroll = app.screen.query_one("#spec-scroll")
+        assert scroll.max_scroll_y == 0, (scroll.virtual_size, scroll.size)

@@ -2,7 +2,8 @@
 
 It owns the ``snapshot`` reactive and hands every new snapshot to the widgets. It also sets
 size classes on itself so the CSS can use more space on bigger terminals: ``-tall`` (at least
-34 rows) and ``-wide`` (at least 120 columns).
+34 rows), ``-taller`` (at least 56 rows: every speculation detail without scrolling) and
+``-wide`` (at least 120 columns).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from console.widgets.spec_panel import SpecPanel
 from console.widgets.status_bar import StatusBar
 
 TALL_ROWS = 34
+TALLER_ROWS = 56
 #: the load panel's title: its numbers are requests, as SGLang's /v1/loads reports them
 LOAD_TITLE = "Load · requests (/v1/loads)"
 WIDE_COLS = 120
@@ -57,6 +59,7 @@ class MainScreen(Screen):
 
     def _apply_size(self, width: int, height: int) -> None:
         self.set_class(height >= TALL_ROWS, "-tall")
+        self.set_class(height >= TALLER_ROWS, "-taller")
         self.set_class(width >= WIDE_COLS, "-wide")
 
     def watch_snapshot(self, snapshot: ConsoleSnapshot) -> None:
