@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Wheels the GPU machine lacks for running the console (textual and the few packages it needs that
-# the image does not have), into DEST (a folder your checkout ignores; carry it with the call).
+# the image does not have) and the GPU tests (pytest), into DEST (a folder your checkout ignores;
+# carry it with the call).
 # usage: bash bench/fetch-console-wheels.sh .gpuwheels/C
 set -euo pipefail
 dest=${1:?usage: fetch-console-wheels.sh DEST}
 mkdir -p "$dest"
-python3 -m pip download -q --no-deps -d "$dest" textual mdit-py-plugins linkify-it-py uc-micro-py platformdirs "rich>=14.2" "markdown-it-py>=3"
+python3 -m pip download -q --no-deps -d "$dest" textual mdit-py-plugins linkify-it-py uc-micro-py platformdirs "rich>=14.2" "markdown-it-py>=3" \
+  pytest pluggy iniconfig
 du -sh "$dest"
