@@ -109,8 +109,8 @@ def _random_layer(torch, AttentionType, bs, seed):
         scaling=DIM ** -0.5, logit_capping_method="tanh", logit_cap=0.0, xai_temperature_len=-1,
         sliding_window_size=-1, is_cross_attention=False, attn_type=AttentionType.DECODER)
     q = torch.randn(bs, HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
-    k = torch.randn(bs, KV_HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
-    v = torch.randn(bs, KV_HEADS * DIM, dtype=torch.bfloat16, device="cuda", generator=g)
+    k = torch.randn(bs, KV_HEADS, DIM, dtype=torch.bfloat16, device="cuda", generator=g)  # as RadixAttention passes it
+    v = torch.randn(bs, KV_HEADS, DIM, dtype=torch.bfloat16, device="cuda", generator=g)
     return pool, req_to_token, rows, prefix, layer, q, k, v
 
 
