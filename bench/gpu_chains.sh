@@ -32,6 +32,7 @@ case "$step" in
     python3 -m pytest -q -p no:cacheprovider tests/test_gpu_off_attention.py 2>&1 | tee "$R/kernels.log" ;;
   chain0)
     source .gpuwheels/B/env.sh
+    export OMP_NUM_THREADS=8  # two chains share the host's 32 cores
     python3 -m bench.throughput run --config none --models /tmp/models/8b/p0.2 --out "$R/gpu0" --port 30500
     python3 -m bench.throughput run --config always --models /tmp/models/8b/p0.2 --out "$R/gpu0" --port 30500
     python3 -m bench.gate_correctness --configs v1-topk1 --parallel 1 --mem-fraction 0.4 \
@@ -39,6 +40,7 @@ case "$step" in
     touch "$R/chain0.done" ;;
   chain1)
     source .gpuwheels/B/env.sh
+    export OMP_NUM_THREADS=8
     python3 -m bench.throughput run --config gate --threshold 24 --recommend --recommend-thresholds 12,17,24,32 --recommend-levels 1,8,16,32 \
       --models /tmp/models/8b/p0.2 --out "$R/gpu1" --port 30600
     python3 -m bench.gate_correctness --configs v2-topk1,v1-topk4 --parallel 1 --mem-fraction 0.4 \

@@ -112,8 +112,11 @@ def run(a: argparse.Namespace) -> None:
     )
     from bench.synthetic_models import Oracle
 
-    oracle = Oracle.load(a.models / "oracle.json")
-    target, draft = str(a.models / "target"), str(a.models / "draft")
+    if a.models is not None:  # the synthetic pair: its p_wrong labels the rows
+        p_label: Any = Oracle.load(a.models / "oracle.json").p_wrong
+        target, draft = str(a.models / "target"), str(a.models / "draft")
+    else:  # an operator's own pair
+        p_label, target, draft = a.label, a.target, a.draft
     if a.config == "none":
         args = plain_args(target, max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR, mem_fraction=a.mem_fraction)
     else:
@@ -122,11 +125,12 @@ def run(a: argparse.Namespace) -> None:
         if a.config == "gate":
             args += ["--speculative-disable-batch-threshold", str(a.threshold),
                      "--speculative-disable-hysteresis", str(a.hysteresis)]
+    args += a.server_args  # after ours: SGLang's parser keeps the last value of a repeated flag
     a.out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/bench-work")
     work.mkdir(parents=True, exist_ok=True)
-    server = start_server(f"bench-{a.config}-p{oracle.p_wrong}", args, a.port, Path("/tmp/specconsole-logs"))
-    meta: Dict[str, Any] = {"config": a.config, "p_wrong": oracle.p_wrong, "launch_args": args,
+    server = start_server(f"bench-{a.config}-p{p_label}", args, a.port, Path("/tmp/specconsole-logs"))
+    meta: Dict[str, Any] = {"config": a.config, "p_wrong": p_label, "launch_args": args,
                             "threshold": a.threshold if a.config == "gate" else None}
     try:
         wait_ready(server, timeout_s=600)
@@ -136,22 +140,26 @@ def run(a: argparse.Namespace) -> None:
         meta["sglang_version"] = info.get("version")
         meta["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                                      capture_output=True, text=True).stdout.strip()
+        # Not recorded: the first requests after startup ran 5-20% slower in the 2026-11-30 run
+        # (gate at 1 request: 368 tok/s first, 384-410 later in the same server).
+        warm = bench_serving(a.port, 8, 32, work / f"{a.config}-warmup.jsonl", seed=999)
+        meta["warmup_output_tok_s"] = round(warm["output_throughput"], 1)
         levels = [int(x) for x in a.concurrency.split(",")]
-        rows = sweep(a.config, oracle.p_wrong, a.port, server.url, work,
+        rows = sweep(a.config, p_label, a.port, server.url, work,
                      a.threshold if a.config == "gate" else None, levels)
         append_csv(a.out / "throughput.csv", rows)
         if a.time_varying:
             meta["time_varying"] = time_varying(a.config, a.port, work)
         if a.config == "gate":
             set_gate(server.url, speculative_disable_hysteresis=0, speculative_disable_batch_threshold=1)
-            off = sweep("gate-forced-off", oracle.p_wrong, a.port, server.url, work, 1, [64, 128])
+            off = sweep("gate-forced-off", p_label, a.port, server.url, work, 1, [64, 128])
             append_csv(a.out / "throughput.csv", off)
             meta["forced_off"] = off
             if a.recommend:
                 rec_rows = []
                 for n in [int(x) for x in a.recommend_thresholds.split(",")]:
                     set_gate(server.url, speculative_disable_batch_threshold=n)
-                    rec_rows += sweep(f"gate-n{n}", oracle.p_wrong, a.port, server.url, work, n,
+                    rec_rows += sweep(f"gate-n{n}", p_label, a.port, server.url, work, n,
                                       [int(x) for x in a.recommend_levels.split(",")])
                 append_csv(a.out / "throughput.csv", rec_rows)
             meta["final_spec_gate"] = spec_gate(server.url)
@@ -161,7 +169,7 @@ def run(a: argparse.Namespace) -> None:
         print(meta["error"], meta["log_tail"], sep="\n")
     finally:
         meta["exit_code"] = stop_server(server)
-        write_json(a.out / f"throughput-{a.config}-p{oracle.p_wrong}.json", meta)
+        write_json(a.out / f"throughput-{a.config}-p{p_label}.json", meta)
 
 
 def load_rows(results: Path) -> List[Dict[str, Any]]:
@@ -169,10 +177,16 @@ def load_rows(results: Path) -> List[Dict[str, Any]]:
         return list(csv.DictReader(f))
 
 
+def same_label(value: Any, label: Any) -> bool:
+    """Rows are grouped by their ``p_wrong`` column: the synthetic pair's p (``0.2``), or the label
+    of an operator's own pair (``--label``); CSV values are strings, labels may be floats."""
+    return str(value) == str(label)
+
+
 def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
     """The threshold N that maximises the mean of (gate tok/s / best static tok/s) over the swept
     concurrencies, among the N whose mean TPOT at the lowest concurrency is within 5% of always-on."""
-    pick = [r for r in rows if float(r["p_wrong"]) == p]
+    pick = [r for r in rows if same_label(r["p_wrong"], p)]
     static = {}
     for r in pick:
         if r["config"] in ("none", "always"):
@@ -209,7 +223,7 @@ def off_step_cost(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     by: Dict[tuple, Dict[str, Any]] = {}
     for r in rows:
         if r["config"] in ("none", "gate-forced-off"):
-            by[(r["config"], float(r["p_wrong"]), int(r["concurrency"]))] = r
+            by[(r["config"], str(r["p_wrong"]), int(r["concurrency"]))] = r
     out = []
     for (config, p, c), off in sorted(by.items()):
         none = by.get(("none", p, c))
@@ -232,13 +246,13 @@ def plot(rows: List[Dict[str, Any]], out: Path, title: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ps = sorted({float(r["p_wrong"]) for r in rows})
+    ps = sorted({str(r["p_wrong"]) for r in rows})
     fig, axes = plt.subplots(1, len(ps), figsize=(6.4 * len(ps), 4.4), squeeze=False)
     style = {"none": ("no speculation", "o-"), "always": ("EAGLE-3 always on", "s-"), "gate": ("EAGLE-3 + gate", "^-")}
     for ax, p in zip(axes[0], ps):
         for config, (label, fmt) in style.items():
             pts = sorted((int(r["concurrency"]), float(r["output_tok_s"]), r.get("threshold") or "")
-                         for r in rows if r["config"] == config and float(r["p_wrong"]) == p)
+                         for r in rows if r["config"] == config and same_label(r["p_wrong"], p))
             if pts:
                 if config == "gate" and pts[0][2]:
                     label += f" (N={pts[0][2]})"
@@ -254,14 +268,16 @@ def plot(rows: List[Dict[str, Any]], out: Path, title: str = "") -> None:
 
 
 def summarize(a: argparse.Namespace) -> None:
-    rows = load_rows(a.results)
-    for p in sorted({float(r["p_wrong"]) for r in rows}):
+    """Markdown table per p_wrong (none / always / gate tok/s, gate over the best static) and the
+    recommended threshold, from ``CSV...`` or ``--results DIR/throughput.csv``."""
+    rows = [r for path in a.csv for r in csv.DictReader(path.open())] if a.csv else load_rows(a.results)
+    for p in sorted({str(r["p_wrong"]) for r in rows}):
         print(f"p_wrong={p}")
         print("| concurrency | none tok/s | always tok/s | gate tok/s | gate / best static |")
         print("|---|---|---|---|---|")
         by = {}
         for r in rows:
-            if float(r["p_wrong"]) == p and r["config"] in ("none", "always", "gate"):
+            if same_label(r["p_wrong"], p) and r["config"] in ("none", "always", "gate"):
                 by.setdefault(int(r["concurrency"]), {})[r["config"]] = float(r["output_tok_s"])
         for c in sorted(by):
             d = by[c]
@@ -276,7 +292,11 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--config", choices=["none", "always", "gate"], required=True)
-    r.add_argument("--models", type=Path, required=True)
+    pair = r.add_mutually_exclusive_group(required=True)
+    pair.add_argument("--models", type=Path, help="synthetic pair dir (target/, draft/, oracle.json)")
+    pair.add_argument("--target", help="your own target model (with --draft); rows labelled --label")
+    r.add_argument("--draft", help="your own EAGLE-3 draft model (with --target)")
+    r.add_argument("--label", default="model", help="p_wrong column for your own pair (default: model)")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--threshold", type=int, default=12)
     r.add_argument("--hysteresis", type=int, default=2)
@@ -288,6 +308,7 @@ def main() -> None:
     r.add_argument("--mem-fraction", type=float, default=0.8)
     r.add_argument("--port", type=int, default=30500)
     s = sub.add_parser("summarize")
+    s.add_argument("csv", type=Path, nargs="*", help="throughput CSVs (default: --results DIR/throughput.csv)")
     s.add_argument("--results", type=Path, default=Path("bench/results"))
     pl = sub.add_parser("plot", help="PNG of tok/s against concurrency from throughput CSVs")
     pl.add_argument("csv", type=Path, nargs="+")
@@ -297,7 +318,12 @@ def main() -> None:
     o.add_argument("csv", type=Path, nargs="+")
     o.add_argument("--note", default="", help="what the OFF step was (commit, attention kernel)")
     o.add_argument("--out", type=Path, required=True)
-    a = ap.parse_args()
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    a.server_args = extra
+    if a.cmd == "run" and a.target is not None and not a.draft:
+        ap.error("--target needs --draft")
     if a.cmd == "run":
         run(a)
     elif a.cmd == "summarize":

@@ -47,3 +47,41 @@ def test_off_step_cost_pairs_forced_off_with_no_speculation_at_the_same_concurre
     ]
     cost = off_step_cost(rows)
     assert [(c["concurrency"], c["ratio"]) for c in cost] == [(64, 0.95)]  # p=0.5 row has no baseline
+
+
+def test_an_operators_own_pair_is_grouped_by_its_label(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from bench import throughput
+
+    rows = [dict(r, p_wrong="prod-70b") for r in STATIC] + [
+        row("gate-n8", 1, 360, 2.75, 8), row("gate-n8", 16, 2700, 5.9, 8),
+    ]
+    rows = [dict(r, p_wrong="prod-70b") for r in rows]
+    assert throughput.recommend(rows, "prod-70b")["threshold"] == 8
+    assert throughput.recommend(rows, 0.2) is None
+    with (tmp_path / "throughput.csv").open("w", newline="") as f:
+        import csv
+
+        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(tmp_path / "throughput.csv")])
+    throughput.main()
+    out = capsys.readouterr().out
+    assert "p_wrong=prod-70b" in out and "'threshold': 8" in out
+
+
+def test_run_needs_a_draft_with_an_own_target(monkeypatch, capsys):
+    import sys
+
+    import pytest
+
+    from bench import throughput
+
+    monkeypatch.setattr(sys, "argv", ["throughput", "run", "--config", "gate", "--target", "/m/t", "--out", "/tmp/x",
+                                      "--", "--tp-size", "8"])
+    with pytest.raises(SystemExit) as exc:
+        throughput.main()
+    assert exc.value.code == 2
+    assert "--target needs --draft" in capsys.readouterr().err
