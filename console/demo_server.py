@@ -341,10 +341,13 @@ class Simulation:
     def spec_gate(self) -> dict[str, Any]:
         """``internal_states[i].spec_gate`` exactly as the README describes it."""
         a, g = self.args, self.gate
+        # the real server checks the first 64 OFF steps, then every 256th (verify + draft extend)
+        checks = 2 * (min(g.off_steps_graph, 64) + max(0, g.off_steps_graph - 64) // 256)
         ranks = [
             {
                 "tp_rank": r, "spec_enabled": g.spec_on, "threshold": g.threshold, "hysteresis": g.hysteresis,
                 "switches": g.switches, "decode_steps_on": g.steps_on, "decode_steps_off": g.steps_off,
+                "off_attention_checks": checks, "off_attention_mismatches": 0,
             }
             for r in range(a.tp_size)
         ]
@@ -378,8 +381,7 @@ class Simulation:
             "on_target_graph_replays": g.on_target_graph_replays,
             "off_target_attention": "triton-decode-kernel",
             "off_draft_extend_attention": "triton-decode-kernel",
-            # the real server checks the first 64 OFF steps, then every 256th (verify + draft extend)
-            "off_attention_checks": 2 * (min(g.off_steps_graph, 64) + max(0, g.off_steps_graph - 64) // 256),
+            "off_attention_checks": checks,
             "off_attention_mismatches": 0,
             "tp_rank": 0,
             "tp_size": a.tp_size,

@@ -309,6 +309,9 @@ def after_get_internal_state(result, scheduler, *args, **kwargs):
             "switches",
             "decode_steps_on",
             "decode_steps_off",
+            # each rank checks its own OFF-step attention keys (server_patch/off_attention.py)
+            "off_attention_checks",
+            "off_attention_mismatches",
         )
     }
     ranks = [mine]

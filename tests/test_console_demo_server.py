@@ -70,7 +70,8 @@ def test_server_info_has_spec_gate_per_readme(server):
     assert (gate["threshold"], gate["hysteresis"], gate["tp_size"]) == (32, 4, 2)
     assert [r["tp_rank"] for r in gate["ranks"]] == [0, 1]
     assert set(gate["ranks"][0]) == {"tp_rank", "spec_enabled", "threshold", "hysteresis", "switches",
-                                     "decode_steps_on", "decode_steps_off"}
+                                     "decode_steps_on", "decode_steps_off", "off_attention_checks",
+                                     "off_attention_mismatches"}
 
 
 def test_loads_shape(server):
