@@ -26,6 +26,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import Notification, Notify
 from textual.screen import Screen
+from textual.widgets import Input
 
 import themes
 from console import logparse, portcheck
@@ -525,6 +526,8 @@ class SpecConsoleApp(App[int]):
         if isinstance(self.screen, NoServerScreen) and action not in ("quit", "help", "command_palette"):
             return False
         if action in ("threshold_step", "threshold_dialog"):
+            if isinstance(self.focused, Input):
+                return False  # typing into a search/filter box: + - t are text, not threshold keys
             # hidden in --readonly (the footer does not offer them); readonly_notice answers the keys
             return self.cfg.mode != "none" and not self.cfg.readonly
         if action == "readonly_notice":

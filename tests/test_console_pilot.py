@@ -586,3 +586,18 @@ async def test_tall_terminal_shows_every_speculation_detail_without_scrolling(ma
         await pilot.pause(0.5)
         scroll = app.screen.query_one("#spec-scroll")
         assert scroll.max_scroll_y == 0, (scroll.virtual_size, scroll.size)
+
+
+async def test_footer_drops_the_threshold_keys_while_a_text_box_has_focus(make_app):
+    """Fresh-user finding: while typing a search the footer still offered + - t (they are text there)."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await pilot.pause(0.2)
+        assert "Thr+1" in screen_text(app)
+        await pilot.press("slash")
+        await pilot.pause(0.3)
+        assert "Thr+1" not in screen_text(app) and "Set" not in screen_text(app).splitlines()[-1]
+        await pilot.press("escape")
+        await pilot.pause(0.3)
+        assert "Thr+1" in screen_text(app)
