@@ -6,6 +6,7 @@
 #
 #   bash bench/gpu_chains.sh start          start both chains with setsid (they outlive the call)
 #   bash bench/gpu_chains.sh kernels        the GPU kernel-equivalence test of the OFF attention (seconds)
+#   bash bench/gpu_chains.sh start-one      plan B on a one-GPU machine: chain0 then chain1 on GPU 0
 #   bash bench/gpu_chains.sh start-tp2      the TP=2 gate correctness on both GPUs (after the chains)
 #   bash bench/gpu_chains.sh wait SECONDS [DONE-FILES]
 #                                           wait until the chains (or DONE-FILES, e.g. tp2.done)
@@ -52,6 +53,11 @@ case "$step" in
     python3 -m bench.gate_correctness --tp 2 --parallel 1 --mem-fraction 0.4 \
       --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-tp2.json" --base-port 31200
     touch "$R/tp2.done" ;;
+  start-one)
+    # plan B on a one-GPU machine: both chains one after the other on GPU 0
+    mkdir -p "$R"
+    CUDA_VISIBLE_DEVICES=0 setsid bash -c "bash bench/gpu_chains.sh chain0 > $R/chain0.log 2>&1; bash bench/gpu_chains.sh chain1 > $R/chain1.log 2>&1" </dev/null >/dev/null 2>&1 &
+    sleep 2; echo "started chain0 then chain1 on GPU 0" ;;
   start-tp2)
     mkdir -p "$R"; setsid bash bench/gpu_chains.sh tp2 >"$R/tp2.log" 2>&1 </dev/null &
     sleep 2; echo "started tp2" ;;
