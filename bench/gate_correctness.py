@@ -24,7 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 from bench.oracle_check import check_many, check_one, make_prompts
 from bench.server_harness import (
@@ -39,6 +39,7 @@ from bench.server_harness import (
     wait_ready,
     write_json,
 )
+from server_patch.off_attention import DECODE_KERNEL
 
 CONFIGS = {
     "v2-topk1": dict(topk=1, num_steps=3, num_draft_tokens=4, overlap=True, expect="EAGLEWorkerV2"),
@@ -206,7 +207,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         rec["off_attention_checks"] = [x.get("off_attention_checks", 0) for x in g["ranks"]]
         rec["off_attention_mismatches"] = [x.get("off_attention_mismatches", 0) for x in g["ranks"]]
         rec["off_attention_proof_ok"] = (
-            g.get("off_target_attention") != "triton-decode-kernel"
+            g.get("off_target_attention") != DECODE_KERNEL
             or (min(rec["off_attention_checks"]) > 0 and max(rec["off_attention_mismatches"]) == 0)
         )
         rec["final_spec_gate"] = g

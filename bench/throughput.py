@@ -172,9 +172,13 @@ def run(a: argparse.Namespace) -> None:
         write_json(a.out / f"throughput-{a.config}-p{p_label}.json", meta)
 
 
-def load_rows(results: Path) -> List[Dict[str, Any]]:
-    with (results / "throughput.csv").open() as f:
-        return list(csv.DictReader(f))
+def read_rows(paths: List[Path]) -> List[Dict[str, Any]]:
+    """The rows of throughput CSVs, in order (values are strings, as ``csv`` reads them)."""
+    rows: List[Dict[str, Any]] = []
+    for path in paths:
+        with path.open() as f:
+            rows.extend(csv.DictReader(f))
+    return rows
 
 
 def same_label(value: Any, label: Any) -> bool:
@@ -270,7 +274,7 @@ def plot(rows: List[Dict[str, Any]], out: Path, title: str = "") -> None:
 def summarize(a: argparse.Namespace) -> None:
     """Markdown table per p_wrong (none / always / gate tok/s, gate over the best static) and the
     recommended threshold, from ``CSV...`` or ``--results DIR/throughput.csv``."""
-    rows = [r for path in a.csv for r in csv.DictReader(path.open())] if a.csv else load_rows(a.results)
+    rows = read_rows(a.csv or [a.results / "throughput.csv"])
     for p in sorted({str(r["p_wrong"]) for r in rows}):
         print(f"p_wrong={p}")
         print("| concurrency | none tok/s | always tok/s | gate tok/s | gate / best static |")
@@ -329,9 +333,9 @@ def main() -> None:
     elif a.cmd == "summarize":
         summarize(a)
     elif a.cmd == "plot":
-        plot([r for path in a.csv for r in csv.DictReader(path.open())], a.out, a.title)
+        plot(read_rows(a.csv), a.out, a.title)
     else:
-        rows = [r for path in a.csv for r in csv.DictReader(path.open())]
+        rows = read_rows(a.csv)
         cost = {"command": "python -m bench.throughput offcost " + " ".join(map(str, a.csv)),
                 "note": a.note, "rows": off_step_cost(rows)}
         a.out.write_text(json.dumps(cost, indent=1) + "\n")

@@ -63,6 +63,21 @@ class _ReplayCounter:
 
 
 @contextlib.contextmanager
+def _replaced(obj: Any, name: str, value: Any):
+    """``obj.name = value`` for the duration of the block. Restores the previous attribute; an
+    attribute that ``obj`` only had through its class is deleted again, so the class's shows."""
+    had_own = name in vars(obj)
+    original = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(obj, name, original)
+        else:
+            delattr(obj, name)
+
+
 def _no_multistep_draft_backend_for_zero_steps():
     """0.5.12's ``DraftBackendFactory.create_decode_backend`` returns None only for steps == 1
     (``speculative/draft_utils.py:39-41``); 0.5.23 returns None for steps <= 1. With 0 steps no
@@ -76,11 +91,7 @@ def _no_multistep_draft_backend_for_zero_steps():
             return None
         return original(self)
 
-    DraftBackendFactory.create_decode_backend = create_decode_backend
-    try:
-        yield
-    finally:
-        DraftBackendFactory.create_decode_backend = original
+    return _replaced(DraftBackendFactory, "create_decode_backend", create_decode_backend)
 
 
 def _trivial_verify_input(
@@ -177,7 +188,6 @@ class OffStepRunner:
 
     # -- runtime-state plumbing ------------------------------------------------------
 
-    @contextlib.contextmanager
     def _decode_kernel_for_off_draft_extend(self):
         """Same for the OFF draft-extend backend, which the worker's ``init_attention_backend``
         gets from ``DraftBackendFactory.create_draft_extend_backend`` during the build."""
@@ -193,19 +203,13 @@ class OffStepRunner:
                     backend, role=off_attention.DRAFT_EXTEND)
             return backend
 
-        DraftBackendFactory.create_draft_extend_backend = create_draft_extend_backend
-        try:
-            yield
-        finally:
-            DraftBackendFactory.create_draft_extend_backend = original
+        return _replaced(DraftBackendFactory, "create_draft_extend_backend", create_draft_extend_backend)
 
-    @contextlib.contextmanager
     def _decode_kernel_for_off_target(self, target_runner):
         """While the OFF state is built, the target backend that ``build_adaptive_runtime_state``
         asks ``_get_attention_backend`` for is converted (before its CUDA graphs are captured)
         to serve the 1-token verify with the decode kernel, where the backend allows it."""
         original = target_runner._get_attention_backend
-        had_own = "_get_attention_backend" in vars(target_runner)
         runner = self
 
         def get_attention_backend(*args, **kwargs):
@@ -213,14 +217,7 @@ class OffStepRunner:
             runner.off_target_attention = off_attention.use_decode_kernel(backend)
             return backend
 
-        target_runner._get_attention_backend = get_attention_backend
-        try:
-            yield
-        finally:
-            if had_own:
-                target_runner._get_attention_backend = original
-            else:
-                del target_runner._get_attention_backend
+        return _replaced(target_runner, "_get_attention_backend", get_attention_backend)
 
     def _build_context(self):
         from sglang.srt.layers.moe.utils import (
