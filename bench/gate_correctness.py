@@ -210,6 +210,13 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
             g.get("off_target_attention") != DECODE_KERNEL
             or (min(rec["off_attention_checks"]) > 0 and max(rec["off_attention_mismatches"]) == 0)
         )
+        # v2: the early next-batch seq_lens of OFF steps equalled SGLang's on every sampled step
+        rec["off_early_seq_lens"] = g.get("off_early_seq_lens")
+        rec["off_early_seq_lens_checks"] = [x.get("off_early_seq_lens_checks", 0) for x in g["ranks"]]
+        rec["off_early_seq_lens_mismatches"] = [x.get("off_early_seq_lens_mismatches", 0) for x in g["ranks"]]
+        rec["off_early_seq_lens_proof_ok"] = not g.get("off_early_seq_lens") or (
+            min(rec["off_early_seq_lens_checks"]) > 0 and max(rec["off_early_seq_lens_mismatches"]) == 0
+        )
         rec["final_spec_gate"] = g
     except Exception as exc:  # keep the other runs going; the record says why this one failed
         record_failure(rec, server, exc)
@@ -245,7 +252,7 @@ def main() -> None:
             print(json.dumps({k: r.get(k) for k in (
                 "config", "tp", "worker_class", "oracle_match", "switches", "ranks_agree",
                 "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
-                "accept_length_before_off", "accept_length_after_on", "error")}), flush=True)
+                "off_early_seq_lens_proof_ok", "accept_length_before_off", "accept_length_after_on", "error")}), flush=True)
 
 
 def merge_result(out: Path, rec: Dict[str, Any]) -> None:

@@ -207,6 +207,11 @@ class GateSim:
         return direction
 
 
+def _sampled_checks(steps: int) -> int:
+    """Checks the real server makes in ``steps`` OFF steps: steps 1-64, then every 256th."""
+    return min(steps, 64) + steps // 256
+
+
 def _round(value: float | None) -> float | None:
     return round(value, 3) if value is not None else None
 
@@ -342,12 +347,17 @@ class Simulation:
         """``internal_states[i].spec_gate`` exactly as the README describes it."""
         a, g = self.args, self.gate
         # the real server checks the first 64 OFF steps, then every 256th (verify + draft extend)
-        checks = 2 * (min(g.off_steps_graph, 64) + max(0, g.off_steps_graph - 64) // 256)
+        checks = 2 * _sampled_checks(g.off_steps_graph)
+        # v2 OFF steps publish seq_lens + 1 early (checked by the same sampling rule)
+        early = self.spec_version == "v2"
+        early_steps = g.off_steps_graph if early else 0
+        early_checks = _sampled_checks(early_steps)
         ranks = [
             {
                 "tp_rank": r, "spec_enabled": g.spec_on, "threshold": g.threshold, "hysteresis": g.hysteresis,
                 "switches": g.switches, "decode_steps_on": g.steps_on, "decode_steps_off": g.steps_off,
                 "off_attention_checks": checks, "off_attention_mismatches": 0,
+                "off_early_seq_lens_checks": early_checks, "off_early_seq_lens_mismatches": 0,
             }
             for r in range(a.tp_size)
         ]
@@ -383,6 +393,10 @@ class Simulation:
             "off_draft_extend_attention": "triton-decode-kernel",
             "off_attention_checks": checks,
             "off_attention_mismatches": 0,
+            "off_early_seq_lens": early,
+            "off_early_seq_lens_steps": early_steps,
+            "off_early_seq_lens_checks": early_checks,
+            "off_early_seq_lens_mismatches": 0,
             "tp_rank": 0,
             "tp_size": a.tp_size,
             "ranks": ranks,

@@ -103,6 +103,10 @@ class GateState:
     off_draft_extend_attention: str | None = None
     off_attention_checks: int | None = None
     off_attention_mismatches: int | None = None
+    off_early_seq_lens: bool | None = None
+    off_early_seq_lens_steps: int | None = None
+    off_early_seq_lens_checks: int | None = None
+    off_early_seq_lens_mismatches: int | None = None
     tp_rank: int | None = None
     tp_size: int | None = None
     ranks: tuple[RankState, ...] = ()
@@ -160,6 +164,10 @@ class GateState:
             off_draft_extend_attention=_str(data.get("off_draft_extend_attention")),
             off_attention_checks=_int(data.get("off_attention_checks")),
             off_attention_mismatches=_int(data.get("off_attention_mismatches")),
+            off_early_seq_lens=_bool(data.get("off_early_seq_lens")),
+            off_early_seq_lens_steps=_int(data.get("off_early_seq_lens_steps")),
+            off_early_seq_lens_checks=_int(data.get("off_early_seq_lens_checks")),
+            off_early_seq_lens_mismatches=_int(data.get("off_early_seq_lens_mismatches")),
             tp_rank=_int(data.get("tp_rank")),
             tp_size=_int(data.get("tp_size")),
             ranks=tuple(ranks),

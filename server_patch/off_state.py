@@ -19,12 +19,24 @@ draft stage replaced by the trivial verify input, and swaps the ON set back, so 
 ON steps never see an OFF backend and OFF steps never replay an ON graph.
 ``server_args.speculative_num_steps/num_draft_tokens`` are never changed, so the scheduler's
 KV reservation (``check_decode_mem``, spec-v2 ``prepare_for_decode``) stays ON-sized.
+
+Overlap (v2 only): SGLang 0.5.12's overlap scheduler schedules batch N+1 only after the CPU has
+waited for batch N's ``verify_done`` event (``EagleDraftInput.prepare_for_decode`` ->
+``ScheduleBatch.maybe_wait_verify_done``, then ``seq_lens.cpu()``), because N+1's ``seq_lens``
+are N's ``new_seq_lens = seq_lens + accept_lens``. For an ON step that wait is unavoidable. An OFF
+step accepts exactly the bonus token, so its ``new_seq_lens`` is ``seq_lens + 1`` before the
+verify runs: the OFF step publishes that tensor, with an event recorded right after it, instead of
+the post-verify one. The scheduler then prepares batch N+1 while N's target forward runs on the
+GPU, as it does without speculation. Measured on the H200 before this (8B pair, 64 requests): an
+OFF step cost about 1.2 ms more than a plain decode step, the CPU time from N's verify to N+1's
+target launch (``bench/results/x2-2026-11-30b``). Escape hatch: ``SPECCONSOLE_OFF_EARLY_SEQ_LENS=0``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any, Callable, List, Optional
 
 import torch
@@ -35,6 +47,19 @@ logger = logging.getLogger(__name__)
 
 OFF_STEPS = 0
 OFF_DRAFT_TOKENS = 1
+
+#: "0" keeps SGLang's post-verify ``verify_done`` event on OFF results (the scheduler then waits
+#: for the whole OFF verify before preparing the next batch); unset or "1": the early event
+EARLY_SEQ_LENS_ENV = "SPECCONSOLE_OFF_EARLY_SEQ_LENS"
+#: the early ``new_seq_lens`` is compared with SGLang's own on the first steps, then every Nth
+#: (a comparison waits for the OFF step to finish on the GPU)
+EARLY_CHECK_FIRST = 64
+EARLY_CHECK_EVERY = 256
+
+
+def _new_event(device: torch.device):
+    """A CUDA (or other accelerator) event, recorded later on the current stream."""
+    return torch.get_device_module(device).Event()
 
 
 class _ReplayCounter:
@@ -168,6 +193,15 @@ class OffStepRunner:
         self.on_target_graph = _ReplayCounter(self.on_state.target_graph_runner)
         self.off_steps_cuda_graph = 0  # OFF steps whose target verify replayed the OFF graph
         self._draft_owner = worker.draft_worker if self.v2 else worker
+        self._init_early_seq_lens()
+
+    def _init_early_seq_lens(self) -> None:
+        self.early_seq_lens = self.v2 and os.environ.get(EARLY_SEQ_LENS_ENV, "1") != "0"
+        self.early_seq_lens_steps = 0  # OFF results that carried the early seq_lens and event
+        self.early_seq_lens_fallbacks = 0  # OFF results left as SGLang made them (shape/dtype differ)
+        self.early_seq_lens_checks = 0
+        self.early_seq_lens_mismatches = 0
+        self._new_event = _new_event
 
     @property
     def has_off_cuda_graph(self) -> bool:
@@ -319,6 +353,7 @@ class OffStepRunner:
         """Run one decode batch with speculation off: ``forward`` is the worker's original
         ``forward_batch_generation``; returns its ``GenerationBatchResult``."""
         owner = self._draft_owner
+        early = self._early_seq_lens(batch) if self.early_seq_lens else None
         self._apply(self.off_state)
         owner.draft = self._off_draft_v2 if self.v2 else self._off_draft_v1
         replays_before = self.off_target_graph.count
@@ -329,8 +364,44 @@ class OffStepRunner:
             self._apply(self.on_state)
         if self.off_target_graph.count > replays_before:
             self.off_steps_cuda_graph += 1
+        if early is not None:
+            self._publish_early_seq_lens(result, *early)
         return result
 
+    # -- the early next-batch seq_lens (v2; see the module docstring) ------------------
+
+    def _early_seq_lens(self, batch: Any):
+        """``(seq_lens + 1, event recorded after it)`` on the current (forward) stream, before the
+        OFF verify is launched; None for an empty batch. Shapes: ``seq_lens`` (bs,)."""
+        seq_lens = getattr(batch, "seq_lens", None)
+        if seq_lens is None or seq_lens.numel() == 0:
+            return None
+        new_seq_lens = seq_lens + 1
+        done = self._new_event(new_seq_lens.device)
+        done.record()
+        return new_seq_lens, done
+
+    def _publish_early_seq_lens(self, result: Any, new_seq_lens: torch.Tensor, done: Any) -> None:
+        """Put the early ``new_seq_lens`` and its event on the OFF result's ``next_draft_input``
+        (which the scheduler reads: ``scheduler.py`` ``run_batch``, then ``maybe_wait_verify_done``).
+        Left as SGLang made it when its tensor differs in shape or dtype."""
+        ndi = getattr(result, "next_draft_input", None)
+        sglang_lens = getattr(ndi, "new_seq_lens", None)
+        if (sglang_lens is None or sglang_lens.shape != new_seq_lens.shape
+                or sglang_lens.dtype != new_seq_lens.dtype):
+            self.early_seq_lens_fallbacks += 1
+            return
+        self.early_seq_lens_steps += 1
+        n = self.early_seq_lens_steps
+        if n <= EARLY_CHECK_FIRST or n % EARLY_CHECK_EVERY == 0:
+            self.early_seq_lens_checks += 1
+            if not torch.equal(sglang_lens, new_seq_lens):  # waits for this OFF step's verify
+                self.early_seq_lens_mismatches += 1
+                logger.error("spec_gate: OFF step %d: seq_lens + 1 differs from the verify's "
+                             "new_seq_lens; keeping SGLang's", n)
+                return
+        ndi.new_seq_lens = new_seq_lens
+        ndi.verify_done = done
 
 def snapshot_req_spec_counters(reqs: List[Any]):
     """Per-request speculative counters, to undo what an OFF step's verify adds to them."""

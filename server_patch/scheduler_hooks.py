@@ -106,6 +106,12 @@ class GateRuntime:
             "off_draft_extend_attention": getattr(self.runner, "off_draft_extend_attention", None),
             "off_attention_checks": getattr(self.runner, "off_attention_checks", 0),
             "off_attention_mismatches": getattr(self.runner, "off_attention_mismatches", 0),
+            # v2: OFF results publish seq_lens + 1 before the verify runs, so the scheduler
+            # prepares the next batch during it (off_state.py); sampled against SGLang's own
+            "off_early_seq_lens": getattr(self.runner, "early_seq_lens", False),
+            "off_early_seq_lens_steps": getattr(self.runner, "early_seq_lens_steps", 0),
+            "off_early_seq_lens_checks": getattr(self.runner, "early_seq_lens_checks", 0),
+            "off_early_seq_lens_mismatches": getattr(self.runner, "early_seq_lens_mismatches", 0),
             "tp_rank": self.tp_rank,
             "tp_size": self.tp_size,
         }
@@ -158,10 +164,12 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
         config.hysteresis,
     )
     logger.info(
-        "spec_gate: OFF step = 1-token verify (%s) + 1-token draft extend (%s), CUDA graphs %s",
+        "spec_gate: OFF step = 1-token verify (%s) + 1-token draft extend (%s), CUDA graphs %s, "
+        "next batch prepared %s",
         getattr(runtime.runner, "off_target_attention", None),
         getattr(runtime.runner, "off_draft_extend_attention", None),
         "on" if runtime.runner.has_off_cuda_graph else "off",
+        "during the verify" if getattr(runtime.runner, "early_seq_lens", False) else "after the verify",
     )
     if not runtime.runner.has_off_cuda_graph:
         logger.warning("spec_gate: CUDA graphs are disabled; OFF steps run eagerly")
@@ -312,6 +320,8 @@ def after_get_internal_state(result, scheduler, *args, **kwargs):
             # each rank checks its own OFF-step attention keys (server_patch/off_attention.py)
             "off_attention_checks",
             "off_attention_mismatches",
+            "off_early_seq_lens_checks",
+            "off_early_seq_lens_mismatches",
         )
     }
     ranks = [mine]

@@ -22,6 +22,7 @@ README_GATE_KEYS = {
     "accept_length_recent", "accept_length_since_on", "accept_length_first_on_step", "steps_since_on",
     "off_cuda_graph", "off_steps_cuda_graph", "off_target_graph_replays", "off_draft_extend_graph_replays",
     "on_target_graph_replays", "off_target_attention", "off_draft_extend_attention", "off_attention_checks", "off_attention_mismatches",
+    "off_early_seq_lens", "off_early_seq_lens_steps", "off_early_seq_lens_checks", "off_early_seq_lens_mismatches",
     "tp_rank", "tp_size", "ranks",
 }
 #: the keys of an accepted ``POST /set_internal_state`` answer (README)
@@ -71,7 +72,8 @@ def test_server_info_has_spec_gate_per_readme(server):
     assert [r["tp_rank"] for r in gate["ranks"]] == [0, 1]
     assert set(gate["ranks"][0]) == {"tp_rank", "spec_enabled", "threshold", "hysteresis", "switches",
                                      "decode_steps_on", "decode_steps_off", "off_attention_checks",
-                                     "off_attention_mismatches"}
+                                     "off_attention_mismatches", "off_early_seq_lens_checks",
+                                     "off_early_seq_lens_mismatches"}
 
 
 def test_loads_shape(server):

@@ -615,6 +615,11 @@ def test_switch_rate_and_gate_warnings():
     bad = st.GateState.from_json({**GATE, "off_target_attention": "triton-decode-kernel",
                                   "off_attention_checks": 70, "off_attention_mismatches": 2})
     assert "OFF-step attention read wrong keys on 2 checked steps (see log)" in gate_warnings(st.ConsoleSnapshot(gate=bad))
+    assert not any("early seq_lens" in w for w in warnings)
+    early_bad = st.GateState.from_json({**GATE, "off_early_seq_lens": True, "off_early_seq_lens_checks": 64,
+                                        "off_early_seq_lens_mismatches": 1})
+    assert ("OFF-step early seq_lens differed on 1 checked steps (see log)"
+            in gate_warnings(st.ConsoleSnapshot(gate=early_bad)))
 
 
 # -- fresh-user findings ---------------------------------------------------------------------

@@ -247,7 +247,8 @@ def test_internal_state_carries_spec_gate_for_the_console():
     assert gate["last_switch"] == {"step": 0, "direction": "off", "batch_size": 9}
     assert gate["ranks"] == [{"tp_rank": 0, "spec_enabled": False, "threshold": 8, "hysteresis": 0,
                               "switches": 1, "decode_steps_on": 0, "decode_steps_off": 1,
-                              "off_attention_checks": 0, "off_attention_mismatches": 0}]
+                              "off_attention_checks": 0, "off_attention_mismatches": 0,
+                              "off_early_seq_lens_checks": 0, "off_early_seq_lens_mismatches": 0}]
 
 
 def test_hooks_are_pass_through_on_a_scheduler_without_gate():

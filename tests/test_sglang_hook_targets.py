@@ -298,3 +298,41 @@ def test_off_draft_extend_backend_comes_from_the_factory():
     # v1: verify adds the accepted tokens to seq_lens before it builds the draft-extend input
     info = (SRT / "speculative" / "eagle_info.py").read_text()
     assert info.index("batch.seq_lens.add_(num_correct_drafts + 1)") < info.index("seq_lens=batch.seq_lens,")
+
+
+# -- the early next-batch seq_lens of a v2 OFF step (server_patch/off_state.py) ----------------
+
+
+def test_v2_verify_publishes_seq_lens_plus_accept_lens_and_an_event():
+    """The OFF step replaces exactly these two fields; SGLang computes them as assumed."""
+    verify = _methods(_classes(SRT / "speculative/eagle_worker_v2.py")["EAGLEWorkerV2"])["verify"]
+    src = ast.unparse(verify)
+    assert "new_seq_lens = batch.seq_lens + accept_lens" in src
+    assert "next_draft_input = EagleDraftInput(bonus_tokens=bonus_tokens, new_seq_lens=new_seq_lens, verify_done=verify_done)" in src
+    cls = _classes(SRT / "speculative/eagle_info.py")["EagleDraftInput"]
+    fields = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)]
+    assert "new_seq_lens" in fields and "verify_done" in fields
+
+
+def test_only_the_scheduler_waits_on_verify_done():
+    """Publishing an earlier event is only safe if ``maybe_wait_verify_done`` is its one reader."""
+    readers = []
+    for path in SRT.rglob("*.py"):
+        text = path.read_text()
+        if ".verify_done" in text:
+            readers.append(str(path.relative_to(SRT)))
+    assert sorted(readers) == ["managers/schedule_batch.py"]
+    fn = _methods(_classes(SRT / "managers/schedule_batch.py")["ScheduleBatch"])["maybe_wait_verify_done"]
+    assert "draft_input.verify_done.synchronize()" in ast.unparse(fn)
+
+
+def test_scheduler_reads_new_seq_lens_after_the_worker_returns():
+    """``run_batch`` stores the result (future map) and takes ``new_seq_lens`` as the next
+    ``seq_lens`` only after ``forward_batch_generation`` returned, i.e. after the OFF step's
+    wrapper put the early tensor on the result."""
+    src = ast.unparse(_methods(_classes(SRT / "managers/scheduler.py")["Scheduler"])["run_batch"])
+    fwd = src.index("batch_result = self.model_worker.forward_batch_generation(model_worker_batch)")
+    assert fwd < src.index("self.future_map.store_to_map(future_indices, batch_result)")
+    assert fwd < src.index("batch.seq_lens = batch_result.next_draft_input.new_seq_lens")
+    prep = ast.unparse(_methods(_classes(SRT / "speculative/eagle_info_v2.py")["EagleDraftInputV2Mixin"])["prepare_for_decode"])
+    assert prep.index("batch.maybe_wait_verify_done()") < prep.index("batch.seq_lens_cpu = batch.seq_lens.cpu()")

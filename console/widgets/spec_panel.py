@@ -171,6 +171,8 @@ def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
         out.append("TP ranks disagree about the gate")
     if g.off_attention_mismatches:
         out.append(f"OFF-step attention read wrong keys on {g.off_attention_mismatches} checked steps (see log)")
+    if g.off_early_seq_lens_mismatches:
+        out.append(f"OFF-step early seq_lens differed on {g.off_early_seq_lens_mismatches} checked steps (see log)")
     return out
 
 
@@ -268,6 +270,12 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         proof = (f", {fmt.num(g.off_attention_checks)} checked, {fmt.num(g.off_attention_mismatches)} wrong"
                  if "decode-kernel" in kernels else "")
         rows.append([_t(("OFF-step attention ", d["label"]), (kernels, d["value"]), (proof, d["dim"]))])
+    if g.off_early_seq_lens is not None:
+        # v2: does the scheduler prepare the next batch while an OFF verify runs (server_patch/off_state.py)
+        when = "during the OFF verify" if g.off_early_seq_lens else "after the OFF verify"
+        proof = (f", {fmt.num(g.off_early_seq_lens_checks)} checked, {fmt.num(g.off_early_seq_lens_mismatches)} wrong"
+                 if g.off_early_seq_lens else "")
+        rows.append([_t(("next batch prepared ", d["label"]), (when, d["value"]), (proof, d["dim"]))])
     if g.off_target_graph_replays is not None or g.on_target_graph_replays is not None:
         rows.append([_t(
             ("graph replays ", d["label"]),

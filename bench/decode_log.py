@@ -1,0 +1,106 @@
+"""Per-step decode speed from SGLang's ``Decode batch`` log lines, by running-request count.
+
+SGLang's scheduler logs one line every ``--decode-log-interval`` (default 40) decode steps::
+
+    [2026-11-30 07:05:41] Decode batch, #running-req: 64, #token: 21033, token usage: 0.02,
+    accept len: 2.95, ..., cuda graph: True, gen throughput (token/s): 8757.02, #queue-req: 0
+
+``gen throughput`` is the tokens generated in that interval over its wall time, so with one token
+per request and step (no speculation, or the gate's OFF steps) a step took
+``1000 * running_req / gen_throughput`` ms. Intervals that also ran prefills or waited for requests
+read lower; ``p75`` is the steady-state figure, ``median`` the typical one. This reads the server,
+not the client: it isolates the decode step from bench_serving's ramp-up and tail.
+
+    python -m bench.decode_log LOG [--start TEXT] [--end TEXT] [--sizes 16,32,64,128]
+
+``--start``/``--end``: only lines after the first line containing START and before the next one
+containing END (e.g. ``"spec_gate: threshold 24 -> 1"``: a forced-off segment). Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+DECODE_LINE = re.compile(
+    r"Decode batch, #running-req: (?P<bs>\d+),.*?gen throughput \(token/s\): (?P<tps>[0-9.]+)"
+)
+
+
+def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optional[str] = None):
+    """Yield ``(running_req, gen_tok_s)`` of the ``Decode batch`` lines in the window.
+
+    The window opens after the first line containing ``start`` (from the top if None) and closes
+    at the next line containing ``end`` (at the bottom if None)."""
+    inside = start is None
+    for line in lines:
+        if not inside:
+            inside = start in line
+            continue
+        if end is not None and end in line:
+            return
+        m = DECODE_LINE.search(line)
+        if m:
+            yield int(m["bs"]), float(m["tps"])
+
+
+def _percentile(values: List[float], q: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summarize(samples: Iterable[tuple], sizes: Iterable[int]) -> Dict[str, Dict[str, float]]:
+    """``{str(bs): {lines, median_tok_s, p75_tok_s, step_ms_median, step_ms_p75}}`` for each
+    requested batch size that has lines. Step times assume one token per request and step."""
+    by_bs: Dict[int, List[float]] = {}
+    for bs, tps in samples:
+        by_bs.setdefault(bs, []).append(tps)
+    out = {}
+    for bs in sizes:
+        values = [v for v in by_bs.get(bs, []) if v > 0]
+        if not values:
+            continue
+        med, p75 = statistics.median(values), _percentile(values, 0.75)
+        out[str(bs)] = {
+            "lines": len(values),
+            "median_tok_s": round(med, 1),
+            "p75_tok_s": round(p75, 1),
+            "step_ms_median": round(1000 * bs / med, 3),
+            "step_ms_p75": round(1000 * bs / p75, 3),
+        }
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("log", type=Path, help="a server log (plain or .gz)")
+    ap.add_argument("--start", help="window opens after the first line containing this")
+    ap.add_argument("--end", help="window closes at the next line containing this")
+    ap.add_argument("--sizes", default="16,32,64,128", help="running-request counts to report")
+    a = ap.parse_args(argv)
+    try:
+        sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--sizes must be comma-separated integers, got {a.sizes!r}")
+    if a.log.suffix == ".gz":
+        import gzip
+
+        text = gzip.open(a.log, "rt", errors="replace").read()
+    else:
+        text = a.log.read_text(errors="replace")
+    result = summarize(decode_lines(text.splitlines(), a.start, a.end), sizes)
+    if not result:
+        sys.exit(f"no Decode batch lines at running-req {sizes} in {a.log}"
+                 + (f" between {a.start!r} and {a.end!r}" if a.start or a.end else ""))
+    print(json.dumps({"log": str(a.log), "start": a.start, "end": a.end, "by_running_req": result}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""``bench.decode_log``: per-step decode speed from SGLang's ``Decode batch`` lines."""
+
+import gzip
+import json
+
+import pytest
+
+from bench import decode_log
+
+LINE = ("[2026-11-30 07:05:41] Decode batch, #running-req: {bs}, #token: 21033, token usage: 0.02, "
+        "accept len: 2.95, accept rate: 0.65, cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0")
+
+
+def log(*entries):
+    return [e if isinstance(e, str) else LINE.format(bs=e[0], tps=e[1]) for e in entries]
+
+
+def test_window_between_markers_and_step_times():
+    lines = log((64, 1000.0), "spec_gate: threshold 24 -> 1", (64, 8000.0), (64, 6400.0), (64, 8000.0),
+                (128, 12800.0), "spec_gate: threshold 1 -> 12", (64, 99999.0))
+    got = decode_log.summarize(decode_log.decode_lines(lines, "threshold 24 -> 1", "threshold 1 -> 12"), [64, 128, 32])
+    assert set(got) == {"64", "128"}
+    assert got["64"]["lines"] == 3 and got["64"]["median_tok_s"] == 8000.0
+    assert got["64"]["step_ms_median"] == 8.0  # 64 requests / 8000 tok/s
+    assert got["128"]["step_ms_p75"] == 10.0
+
+
+def test_whole_log_without_markers_and_zero_lines_ignored():
+    got = decode_log.summarize(decode_log.decode_lines(log((16, 0.34), (16, 3200.0), (16, 0.0))), [16])
+    assert got["16"]["lines"] == 2  # 0.0 dropped; 0.34 (the first, idle interval) kept in the median
+
+
+def test_cli_reads_gz_and_refuses_an_empty_window(tmp_path, capsys):
+    p = tmp_path / "server.log.gz"
+    with gzip.open(p, "wt") as f:
+        f.write("\n".join(log((32, 6400.0), (32, 6000.0))))
+    decode_log.main([str(p), "--sizes", "32"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["by_running_req"]["32"]["lines"] == 2
+    with pytest.raises(SystemExit, match="no Decode batch lines"):
+        decode_log.main([str(p), "--sizes", "64"])
+    with pytest.raises(SystemExit):
+        decode_log.main([str(p), "--sizes", "sixty"])
