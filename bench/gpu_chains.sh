@@ -14,9 +14,14 @@
 #                                           /tmp/chains into $OUT/chains.tgz and the server logs
 #                                           into $OUT/server-logs.tgz
 # Prerequisites: bench/gpu_session.sh install; models in /tmp/models/{1b/p0.2,8b/p0.2}.
-# chain0 (GPU 0): no speculation, EAGLE-3 always on (8B pair, p=0.2), gate correctness v1-topk1.
-# chain1 (GPU 1): the gate (threshold 24: the static crossover lies between 16 and 32) + off-step cost + threshold sweep, gate correctness v2-topk1,
-# v1-topk4. The 2026-11-30 run's chains (p=0.5 and the console check) are in git history.
+# chain0 (GPU 0): the benchmark of issue #5 on one GPU, one config after the other (8B pair,
+#   p=0.2): no speculation, EAGLE-3 always on, the gate at threshold 24 + forced-off rows +
+#   threshold sweep.
+# chain1 (GPU 1): gate correctness v2-topk1 (the v2 OFF step's early next-batch seq_lens), then an
+#   A/B of the OFF step on one GPU: no speculation, gate forced off with SPECCONSOLE_OFF_EARLY_SEQ_LENS=0,
+#   gate forced off as shipped, at 16/32/64/128 requests.
+# tp2 (both GPUs, after the chains): gate correctness at TP=2 for v2-topk1 and v1-topk1.
+# The 2026-11-30 runs' chains are in git history.
 set -uo pipefail
 R=/tmp/chains
 step=${1:?step}; shift || true
@@ -34,23 +39,26 @@ case "$step" in
   chain0)
     source .gpuwheels/B/env.sh
     export OMP_NUM_THREADS=8  # two chains share the host's 32 cores
-    python3 -m bench.throughput run --config none --models /tmp/models/8b/p0.2 --out "$R/gpu0" --port 30500
-    python3 -m bench.throughput run --config always --models /tmp/models/8b/p0.2 --out "$R/gpu0" --port 30500
-    python3 -m bench.gate_correctness --configs v1-topk1 --parallel 1 --mem-fraction 0.4 \
-      --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-gpu0.json" --base-port 31000
+    m=/tmp/models/8b/p0.2
+    python3 -m bench.throughput run --config none --models $m --out "$R/gpu0" --port 30500
+    python3 -m bench.throughput run --config always --models $m --out "$R/gpu0" --port 30500
+    python3 -m bench.throughput run --config gate --threshold 24 --recommend --recommend-thresholds 12,17,24,32 \
+      --recommend-levels 1,8,16,32 --models $m --out "$R/gpu0" --port 30500
     touch "$R/chain0.done" ;;
   chain1)
     source .gpuwheels/B/env.sh
     export OMP_NUM_THREADS=8
-    python3 -m bench.throughput run --config gate --threshold 24 --recommend --recommend-thresholds 12,17,24,32 --recommend-levels 1,8,16,32 \
-      --models /tmp/models/8b/p0.2 --out "$R/gpu1" --port 30600
-    python3 -m bench.gate_correctness --configs v2-topk1,v1-topk4 --parallel 1 --mem-fraction 0.4 \
+    python3 -m bench.gate_correctness --configs v2-topk1 --parallel 1 --mem-fraction 0.4 \
       --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-gpu1.json" --base-port 31100
+    m=/tmp/models/8b/p0.2; ab="--concurrency 16,32,64,128 --no-time-varying --models $m --port 30600"
+    python3 -m bench.throughput run --config none $ab --out "$R/ab-none"
+    SPECCONSOLE_OFF_EARLY_SEQ_LENS=0 python3 -m bench.throughput run --config gate --threshold 1 --hysteresis 0 $ab --out "$R/ab-off-late"
+    python3 -m bench.throughput run --config gate --threshold 1 --hysteresis 0 $ab --out "$R/ab-off-early"
     touch "$R/chain1.done" ;;
   tp2)
     # both GPUs: started with setsid by `start-tp2`, results merged per config as each ends
     source .gpuwheels/B/env.sh
-    python3 -m bench.gate_correctness --tp 2 --parallel 1 --mem-fraction 0.4 \
+    python3 -m bench.gate_correctness --tp 2 --configs v2-topk1,v1-topk1 --parallel 1 --mem-fraction 0.4 \
       --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-tp2.json" --base-port 31200
     touch "$R/tp2.done" ;;
   start-one)
