@@ -8,6 +8,7 @@
 #   bash bench/gpu_chains.sh kernels        the GPU kernel-equivalence test of the OFF attention (seconds)
 #   bash bench/gpu_chains.sh start-one      plan B on a one-GPU machine: chain0 then chain1 on GPU 0
 #   bash bench/gpu_chains.sh start-tp2      the TP=2 gate correctness on both GPUs (after the chains)
+#   bash bench/gpu_chains.sh start-p05      always-on + gate with the p=0.5 pair, one GPU each (last)
 #   bash bench/gpu_chains.sh wait SECONDS [DONE-FILES]
 #                                           wait until the chains (or DONE-FILES, e.g. tp2.done)
 #                                           are done or SECONDS passed, then pack
@@ -21,6 +22,7 @@
 #   A/B of the OFF step on one GPU: no speculation, gate forced off with SPECCONSOLE_OFF_EARLY_SEQ_LENS=0,
 #   gate forced off as shipped, at 16/32/64/128 requests.
 # tp2 (both GPUs, after the chains): gate correctness at TP=2 for v2-topk1 and v1-topk1.
+# p05 (both GPUs, optional, last): always-on and the gate with the weak draft (p=0.5).
 # The 2026-11-30 runs' chains are in git history.
 set -uo pipefail
 R=/tmp/chains
@@ -66,6 +68,17 @@ case "$step" in
     mkdir -p "$R"
     CUDA_VISIBLE_DEVICES=0 setsid bash -c "bash bench/gpu_chains.sh chain0 > $R/chain0.log 2>&1; bash bench/gpu_chains.sh chain1 > $R/chain1.log 2>&1" </dev/null >/dev/null 2>&1 &
     sleep 2; echo "started chain0 then chain1 on GPU 0" ;;
+  p05)
+    # optional, both GPUs after tp2: the weak draft (p=0.5); none does not depend on p (same target)
+    source .gpuwheels/B/env.sh
+    export OMP_NUM_THREADS=8
+    m=/tmp/models/8b/p0.5
+    CUDA_VISIBLE_DEVICES=0 python3 -m bench.throughput run --config always --models $m --out "$R/p05" --port 30500 > "$R/p05-always.log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=1 python3 -m bench.throughput run --config gate --threshold 24 --models $m --out "$R/p05-gate" --port 30600 > "$R/p05-gate.log" 2>&1
+    wait; touch "$R/p05.done" ;;
+  start-p05)
+    mkdir -p "$R"; setsid bash bench/gpu_chains.sh p05 >"$R/p05.log" 2>&1 </dev/null &
+    sleep 2; echo "started p05" ;;
   start-tp2)
     mkdir -p "$R"; setsid bash bench/gpu_chains.sh tp2 >"$R/tp2.log" 2>&1 </dev/null &
     sleep 2; echo "started tp2" ;;
@@ -76,7 +89,7 @@ case "$step" in
     while [ $((SECONDS - t0)) -lt "$limit" ] && ! done_all; do
       sleep 20
       echo "--- $((SECONDS - t0)) s: $(ls "$R" | tr '\n' ' ')"
-      for f in chain0 chain1 tp2; do tail -n 2 "$R/$f.log" 2>/dev/null | cut -c1-200; done
+      for f in chain0 chain1 tp2 p05-always p05-gate; do tail -n 2 "$R/$f.log" 2>/dev/null | cut -c1-200; done
     done
     tar czf "${OUT:-/tmp/out}/chains.tgz" -C "$R" . 2>/dev/null
     tar czf "${OUT:-/tmp/out}/server-logs.tgz" -C /tmp specconsole-logs 2>/dev/null
