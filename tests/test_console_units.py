@@ -687,6 +687,21 @@ def test_switch_rate_is_shown_only_when_the_gate_thrashes():
     assert f"switches 2 ({THRASH_PER_MIN:.0f}/min: thrashing)" in text(THRASH_PER_MIN)
 
 
+def test_details_say_when_the_next_batch_is_prepared_after_an_off_step():
+    from console.widgets.spec_panel import detail_lines
+
+    d = {k: None for k in ("label", "value", "dim", "ok", "alarm", "pending")}
+
+    def text(**gate):
+        snap = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, **gate}), sample_seen=True)
+        return "\n".join(t.plain for t in detail_lines(snap, d, 100))
+
+    assert "next batch prepared" not in text()  # a server without the field (older patch)
+    assert "next batch prepared during the OFF verify, 64 checked, 0 wrong" in text(
+        off_early_seq_lens=True, off_early_seq_lens_checks=64, off_early_seq_lens_mismatches=0)
+    assert "next batch prepared after the OFF verify" in text(off_early_seq_lens=False)
+
+
 def test_stale_values_while_the_server_is_down():
     from rich.style import Style
 
