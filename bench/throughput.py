@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional
 CONCURRENCY = [1, 2, 4, 8, 16, 32, 64, 128]
 TIME_VARYING = [(1, 16), (64, 256), (4, 32), (128, 512), (2, 16)]  # (max concurrency, requests)
 MAX_RR = 128
+WARMUP = [(8, 32), (64, 64)]  # (max concurrency, requests) before every sweep, not recorded
 CSV_COLUMNS = ["config", "p_wrong", "concurrency", "output_tok_s", "mean_tpot_ms", "p99_tpot_ms",
                "accept_length", "threshold"]
 
@@ -141,9 +142,13 @@ def run(a: argparse.Namespace) -> None:
         meta["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                                      capture_output=True, text=True).stdout.strip()
         # Not recorded: the first requests after startup ran 5-20% slower in the 2026-11-30 run
-        # (gate at 1 request: 368 tok/s first, 384-410 later in the same server).
-        warm = bench_serving(a.port, 8, 32, work / f"{a.config}-warmup.jsonl", seed=999)
-        meta["warmup_output_tok_s"] = round(warm["output_throughput"], 1)
+        # (gate at 1 request: 368 tok/s first, 384-410 later in the same server), and the gate's
+        # first OFF steps at 32 requests in x2-2026-11-30b read 12% below the same OFF steps later.
+        # So warm both batch-size classes (8; 64 = OFF steps for a gate below 64) before measuring.
+        meta["warmup_output_tok_s"] = [
+            round(bench_serving(a.port, c, n, work / f"{a.config}-warmup{c}.jsonl", seed=999)["output_throughput"], 1)
+            for c, n in WARMUP
+        ]
         levels = [int(x) for x in a.concurrency.split(",")]
         rows = sweep(a.config, p_label, a.port, server.url, work,
                      a.threshold if a.config == "gate" else None, levels)
