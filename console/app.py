@@ -215,6 +215,8 @@ class SpecConsoleApp(App[int]):
             self.proc = ServerProcess(cfg.server_command, cfg.log_path or Path("server.log"), stop_timeout_s=cfg.stop_timeout_s)
             self._start_process()
         self.console_line(f"{cfg.mode}: {cfg.url}" + (f", log {cfg.log_path}" if cfg.log_path else ""))
+        if cfg.mode == "attach" and cfg.log_path is not None and not cfg.log_path.exists():
+            self.console_line(f"log {cfg.log_path}: no such file yet; it is followed once it appears")
         if cfg.log_path is not None:
             self.set_interval(LOG_READ_S, self._read_log_tick)
         if self.proc is not None:

@@ -28,6 +28,7 @@ from console.config import (
     AppConfig,
     ConfigError,
     api_key_from_server_args,
+    check_api_key,
     default_log_dir,
     find_config,
     load_config,
@@ -41,13 +42,14 @@ TERMINAL_RESET = "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1
 
 
 LOG_DIR_HELP = "$XDG_STATE_HOME/specconsole/logs, else ~/.local/state/specconsole/logs"
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0  # poll period bounds (a longer one looks like a hang)
 
 
 def _common() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS, help="no threshold changes")
     p.add_argument("--interval", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
-                   help="seconds between polls of the server and NVML (default 1)")
+                   help="seconds between polls of the server and NVML (0.1-3600, default 1)")
     p.add_argument("--theme", choices=list(themes.THEMES), default=argparse.SUPPRESS,
                    help="colour theme (default dark; ansi = 8 colours)")
     return p
@@ -164,15 +166,17 @@ def resolve(argv: list[str]) -> AppConfig:
     if interval is None:
         interval = console_defaults.get("interval", 1.0)
         where = f"{file_cfg['path']}: console.interval" if file_cfg and "interval" in console_defaults else where
-    if not math.isfinite(interval) or interval < 0.1:
-        parser.error(f"{where} must be a number of seconds >= 0.1 (got {interval})")
+    if not math.isfinite(interval) or not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:
+        parser.error(f"{where} must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} (got {interval})")
     base = AppConfig(
         readonly=getattr(args, "readonly", console_defaults.get("readonly", False)),
         interval_s=float(interval),
         theme=getattr(args, "theme", console_defaults.get("theme", themes.DEFAULT_THEME)),
     )
     if base.theme not in themes.THEMES:
-        parser.error(f"unknown theme {base.theme!r}; known: {', '.join(themes.THEMES)}")
+        where = (f"{file_cfg['path']}: console.theme" if getattr(args, "theme", None) is None and file_cfg
+                 else "--theme")
+        parser.error(f"{where}: unknown theme {base.theme!r}; known: {', '.join(themes.THEMES)}")
 
     stop_timeout = getattr(args, "stop_timeout", 0)
     if not math.isfinite(stop_timeout) or stop_timeout < 0:
@@ -183,6 +187,7 @@ def resolve(argv: list[str]) -> AppConfig:
         if not extra:
             parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout)
+        _check_server_api_key(parser, extra)
         return launch_config(base, extra)
     if args.mode == "attach":
         if extra:
@@ -191,10 +196,17 @@ def resolve(argv: list[str]) -> AppConfig:
             url = normalize_url(args.url)
         except ConfigError as exc:
             parser.error(str(exc))
+        if args.api_key is not None:
+            try:
+                check_api_key(args.api_key)
+            except ConfigError as exc:
+                parser.error(str(exc))
+        _check_log_file(parser, args.log, "--log")
         return replace(base, mode="attach", url=url, log_path=args.log, api_key=args.api_key)
     if args.mode == "demo":
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
                        nvml=args.gpus, demo_args=extra)
+        _check_server_api_key(parser, extra)
         return demo_config(base, port=args.port)
     if extra:
         parser.error("server arguments need a mode: specconsole launch -- <server args>")
@@ -204,9 +216,11 @@ def resolve(argv: list[str]) -> AppConfig:
         server = file_cfg["server"]
         log_dir = Path(server["log_dir"]).expanduser() if server.get("log_dir") else default_log_dir()
         if server.get("args"):
+            _check_server_api_key(parser, server["args"], where=f"{file_cfg['path']}: server.args")
             return launch_config(replace(base, log_dir=log_dir), server["args"])
         if server.get("attach"):
             log = Path(server["log"]).expanduser() if server.get("log") else None
+            _check_log_file(parser, log, f"{file_cfg['path']}: server.log")
             try:
                 url = normalize_url(str(server["attach"]))
             except ConfigError as exc:
@@ -217,6 +231,22 @@ def resolve(argv: list[str]) -> AppConfig:
     if probe(DEFAULT_URL):
         return replace(base, mode="attach", url=DEFAULT_URL)
     return replace(base, mode="none", url=DEFAULT_URL)
+
+
+def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:
+    """Refuse a log path that is a directory (exits); a missing file is fine (it may appear)."""
+    if path is not None and path.is_dir():
+        parser.error(f"{where} {path} is a directory; give the server's log file")
+
+
+def _check_server_api_key(parser: argparse.ArgumentParser, server_args: list[str], where: str = "server") -> None:
+    """Refuse a server ``--api-key``/``--admin-api-key`` the console could not send (exits)."""
+    key = api_key_from_server_args(server_args)
+    if key is not None:
+        try:
+            check_api_key(key, f"{where} --api-key/--admin-api-key")
+        except ConfigError as exc:
+            parser.error(str(exc))
 
 
 def reset_terminal() -> None:
@@ -271,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     app = SpecConsoleApp(cfg, nvml_module=nvml_module)
     code = 0
     try:
-        code = app.run() or 0
+        code = app.run() or app.return_code or 0  # Textual sets return_code 1 after a crash
     finally:
         app.shutdown_server()
         reset_terminal()

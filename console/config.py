@@ -64,10 +64,37 @@ SERVER_KEYS = {"args", "log_dir", "attach", "log", "api_key"}
 CONSOLE_KEYS = {"interval", "theme", "readonly"}
 
 
+def check_api_key(key: str, where: str = "--api-key") -> str:
+    """``key`` if it can travel in an HTTP ``Authorization: Bearer`` header: non-empty, printable
+    ASCII, no spaces or control characters (httpx refuses anything else deep inside a request).
+
+    Raises:
+        ConfigError: naming ``where`` and what is wrong, never the key itself (it is a secret).
+    """
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"{where} must be a non-empty string")
+    if not key.isascii():
+        raise ConfigError(f"{where} has non-ASCII characters; an HTTP header cannot carry them")
+    if any(ch.isspace() or not ch.isprintable() for ch in key):
+        raise ConfigError(f"{where} contains spaces or control characters (a stray newline or blank?)")
+    return key
+
+
+#: [server] keys that must be non-empty strings when present
+SERVER_STRING_KEYS = ("log_dir", "attach", "log", "api_key")
+
+
 def load_config(path: Path) -> dict[str, Any]:
-    """Parse and type-check a config file; returns ``{"server": {...}, "console": {...}}``."""
+    """Parse and type-check a config file; returns ``{"server": {...}, "console": {...}, "path": str}``.
+
+    Raises:
+        ConfigError: unreadable or not UTF-8, not TOML, unknown tables/keys, a value of the wrong
+            type (the message names the file and the key).
+    """
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     server = data.get("server", {})
@@ -77,12 +104,20 @@ def load_config(path: Path) -> dict[str, Any]:
     args = server.get("args")
     if args is not None and (not isinstance(args, list) or not all(isinstance(a, str) for a in args)):
         raise ConfigError(f"{path}: server.args must be a list of strings")
+    if args is not None and not args:
+        raise ConfigError(f"{path}: server.args is empty; give the server arguments or remove the key")
     for table, got, known in (("", data, SECTION_KEYS), ("server", server, SERVER_KEYS),
                               ("console", console, CONSOLE_KEYS)):
         unknown = sorted(set(got) - known)
         if unknown:
             where = f"[{table}] " if table else ""
             raise ConfigError(f"{path}: unknown {where}key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for key in SERVER_STRING_KEYS:
+        if key in server and (not isinstance(server[key], str) or not server[key].strip()):
+            raise ConfigError(f"{path}: server.{key} must be a non-empty string (got {server[key]!r})"
+                              if key != "api_key" else f"{path}: server.api_key must be a non-empty string")
+    if "api_key" in server:
+        check_api_key(server["api_key"], f"{path}: server.api_key")
     if server.get("args") and server.get("attach"):
         raise ConfigError(f"{path}: server.args (launch) and server.attach (watch) exclude each other; keep one")
     for key, typ in (("interval", (int, float)), ("theme", str), ("readonly", bool)):

@@ -130,8 +130,8 @@ class LogWriter:
 def parse_levels(text: str) -> list[float]:
     """``"1,64,4,128"`` -> [1.0, 64.0, 4.0, 128.0]; ``"fixed:8"`` or ``"8"`` -> [8.0]."""
     text = text.split(":", 1)[1] if text.startswith("fixed:") else text
-    levels = [float(x) for x in text.split(",") if x.strip()]
-    if not levels or any(x < 0 for x in levels):
+    levels = [float(x) for x in text.split(",") if x.strip()]  # ValueError for a non-number
+    if not levels or any(not math.isfinite(x) or x < 0 for x in levels):
         raise ValueError(f"bad --load {text!r}")
     return levels
 
@@ -663,9 +663,38 @@ def _startup_lines(args: argparse.Namespace, sim: Simulation, log: LogWriter, pa
     pause(0.1)
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what the real server (or a sane simulation) would refuse; exits via ``parser.error``.
+
+    The gate rules are server_patch's startup rules (threshold >= 1, 0 <= hysteresis < threshold),
+    restated here: the console package does not import server_patch.
+    """
+    n, h = args.speculative_disable_batch_threshold, args.speculative_disable_hysteresis
+    if n is not None and n < 1:
+        parser.error(f"--speculative-disable-batch-threshold must be >= 1, got {n}")
+    if h < 0:
+        parser.error(f"--speculative-disable-hysteresis must be >= 0, got {h}")
+    if n is not None and h >= n:
+        parser.error(f"--speculative-disable-hysteresis {h} must be < threshold {n}")
+    for name in ("max_running_requests", "cuda_graph_max_bs", "tp_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name, low, high in (("phase_seconds", 0.1, 86400), ("tick", 0.001, 10), ("log_interval", 0.01, 3600),
+                            ("jitter", 0, 1e6), ("startup_seconds", 0, 3600), ("apply_delay", 0, 3600)):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and low <= value <= high):
+            parser.error(f"--{name.replace('_', '-')} must be from {low:g} to {high:g}, got {value}")
+    try:
+        parse_levels(args.load)
+    except ValueError:
+        parser.error(f"--load must be comma-separated request counts >= 0 (e.g. 1,64,4,128), got {args.load!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the simulated server until SIGTERM/SIGINT (or ``--crash-after``). Returns the exit code."""
-    args, unknown = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    check_args(parser, args)
     stream: TextIO = open(args.log, "a", buffering=1) if args.log else sys.stdout
     log = LogWriter(stream)
     sim = Simulation(args, log)

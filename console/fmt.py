@@ -10,7 +10,8 @@ def num(value: float | int | None, unit: str = "", digits: int = 0) -> str:
     """``num(2457.3, "tok/s") -> "2,457 tok/s"``, ``num(8, "%") -> "8%"``; None -> ``n/a``."""
     if value is None:
         return NA
-    text = f"{value:,.{digits}f}"
+    # a broken or hostile server can send 1e300: keep it one short word, not 300 digits
+    text = f"{value:.3g}" if abs(value) >= 1e12 else f"{value:,.{digits}f}"
     if unit == "%":
         return text + "%"
     return f"{text} {unit}" if unit else text

@@ -134,7 +134,7 @@ async def run_check(
 
     def step(name: str, ok: bool, **extra: Any) -> None:
         result["steps"].append({"step": name, "ok": ok, **extra})
-        progress(f"{name}: {'ok' if ok else 'FAILED'}")
+        progress(f"{name}: {'ok' if ok else 'FAILED'}" + (f" ({extra['why']})" if not ok and extra.get("why") else ""))
 
     try:
         async with app.run_test(size=size) as pilot:
@@ -142,8 +142,14 @@ async def run_check(
                                    ready_timeout or timeout)
             await _wait(pilot, lambda: app.model.gpus.status != st.GPU_STARTING, 5.0)
             await _wait(pilot, lambda: app.model.worker_check().status != st.CHECK_UNVERIFIED or cfg.log_path is None, 5.0)
-            step("spec_gate seen", got_gate)
             result["before"] = observe(app)
+            why = None
+            if not got_gate:  # say why on the terminal, not only in observed.json
+                before_obs = result["before"]
+                why = (before_obs.get("last_error") or
+                       ("the server answers but has no spec_gate (started without --speculative-disable-batch-threshold?)"
+                        if before_obs.get("reachable") else "no answer from the server"))
+            step("spec_gate seen", got_gate, **({"why": why} if why else {}))
             app.save_screenshot(str(out / "before.svg"))
             if got_gate:
                 before = app.model.gate.threshold
@@ -226,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg, args.out, size=(cols, rows), timeout=args.timeout, restore=not args.no_restore,
         nvml_module=nvml_module, ready_timeout=ready_timeout, progress=lambda s: print(s, flush=True),
     ))
-    print(f"wrote {args.out / 'observed.json'}, {args.out / 'before.svg'}, {args.out / 'after.svg'}")
+    written = [args.out / n for n in ("observed.json", "before.svg", "after.svg") if (args.out / n).exists()]
+    print("wrote " + ", ".join(map(str, written)))
     print("OK" if result["ok"] else "FAILED")
     return 0 if result["ok"] else 1
 

@@ -43,6 +43,7 @@ UNANSWERED_TTL_S = 600.0
 UNANSWERED_GRACE_S = 3.0
 #: message kind: caused by the connection (cleared when the server answers again)
 KIND_CONNECTION = "connection"
+KIND_REJECTED = "rejected"  # a server rejection: stale once the confirmed N/H change
 
 
 def validate_threshold(value: int, max_running_requests: int | None, hysteresis: int | None = None) -> str | None:
@@ -113,6 +114,7 @@ class ConsoleModel:
         self._queued: list[dict[str, int]] = []  # changes still to POST, oldest first
         self._accepted_at: float | None = None  # when the server accepted the latest target
         self._sample_at = 0.0  # when the poll behind the current sample started
+        self._rejected_against: tuple[int | None, int | None] = (None, None)  # N/H when rejected
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -125,6 +127,9 @@ class ConsoleModel:
         self._sample_at = self.clock() if polled_at is None else polled_at
         if self.connection.reachable is not True and self.message_kind == KIND_CONNECTION:
             self.set_message(None)  # e.g. "server unreachable: threshold not changed" is over
+        if self.message_kind == KIND_REJECTED and sample.gate is not None and (
+                (sample.gate.threshold, sample.gate.hysteresis) != self._rejected_against):
+            self.set_message(None)  # the reason was about values that are no longer the server's
         self.connection = st.ConnectionState(url=self.url, reachable=True)
         bs = None
         if sample.load is not None and sample.load.running_reqs is not None:
@@ -330,7 +335,10 @@ class ConsoleModel:
         asked = _describe(sent.get("threshold"), sent.get("hysteresis"))
         if not result.updated:
             reason = result.reason or "no reason given"
-            self.set_message(f"rejected: {reason}", "error")
+            self.set_message(f"rejected: {reason}", "error", KIND_REJECTED)
+            gate = self.sample.gate if self.sample is not None else None
+            self._rejected_against = ((result.threshold, result.hysteresis) if result.threshold is not None
+                                      else (gate.threshold, gate.hysteresis) if gate is not None else (None, None))
             if not self._queued:
                 self._fall_back(result.threshold, result.hysteresis)
             return [f"{asked} rejected by server: {reason}"]

@@ -11,26 +11,28 @@ seconds of ``time.monotonic()`` unless stated otherwise.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 
 def _int(value: Any) -> int | None:
-    """``value`` as an int, or None when it is missing or not a number (bools are not numbers)."""
+    """``value`` as an int, or None when it is missing, not a number (bools are not numbers) or
+    negative: every integer of the contract is a count, size, step or rank."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int):
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and value >= 0:
         return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
     return None
 
 
 def _float(value: Any) -> float | None:
-    """``value`` as a float, or None when it is missing or not a number."""
+    """``value`` as a float, or None when it is missing, not a number, or not finite."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     return None
 

@@ -227,3 +227,20 @@ def test_huge_integer_is_out_of_range_not_bad_json(server):
     ans = r.json()
     assert ans["updated"] is False and ans["reason"] == "threshold <5000-digit integer> is out of range"
     assert (ans["threshold"], ans["hysteresis"]) == (32, 4)
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--speculative-disable-batch-threshold", "0"], "threshold must be >= 1"),  # server_patch refuses it too
+    (["--speculative-disable-batch-threshold", "32", "--speculative-disable-hysteresis", "40"], "must be < threshold 32"),
+    (["--max-running-requests", "0"], "--max-running-requests must be >= 1"),
+    (["--phase-seconds", "-1"], "--phase-seconds must be from"),
+    (["--tick", "0"], "--tick must be from"),  # spun at 50% CPU and did not stop on SIGTERM
+    (["--tick", "nan"], "--tick must be from"),
+    (["--load", "abc"], "--load must be comma-separated"),  # was a ValueError traceback
+])
+def test_demo_server_refuses_what_the_real_server_or_a_sane_simulation_would(argv, why, capsys):
+    import console.demo_server as ds
+
+    with pytest.raises(SystemExit) as exc:
+        ds.main(argv)
+    assert exc.value.code == 2 and why in capsys.readouterr().err

@@ -295,6 +295,8 @@ def test_rejection_and_refusals():
     text = m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 40 must be < threshold 32", 32, 4))
     assert text == ["set hysteresis 40 rejected by server: hysteresis 40 must be < threshold 32"]
     assert m.pending is None and m.message_level == "error"
+    m.on_sample(_sample())  # the server still has N 32 / H 4: the reason still applies
+    assert m.snapshot().message == "rejected: hysteresis 40 must be < threshold 32"
     assert "above max running requests 48" in m.check_request(49)
     assert "must be > hysteresis 4" in m.check_request(4)  # a step may not reach the hysteresis
     assert m.check_request(4, 2) is None  # with a new hysteresis the server judges the pair
@@ -305,6 +307,19 @@ def test_rejection_and_refusals():
     ro = ConsoleModel(readonly=True)
     ro.on_sample(_sample())
     assert "read-only" in ro.check_request(33)
+
+
+def test_a_rejection_reason_goes_once_the_server_has_other_values():
+    """Fresh-user finding: 'rejected: hysteresis 10 must be < threshold 5' stayed on screen after
+    another client set N 40 / H 8."""
+    m = ConsoleModel()
+    m.on_sample(_sample(threshold=5, hysteresis=4))
+    m.request_change(None, 10)
+    m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 10 must be < threshold 5", 5, 4))
+    m.on_sample(_sample(threshold=5, hysteresis=4))
+    assert m.snapshot().message == "rejected: hysteresis 10 must be < threshold 5"
+    m.on_sample(_sample(threshold=40, hysteresis=8))
+    assert m.snapshot().message is None
 
 
 def test_connection_and_histories():
@@ -339,6 +354,14 @@ def test_badge_states():
     assert badge_state(held, 34)[1] == "decode batch 30: back on below 28"
     down = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(reachable=False, down_since=8.0))
     assert badge_state(down) == ("NO DATA", "unreachable for 12 s", "-alarm")
+    # something answers, only not as SGLang (fresh-user finding: it read "unreachable")
+    other = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(
+        reachable=False, down_since=8.0, last_error="HTTP 404: no SGLang server at this URL"))
+    assert badge_state(other) == ("NO DATA", "no SGLang answer for 12 s", "-alarm")
+    from console.widgets.status_bar import connection_text
+
+    assert connection_text(other) == ("no SGLang answer for 12 s (HTTP 404: no SGLang server at this URL)", "error")
+    assert connection_text(down)[0] == "unreachable for 12 s"
     auth = st.ConsoleSnapshot(sample_seen=True, connection=st.ConnectionState(
         reachable=False, down_since=8.0, last_error="HTTP 401 unauthorized: pass --api-key"))
     assert badge_state(auth) == ("NO ACCESS", "HTTP 401 unauthorized: pass --api-key", "-alarm")
@@ -787,7 +810,9 @@ def test_cli_refuses_negative_stop_timeout_and_bad_ports(tmp_path, monkeypatch, 
                      (["demo", "--stop-timeout", "nan"], "(got nan)"),
                      (["demo", "--stop-timeout", "inf"], "(got inf)"),
                      # a NaN poll interval spun the event loop at 100% CPU, deaf to q, Ctrl+C and SIGTERM
-                     (["demo", "--interval", "nan"], "--interval must be a number of seconds >= 0.1 (got nan)"),
+                     (["demo", "--interval", "nan"], "--interval must be a number of seconds from 0.1 to 3600 (got nan)"),
+                     # an interval of 1e300 s looked like a hung console (a change stayed pending forever)
+                     (["demo", "--interval", "1e300"], "(got 1e+300)"),
                      (["demo", "--interval", "inf"], "(got inf)"),
                      (["demo", "--interval", "0.01"], "(got 0.01)"),
                      (["demo", "--port", "0"], "--port must be 1-65535"),
@@ -874,10 +899,6 @@ def _model_with_gate(threshold=32, hysteresis=4, clock=None) -> ConsoleModel:
     gate = {**GATE, "threshold": threshold, "hysteresis": hysteresis}
     m.on_sample(parse_server_info({"internal_states": [{"spec_gate": gate}]}, None), polled_at=0.0)
     return m
-
-
-def _sample(threshold=32, hysteresis=4):
-    return parse_server_info({"internal_states": [{"spec_gate": {**GATE, "threshold": threshold, "hysteresis": hysteresis}}]}, None)
 
 
 def test_reconnect_clears_unreachable_notices_and_late_changes_are_confirmed():
@@ -987,8 +1008,8 @@ def test_config_file_errors_name_the_file_and_key(tmp_path, monkeypatch, capsys)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.chdir(tmp_path)
     cases = [
-        ('[console]\ninterval = nan\n', "specconsole.toml: console.interval must be a number of seconds >= 0.1 (got nan)"),
-        ('[console]\ninterval = 0\n', "console.interval must be a number of seconds >= 0.1 (got 0)"),
+        ('[console]\ninterval = nan\n', "specconsole.toml: console.interval must be a number of seconds from 0.1 to 3600 (got nan)"),
+        ('[console]\ninterval = 0\n', "console.interval must be a number of seconds from 0.1 to 3600 (got 0)"),
         ('[console]\nintervall = 1\n', "unknown [console] key(s) intervall"),
         ('[sever]\nattach = "x"\n', "unknown key(s) sever"),
         ('[server]\nargs = ["--model-path", "M"]\nattach = "http://127.0.0.1:30000"\n',
@@ -1007,3 +1028,88 @@ def test_http_404_says_the_url_is_not_the_servers_root():
     from console.client import status_reason
 
     assert "no SGLang server at this URL" in status_reason(404)
+
+
+# -- third fresh-user test (2026-11-30, second session) ---------------------------------------
+
+@pytest.mark.parametrize("key, why", [
+    ("ключ", "non-ASCII"),            # crashed the app inside httpx (and exited 0)
+    ("abc ", "spaces or control"),    # showed as a misleading 'protocol error' with the key on screen
+    ("a\nb", "spaces or control"),
+])
+def test_api_keys_an_http_header_cannot_carry_are_refused_at_startup(tmp_path, monkeypatch, capsys, key, why):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    for argv in (["attach", "127.0.0.1:31010", "--api-key", key],
+                 ["launch", "--", "--model-path", "M", "--api-key", key],
+                 ["demo", "--", f"--admin-api-key={key}"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.resolve(argv)
+        assert exc.value.code != 0
+        err = capsys.readouterr().err
+        assert why in err and (not key.strip() or key.strip() not in err)  # never echoes the secret
+    assert cli.resolve(["attach", "127.0.0.1:31010", "--api-key", "s3cr3t-Key_1"]).api_key == "s3cr3t-Key_1"
+    with pytest.raises(SystemExit):
+        cli.resolve(["attach", "127.0.0.1:31010", "--api-key", ""])
+    assert "--api-key must be a non-empty string" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("server, why", [
+    ('attach = "127.0.0.1:1"\nlog = 5', "server.log must be a non-empty string"),
+    ('args = ["--port", "31009"]\nlog_dir = 5', "server.log_dir must be a non-empty string"),
+    ("attach = 5", "server.attach must be a non-empty string"),
+    ('attach = "127.0.0.1:1"\napi_key = ["a"]', "server.api_key must be a non-empty string"),
+    ('attach = "127.0.0.1:1"\napi_key = "k y"', "server.api_key contains spaces"),
+    ("args = []", "server.args is empty"),
+])
+def test_config_values_of_the_wrong_type_are_refused_with_file_and_key(tmp_path, monkeypatch, capsys, server, why):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specconsole.toml").write_text(f"[server]\n{server}\n")
+    with pytest.raises(SystemExit):
+        cli.resolve([])
+    err = capsys.readouterr().err
+    assert "specconsole.toml" in err and why in err
+
+
+def test_config_that_is_not_utf8_or_has_an_unknown_theme_names_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specconsole.toml").write_bytes(b"\xff\xfe")
+    with pytest.raises(SystemExit):
+        cli.resolve([])
+    assert "specconsole.toml: not UTF-8" in capsys.readouterr().err
+    (tmp_path / "specconsole.toml").write_text('[console]\ntheme = "neon"\n')
+    with pytest.raises(SystemExit):
+        cli.resolve(["demo"])
+    assert "specconsole.toml: console.theme: unknown theme 'neon'" in capsys.readouterr().err
+
+
+def test_attach_log_that_is_a_directory_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        cli.resolve(["attach", "127.0.0.1:31010", "--log", str(tmp_path)])
+    assert "is a directory; give the server's log file" in capsys.readouterr().err
+    missing = tmp_path / "later.log"  # a file that does not exist yet is followed once it appears
+    assert cli.resolve(["attach", "127.0.0.1:31010", "--log", str(missing)]).log_path == missing
+
+
+def test_headless_check_says_why_spec_gate_was_not_seen(tmp_path, capsys):
+    from console import headless_check
+
+    port = cli.free_port()  # nothing listens there
+    code = headless_check.main(["--url", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "hc"),
+                                "--timeout", "1", "--gpus", "sim"])
+    out = capsys.readouterr().out  # (the progress lines go through Textual's stdout capture here)
+    observed = json.loads((tmp_path / "hc" / "observed.json").read_text())
+    assert code == 1 and observed["steps"][0] == {"step": "spec_gate seen", "ok": False, "why": "connection refused"}
+    assert "after.svg" not in out  # only what was written is listed
+
+
+def test_absurd_numbers_from_a_broken_server_show_as_n_a_or_short():
+    g = st.GateState.from_json({**GATE, "switches": -5, "max_running_requests": -1, "accept_length_recent": float("nan"),
+                                "threshold": 1e300})
+    assert g.switches is None and g.max_running_requests is None and g.accept_length_recent is None
+    assert fmt.num(g.threshold) == "1e+300"  # one short word, not 300 digits over six lines
+    assert fmt.num(1e300, "tok/s") == "1e+300 tok/s" and fmt.num(8574.2, "tok/s") == "8,574 tok/s"
