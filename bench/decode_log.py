@@ -15,6 +15,8 @@ not the client: it isolates the decode step from bench_serving's ramp-up and tai
 
 ``--start``/``--end``: only lines after the first line containing START and before the next one
 containing END (e.g. ``"spec_gate: threshold 24 -> 1"``: a forced-off segment). Prints JSON.
+A missing or unreadable log, a START no line contains, or a window without ``Decode batch`` lines
+at the sizes ends with a one-line message on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import re
 import statistics
 import sys
+import zlib
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
@@ -78,6 +81,21 @@ def summarize(samples: Iterable[tuple], sizes: Iterable[int]) -> Dict[str, Dict[
     return out
 
 
+def read_log(path: Path) -> str:
+    """The text of a plain or ``.gz`` log (undecodable bytes replaced).
+
+    Raises:
+        OSError: unreadable (``gzip.BadGzipFile``, an OSError, for a ``.gz`` that is not gzip).
+        EOFError, zlib.error: a truncated or corrupt ``.gz``.
+    """
+    if path.suffix == ".gz":
+        import gzip
+
+        with gzip.open(path, "rt", errors="replace") as f:
+            return f.read()
+    return path.read_text(errors="replace")
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log", type=Path, help="a server log (plain or .gz)")
@@ -89,16 +107,23 @@ def main(argv: Optional[List[str]] = None) -> None:
         sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
     except ValueError:
         ap.error(f"--sizes must be comma-separated integers, got {a.sizes!r}")
-    if a.log.suffix == ".gz":
-        import gzip
-
-        text = gzip.open(a.log, "rt", errors="replace").read()
-    else:
-        text = a.log.read_text(errors="replace")
-    result = summarize(decode_lines(text.splitlines(), a.start, a.end), sizes)
+    if not sizes:
+        ap.error("--sizes is empty")
+    if not a.log.exists():
+        ap.error(f"no such file: {a.log}")
+    if a.log.is_dir():
+        ap.error(f"{a.log} is a directory")
+    try:
+        lines = read_log(a.log).splitlines()
+    except (OSError, EOFError, zlib.error) as exc:
+        sys.exit(f"cannot read {a.log}: {exc}")
+    if a.start is not None and not any(a.start in line for line in lines):
+        sys.exit(f"no line contains --start {a.start!r} in {a.log}")
+    result = summarize(decode_lines(lines, a.start, a.end), sizes)
     if not result:
-        sys.exit(f"no Decode batch lines at running-req {sizes} in {a.log}"
-                 + (f" between {a.start!r} and {a.end!r}" if a.start or a.end else ""))
+        window = ((f" after --start {a.start!r}" if a.start is not None else "")
+                  + (f" before --end {a.end!r}" if a.end is not None else ""))
+        sys.exit(f"no Decode batch lines at running-req {sizes} in {a.log}{window}")
     print(json.dumps({"log": str(a.log), "start": a.start, "end": a.end, "by_running_req": result}, indent=1))
 
 

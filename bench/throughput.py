@@ -18,7 +18,11 @@ Usage on the GPU machine (models from ``python -m bench.synthetic_models --prese
     python -m bench.throughput run --config none   --models /tmp/models/8b/p0.2 --out $OUT
     python -m bench.throughput run --config always --models /tmp/models/8b/p0.2 --out $OUT
     python -m bench.throughput run --config gate --threshold 12 --recommend --models /tmp/models/8b/p0.2 --out $OUT
-Here, from the committed CSVs: python -m bench.throughput summarize --results bench/results
+Here, from the committed CSVs: python -m bench.throughput summarize bench/results/x2-2026-11-30b/*.csv
+
+Bad input (a missing or malformed CSV, a path that is not there) ends with a one-line message on
+stderr and a non-zero exit, never a traceback; ``offcost``/``plot`` check ``--out`` before working
+and write nothing when there is nothing to write.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +42,17 @@ MAX_RR = 128
 WARMUP = [(8, 32), (64, 64)]  # (max concurrency, requests) before every sweep, not recorded
 CSV_COLUMNS = ["config", "p_wrong", "concurrency", "output_tok_s", "mean_tpot_ms", "p99_tpot_ms",
                "accept_length", "threshold"]
+# What read_rows accepts in the numeric columns: integers in INTEGER_COLUMNS, finite numbers
+# elsewhere; > 0 in POSITIVE_COLUMNS, >= 0 in accept_length; empty only in OPTIONAL_COLUMNS
+# (accept_length without speculation, threshold outside the gate), but gate-n* rows need a threshold.
+INTEGER_COLUMNS = ("concurrency", "threshold")
+POSITIVE_COLUMNS = ("concurrency", "output_tok_s", "mean_tpot_ms", "p99_tpot_ms", "threshold")
+OPTIONAL_COLUMNS = ("accept_length", "threshold")
+
+
+class BenchError(Exception):
+    """Bad input the user can fix (a CSV, a path, a missing optional package): ``main`` prints the
+    message on stderr and exits 1, without a traceback."""
 
 
 def bench_serving(port: int, concurrency: int, num_prompts: int, out_jsonl: Path, seed: int = 1) -> Dict[str, Any]:
@@ -108,13 +124,21 @@ def append_csv(path: Path, rows: List[Dict[str, Any]]) -> None:
 
 
 def run(a: argparse.Namespace) -> None:
+    """One configuration on one server (``main`` has checked the paths; see the module docstring).
+
+    Raises:
+        BenchError: ``--models``' oracle.json is not JSON or has another format version.
+    """
     from bench.server_harness import (
         eagle3_args, plain_args, set_gate, spec_gate, start_server, stop_server, wait_ready, write_json,
     )
     from bench.synthetic_models import Oracle
 
     if a.models is not None:  # the synthetic pair: its p_wrong labels the rows
-        p_label: Any = Oracle.load(a.models / "oracle.json").p_wrong
+        try:
+            p_label: Any = Oracle.load(a.models / "oracle.json").p_wrong
+        except ValueError as exc:  # not JSON, or another format_version
+            raise BenchError(f"--models {a.models}: unreadable oracle.json ({exc})") from None
         target, draft = str(a.models / "target"), str(a.models / "draft")
     else:  # an operator's own pair
         p_label, target, draft = a.label, a.target, a.draft
@@ -149,9 +173,8 @@ def run(a: argparse.Namespace) -> None:
             round(bench_serving(a.port, c, n, work / f"{a.config}-warmup{c}.jsonl", seed=999)["output_throughput"], 1)
             for c, n in WARMUP
         ]
-        levels = [int(x) for x in a.concurrency.split(",")]
         rows = sweep(a.config, p_label, a.port, server.url, work,
-                     a.threshold if a.config == "gate" else None, levels)
+                     a.threshold if a.config == "gate" else None, a.concurrency)
         append_csv(a.out / "throughput.csv", rows)
         if a.time_varying:
             meta["time_varying"] = time_varying(a.config, a.port, work)
@@ -162,10 +185,9 @@ def run(a: argparse.Namespace) -> None:
             meta["forced_off"] = off
             if a.recommend:
                 rec_rows = []
-                for n in [int(x) for x in a.recommend_thresholds.split(",")]:
+                for n in a.recommend_thresholds:
                     set_gate(server.url, speculative_disable_batch_threshold=n)
-                    rec_rows += sweep(f"gate-n{n}", p_label, a.port, server.url, work, n,
-                                      [int(x) for x in a.recommend_levels.split(",")])
+                    rec_rows += sweep(f"gate-n{n}", p_label, a.port, server.url, work, n, a.recommend_levels)
                 append_csv(a.out / "throughput.csv", rec_rows)
             meta["final_spec_gate"] = spec_gate(server.url)
     except Exception as exc:
@@ -178,12 +200,67 @@ def run(a: argparse.Namespace) -> None:
 
 
 def read_rows(paths: List[Path]) -> List[Dict[str, Any]]:
-    """The rows of throughput CSVs, in order (values are strings, as ``csv`` reads them)."""
+    """The rows of throughput CSVs, in order (values are strings, as ``csv`` reads them).
+
+    Raises:
+        BenchError: a path is missing or a directory; a file is not UTF-8 text, lacks some of
+            ``CSV_COLUMNS`` in its header or has no rows; a row has more values than columns, or a
+            numeric cell is empty, not a number, or not a measurement (nan, inf, negative; 0 where
+            only a positive value makes sense). The message names the file, and the line and
+            column for a cell.
+    """
     rows: List[Dict[str, Any]] = []
     for path in paths:
-        with path.open() as f:
-            rows.extend(csv.DictReader(f))
+        rows.extend(_read_csv(path))
     return rows
+
+
+def _read_csv(path: Path) -> List[Dict[str, Any]]:
+    if not path.exists():
+        raise BenchError(f"no such file: {path}")
+    if path.is_dir():
+        raise BenchError(f"{path} is a directory")
+    rows = []
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: a BOM from a spreadsheet
+            reader = csv.DictReader(f)
+            header = reader.fieldnames or CSV_COLUMNS  # None: an empty file, reported as no rows
+            missing = [c for c in CSV_COLUMNS if c not in header]
+            if missing:
+                raise BenchError(f"{path} is not a throughput CSV: missing columns {', '.join(missing)}")
+            for row in reader:
+                if None in row:  # DictReader files surplus values under the key None
+                    raise BenchError(f"{path}:{reader.line_num}: more values than columns")
+                for column in CSV_COLUMNS[2:]:
+                    problem = _cell_problem(row, column)
+                    if problem:
+                        raise BenchError(f"{path}:{reader.line_num}: column {column}: {problem}")
+                rows.append(row)
+    except UnicodeDecodeError:
+        raise BenchError(f"{path} is not a text CSV (not UTF-8; binary file?)") from None
+    except (OSError, csv.Error) as exc:
+        raise BenchError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not rows:
+        raise BenchError(f"{path} has no rows")
+    return rows
+
+
+def _cell_problem(row: Dict[str, Any], column: str) -> Optional[str]:
+    """Why ``row[column]`` (a numeric column) is not a measurement; None when it is fine."""
+    value = (row[column] or "").strip()  # None: a short row
+    if not value:
+        gate_n = (row["config"] or "").startswith("gate-n")
+        if column in OPTIONAL_COLUMNS and not (column == "threshold" and gate_n):
+            return None
+        return "is empty" if row[column] is not None else "is missing (short line)"
+    kind = "an integer" if column in INTEGER_COLUMNS else "a number"
+    try:
+        x = int(value) if column in INTEGER_COLUMNS else float(value)
+    except ValueError:
+        return f"{value!r} is not {kind}"
+    if not math.isfinite(x) or x < 0 or (x == 0 and column in POSITIVE_COLUMNS):
+        return f"{value!r} is not a measurement (needs {kind} {'> 0' if column in POSITIVE_COLUMNS else '>= 0'})"
+    return None
 
 
 def same_label(value: Any, label: Any) -> bool:
@@ -194,7 +271,12 @@ def same_label(value: Any, label: Any) -> bool:
 
 def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
     """The threshold N that maximises the mean of (gate tok/s / best static tok/s) over the swept
-    concurrencies, among the N whose mean TPOT at the lowest concurrency is within 5% of always-on."""
+    concurrencies, among the N whose mean TPOT at the lowest concurrency is within 5% of always-on.
+
+    ``rows`` as from :func:`read_rows`: ``gate-n<N>`` rows (threshold N) against ``none``/``always``
+    rows of the same ``p_wrong`` and concurrency. Returns ``{threshold, score, concurrencies}``, or
+    None when there is no ``gate-n*`` row for ``p``, no N has a static row at any of its
+    concurrencies, or every N fails the TPOT rule (:func:`why_no_recommendation` says which)."""
     pick = [r for r in rows if same_label(r["p_wrong"], p)]
     static = {}
     for r in pick:
@@ -218,10 +300,24 @@ def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
             top = max(float(x["output_tok_s"]) for x in s.values()) if s else None
             if top:
                 ratios.append(float(r["output_tok_s"]) / top)
-        score = sum(ratios) / len(ratios) if ratios else 0
+        if not ratios:  # nothing to compare this N with
+            continue
+        score = sum(ratios) / len(ratios)
         if best is None or score > best["score"]:
             best = {"threshold": n, "score": round(score, 4), "concurrencies": cs}
     return best
+
+
+def why_no_recommendation(rows: List[Dict[str, Any]], p: Any) -> str:
+    """The first thing :func:`recommend` needs that ``rows`` lack for ``p``, as a sentence."""
+    pick = [r for r in rows if same_label(r["p_wrong"], p)]
+    swept = sorted({int(r["concurrency"]) for r in pick if r["config"].startswith("gate-n")})
+    if not swept:
+        return "no gate-n* sweep rows: run --config gate --recommend"
+    static = {int(r["concurrency"]) for r in pick if r["config"] in ("none", "always")}
+    if not static & set(swept):
+        return f"no none/always rows at the swept concurrencies {swept}"
+    return "no threshold keeps the mean TPOT at the lowest swept concurrency within 5% of always-on"
 
 
 def off_step_cost(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -249,15 +345,29 @@ def off_step_cost(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 def plot(rows: List[Dict[str, Any]], out: Path, title: str = "") -> None:
     """Output tok/s against max concurrency (log2 axis) for none / always / gate, one panel per
-    p_wrong; PNG at ``out``. Needs matplotlib (``pip install matplotlib``; not a test dependency)."""
-    import matplotlib
+    p_wrong that has such rows; PNG at ``out`` (or another format matplotlib writes, by extension).
+    Needs matplotlib (``pip install matplotlib``; not a test dependency).
+
+    Raises:
+        BenchError: matplotlib is not installed, ``out`` has an extension matplotlib cannot write,
+            or ``rows`` has no none/always/gate row.
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        raise BenchError("plot needs matplotlib: pip install matplotlib") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ps = sorted({str(r["p_wrong"]) for r in rows})
-    fig, axes = plt.subplots(1, len(ps), figsize=(6.4 * len(ps), 4.4), squeeze=False)
     style = {"none": ("no speculation", "o-"), "always": ("EAGLE-3 always on", "s-"), "gate": ("EAGLE-3 + gate", "^-")}
+    ps = sorted({str(r["p_wrong"]) for r in rows if r["config"] in style})
+    if not ps:
+        raise BenchError("no none/always/gate rows to plot")
+    fig, axes = plt.subplots(1, len(ps), figsize=(6.4 * len(ps), 4.4), squeeze=False)
+    if out.suffix and out.suffix[1:].lower() not in fig.canvas.get_supported_filetypes():
+        plt.close(fig)
+        raise BenchError(f"--out {out}: matplotlib cannot write {out.suffix!r} files (use .png, .svg or .pdf)")
     for ax, p in zip(axes[0], ps):
         for config, (label, fmt) in style.items():
             pts = sorted((int(r["concurrency"]), float(r["output_tok_s"]), r.get("threshold") or "")
@@ -278,8 +388,15 @@ def plot(rows: List[Dict[str, Any]], out: Path, title: str = "") -> None:
 
 def summarize(a: argparse.Namespace) -> None:
     """Markdown table per p_wrong (none / always / gate tok/s, gate over the best static) and the
-    recommended threshold, from ``CSV...`` or ``--results DIR/throughput.csv``."""
-    rows = read_rows(a.csv or [a.results / "throughput.csv"])
+    recommended threshold (or why there is none), from ``CSV...`` or ``--results DIR/throughput.csv``.
+
+    Raises:
+        BenchError: as :func:`read_rows`.
+    """
+    default = a.results / "throughput.csv"
+    if not a.csv and not default.exists():
+        raise BenchError(f"no such file: {default} (give throughput CSVs, or --results DIR that holds throughput.csv)")
+    rows = read_rows(a.csv or [default])
     for p in sorted({str(r["p_wrong"]) for r in rows}):
         print(f"p_wrong={p}")
         print("| concurrency | none tok/s | always tok/s | gate tok/s | gate / best static |")
@@ -293,58 +410,144 @@ def summarize(a: argparse.Namespace) -> None:
             best = max(d.get("none", 0), d.get("always", 0))
             ratio = f"{d['gate'] / best:.3f}" if "gate" in d and best else "n/a"
             print(f"| {c} | {d.get('none', 'n/a')} | {d.get('always', 'n/a')} | {d.get('gate', 'n/a')} | {ratio} |")
-        print("recommended threshold:", recommend(rows, p))
+        best = recommend(rows, p)
+        print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")
+
+
+def offcost(a: argparse.Namespace) -> None:
+    """Write the :func:`off_step_cost` rows of ``a.csv`` (with the command and ``a.note``) as JSON to
+    ``a.out``; print the rows.
+
+    Raises:
+        BenchError: as :func:`read_rows`, or no (none, gate-forced-off) pair at the same p_wrong
+            and concurrency (``a.out`` is then not written).
+    """
+    rows = off_step_cost(read_rows(a.csv))
+    if not rows:
+        raise BenchError(f"no (none, gate-forced-off) pair at the same p_wrong and concurrency in "
+                         f"{' '.join(map(str, a.csv))}; {a.out} not written")
+    cost = {"command": "python -m bench.throughput offcost " + " ".join(map(str, a.csv)), "note": a.note, "rows": rows}
+    a.out.write_text(json.dumps(cost, indent=1) + "\n")
+    print(json.dumps(rows, indent=1))
+
+
+def _int_list(text: str) -> List[int]:
+    """argparse type: ``"1,4,8"`` -> ``[1, 4, 8]`` (positive integers)."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _check_run_paths(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """``parser.error`` unless the models given to ``run`` can be there and ``--out`` can be a directory."""
+    if a.models is not None:
+        missing = [name for name in ("target", "draft", "oracle.json") if not (a.models / name).exists()]
+        if missing:
+            what = ("missing: " + ", ".join(missing) if a.models.is_dir()
+                    else "not a directory" if a.models.exists() else "no such directory")
+            parser.error(f"--models {a.models} is not a synthetic pair made by python -m bench.synthetic_models "
+                         f"(needs target/, draft/, oracle.json; {what})")
+    for flag, value in (("--target", a.target), ("--draft", a.draft)):
+        # A local path (/..., ./..., ../...) must exist; anything else may be a Hugging Face id (org/name).
+        if value and value.startswith(("/", ".")) and not Path(value).exists():
+            parser.error(f"{flag} {value}: no such directory (a Hugging Face id looks like org/name)")
+    if a.out.exists() and not a.out.is_dir():
+        parser.error(f"--out {a.out} is a file; give a directory")
+
+
+def _check_out(parser: argparse.ArgumentParser, out: Path, inputs: List[Path]) -> None:
+    """``parser.error`` unless ``out`` can be written without touching one of the ``inputs``."""
+    if not out.parent.is_dir():
+        parser.error(f"--out {out}: directory {out.parent} does not exist")
+    if out.is_dir():
+        parser.error(f"--out {out} is a directory; give a file name")
+    if any(out.resolve() == p.resolve() for p in inputs):
+        parser.error(f"--out {out} is one of the input CSVs; it would be overwritten")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--config", choices=["none", "always", "gate"], required=True)
+    r = sub.add_parser("run", help="benchmark one configuration on its own SGLang server (GPU machine)",
+                       description="Benchmark one configuration on its own SGLang server; append rows to "
+                                   "OUT/throughput.csv. Arguments after -- go to the SGLang server unchanged.")
+    r.add_argument("--config", choices=["none", "always", "gate"], required=True,
+                   help="none: no speculation; always: EAGLE-3 on every step; gate: EAGLE-3 with the dynamic gate")
     pair = r.add_mutually_exclusive_group(required=True)
-    pair.add_argument("--models", type=Path, help="synthetic pair dir (target/, draft/, oracle.json)")
-    pair.add_argument("--target", help="your own target model (with --draft); rows labelled --label")
-    r.add_argument("--draft", help="your own EAGLE-3 draft model (with --target)")
+    pair.add_argument("--models", type=Path, metavar="DIR",
+                      help="synthetic pair dir from python -m bench.synthetic_models (target/, draft/, oracle.json); "
+                           "rows labelled with its p_wrong")
+    pair.add_argument("--target", help="your own target model (local dir or Hugging Face id; with --draft); "
+                                       "rows labelled --label")
+    r.add_argument("--draft", help="your own EAGLE-3 draft model (local dir or Hugging Face id; with --target)")
     r.add_argument("--label", default="model", help="p_wrong column for your own pair (default: model)")
-    r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--threshold", type=int, default=12)
-    r.add_argument("--hysteresis", type=int, default=2)
-    r.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)))
-    r.add_argument("--no-time-varying", dest="time_varying", action="store_false")
-    r.add_argument("--recommend", action="store_true")
-    r.add_argument("--recommend-thresholds", default="4,8,12,16,24")
-    r.add_argument("--recommend-levels", default="1,4,8,16,32")
-    r.add_argument("--mem-fraction", type=float, default=0.8)
-    r.add_argument("--port", type=int, default=30500)
-    s = sub.add_parser("summarize")
+    r.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="results dir (created): appends DIR/throughput.csv, writes DIR/throughput-CONFIG-pP.json")
+    r.add_argument("--threshold", type=int, default=12, metavar="N",
+                   help="gate: speculation off once the decode batch has >= N requests (default: 12)")
+    r.add_argument("--hysteresis", type=int, default=2, metavar="H",
+                   help="gate: once off, back on below N - H requests (default: 2)")
+    r.add_argument("--concurrency", type=_int_list, default=CONCURRENCY, metavar="C,C,...",
+                   help=f"max concurrent requests per sweep point (default: {','.join(map(str, CONCURRENCY))})")
+    r.add_argument("--no-time-varying", dest="time_varying", action="store_false",
+                   help="skip the time-varying load (1 -> 64 -> 4 -> 128 -> 2 concurrent requests)")
+    r.add_argument("--recommend", action="store_true",
+                   help="gate: also sweep the thresholds live (gate-nN rows) for summarize's recommendation")
+    r.add_argument("--recommend-thresholds", type=_int_list, default=[4, 8, 12, 16, 24], metavar="N,N,...",
+                   help="thresholds N to sweep with --recommend (requests; default: 4,8,12,16,24)")
+    r.add_argument("--recommend-levels", type=_int_list, default=[1, 4, 8, 16, 32], metavar="C,C,...",
+                   help="max concurrent requests per threshold with --recommend (default: 1,4,8,16,32)")
+    r.add_argument("--mem-fraction", type=float, default=0.8, metavar="F",
+                   help="fraction of GPU memory for SGLang's static pool, 0-1 (--mem-fraction-static; default: 0.8)")
+    r.add_argument("--port", type=int, default=30500, help="server port (default: 30500)")
+    s = sub.add_parser("summarize", help="markdown table per p_wrong and the recommended threshold from CSVs")
     s.add_argument("csv", type=Path, nargs="*", help="throughput CSVs (default: --results DIR/throughput.csv)")
-    s.add_argument("--results", type=Path, default=Path("bench/results"))
-    pl = sub.add_parser("plot", help="PNG of tok/s against concurrency from throughput CSVs")
-    pl.add_argument("csv", type=Path, nargs="+")
-    pl.add_argument("--title", default="")
-    pl.add_argument("--out", type=Path, required=True)
+    s.add_argument("--results", type=Path, default=Path("bench/results"), metavar="DIR",
+                   help="dir holding throughput.csv, read when no CSV is given (default: bench/results)")
+    pl = sub.add_parser("plot", help="PNG of tok/s against concurrency from throughput CSVs (needs matplotlib)")
+    pl.add_argument("csv", type=Path, nargs="+", help="throughput CSVs")
+    pl.add_argument("--title", default="", help="appended to each panel's title")
+    pl.add_argument("--out", type=Path, required=True, help="image to write (.png; .svg/.pdf also work)")
     o = sub.add_parser("offcost", help="off-step cost JSON from throughput CSVs (none + gate-forced-off rows)")
-    o.add_argument("csv", type=Path, nargs="+")
+    o.add_argument("csv", type=Path, nargs="+", help="throughput CSVs")
     o.add_argument("--note", default="", help="what the OFF step was (commit, attention kernel)")
-    o.add_argument("--out", type=Path, required=True)
+    o.add_argument("--out", type=Path, required=True, help="JSON file to write")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     a.server_args = extra
-    if a.cmd == "run" and a.target is not None and not a.draft:
-        ap.error("--target needs --draft")
+    parser = sub.choices[a.cmd]
+    if extra and a.cmd != "run":
+        parser.error("arguments after -- are server arguments, only for run")
     if a.cmd == "run":
-        run(a)
-    elif a.cmd == "summarize":
-        summarize(a)
-    elif a.cmd == "plot":
-        plot(read_rows(a.csv), a.out, a.title)
-    else:
-        rows = read_rows(a.csv)
-        cost = {"command": "python -m bench.throughput offcost " + " ".join(map(str, a.csv)),
-                "note": a.note, "rows": off_step_cost(rows)}
-        a.out.write_text(json.dumps(cost, indent=1) + "\n")
-        print(json.dumps(cost["rows"], indent=1))
+        if a.target is not None and not a.draft:
+            parser.error("--target needs --draft")
+        if a.draft and a.target is None:
+            parser.error("--draft goes with --target (a --models pair has its own draft)")
+        if a.recommend and a.config != "gate":
+            parser.error("--recommend sweeps the gate's threshold: it needs --config gate")
+        if a.config == "gate" and not 0 <= a.hysteresis < a.threshold:
+            parser.error(f"--hysteresis must be >= 0 and < --threshold ({a.threshold}), got {a.hysteresis}")
+        if not 0 < a.mem_fraction <= 1:
+            parser.error(f"--mem-fraction is a fraction of GPU memory (0-1], got {a.mem_fraction}")
+        _check_run_paths(parser, a)
+    elif a.cmd in ("plot", "offcost"):
+        _check_out(parser, a.out, a.csv)
+    try:
+        if a.cmd == "run":
+            run(a)
+        elif a.cmd == "summarize":
+            summarize(a)
+        elif a.cmd == "plot":
+            plot(read_rows(a.csv), a.out, a.title)
+        else:
+            offcost(a)
+    except BenchError as exc:
+        sys.exit(str(exc))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 
 #: seconds between log-file reads
 LOG_READ_S = 0.25
+REPEAT_QUIET_S = 5.0  # seconds in which the same console line is written once
 #: seconds between checks of the server child
 PROCESS_CHECK_S = 0.5
 #: toasts on screen at once (older ones go; identical ones replace each other)
@@ -333,7 +334,13 @@ class SpecConsoleApp(App[int]):
         return time.strftime("%H:%M:%S")
 
     def console_line(self, text: str) -> None:
-        """Write a console message into the log pane (styled as a console line)."""
+        """Write a console message into the log pane (styled as a console line). The same text
+        again within REPEAT_QUIET_S of the last one is not repeated (a held key, a double press)."""
+        now = time.monotonic()
+        last_text, last_at = getattr(self, "_last_console_line", (None, 0.0))
+        self._last_console_line = (text, now)
+        if text == last_text and now - last_at < REPEAT_QUIET_S:
+            return
         stamp = self.wall_clock()
         lines = [(logparse.CONSOLE, f"[console {stamp}] {part}") for part in text.split("\n")]
         try:

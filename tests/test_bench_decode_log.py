@@ -41,3 +41,35 @@ def test_cli_reads_gz_and_refuses_an_empty_window(tmp_path, capsys):
         decode_log.main([str(p), "--sizes", "64"])
     with pytest.raises(SystemExit):
         decode_log.main([str(p), "--sizes", "sixty"])
+
+
+def test_cli_names_a_missing_log_a_directory_and_a_broken_gz(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(tmp_path / "nope.log")])
+    assert exc.value.code == 2 and f"no such file: {tmp_path / 'nope.log'}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(tmp_path)])
+    assert exc.value.code == 2 and f"{tmp_path} is a directory" in capsys.readouterr().err
+    not_gz = tmp_path / "server.log.gz"
+    not_gz.write_text("\n".join(log((32, 6400.0))))  # plain text under a .gz name
+    with pytest.raises(SystemExit, match=r"^cannot read .*server\.log\.gz: Not a gzipped file"):
+        decode_log.main([str(not_gz)])
+    truncated = tmp_path / "cut.log.gz"
+    truncated.write_bytes(gzip.compress("\n".join(log((32, 6400.0))).encode())[:20])
+    with pytest.raises(SystemExit, match=r"^cannot read .*cut\.log\.gz: "):
+        decode_log.main([str(truncated)])
+
+
+def test_cli_says_when_the_start_marker_never_occurs(tmp_path):
+    p = tmp_path / "server.log"
+    p.write_text("\n".join(log((32, 6400.0), "spec_gate: threshold 24 -> 1", (64, 8000.0))))
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(p), "--start", "NOPE", "--sizes", "32"])
+    assert exc.value.code == f"no line contains --start 'NOPE' in {p}"
+    with pytest.raises(SystemExit) as exc:  # the marker is there, the window has no 32-request lines
+        decode_log.main([str(p), "--start", "threshold 24 -> 1", "--sizes", "32"])
+    assert exc.value.code == f"no Decode batch lines at running-req [32] in {p} after --start 'threshold 24 -> 1'"
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(p), "--end", "spec_gate", "--sizes", "64"])
+    assert exc.value.code == f"no Decode batch lines at running-req [64] in {p} before --end 'spec_gate'"
+    assert "None" not in exc.value.code

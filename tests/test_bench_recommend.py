@@ -1,5 +1,7 @@
 """The benchmark's threshold recommendation rule (pure arithmetic over result rows)."""
 
+import pytest
+
 from bench.throughput import recommend
 
 
@@ -85,3 +87,32 @@ def test_run_needs_a_draft_with_an_own_target(monkeypatch, capsys):
         throughput.main()
     assert exc.value.code == 2
     assert "--target needs --draft" in capsys.readouterr().err
+
+
+def test_recommend_needs_a_static_row_at_some_swept_concurrency():
+    rows = STATIC + [row("gate-n4", 4, 1000, 3.0, 4), row("gate-n4", 8, 1900, 3.5, 4)]  # static rows at 1, 16 only
+    assert recommend(rows, 0.2) is None
+
+
+@pytest.mark.parametrize("rows, why", [
+    (STATIC, "no gate-n* sweep rows: run --config gate --recommend"),
+    (STATIC + [row("gate-n4", 4, 1000, 3.0, 4)], "no none/always rows at the swept concurrencies [4]"),
+    (STATIC + [row("gate-n1", 1, 200, 5.0, 1), row("gate-n1", 16, 2800, 5.7, 1)],
+     "no threshold keeps the mean TPOT at the lowest swept concurrency within 5% of always-on"),
+])
+def test_summarize_says_why_there_is_no_recommendation(tmp_path, capsys, monkeypatch, rows, why):
+    import csv
+    import sys
+
+    from bench import throughput
+
+    assert recommend(rows, 0.2) is None
+    with (tmp_path / "throughput.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", "--results", str(tmp_path)])
+    throughput.main()
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == f"recommended threshold: none ({why})"
+    assert "None" not in out

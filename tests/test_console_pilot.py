@@ -275,6 +275,11 @@ async def test_log_filter_search_and_pause(make_app):
         await pilot.pause(0.1)
         assert not any("worker=" in t for t in view.visible_texts())
         await pilot.press("c")
+        await pilot.press("f")
+        app.main_screen.query_one("#log-prompt").value = "|||"  # no terms: no filter, and none claimed
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert view.include == "" and "only:" not in str(app.main_screen.query_one("#log-filters").render())
         await pilot.press("slash")
         app.main_screen.query_one("#log-prompt").value = "decode batch"
         await pilot.press("enter")
@@ -382,8 +387,9 @@ async def test_slow_server_and_slow_nvml_do_not_block_the_ui(tmp_path):
     app = SpecConsoleApp(cfg, nvml_module=SlowNvml(), http_timeout_s=0.5)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(0.3)
-            assert app._nvml_busy  # an NVML read is stuck in its thread...
+            # an NVML read is stuck in its thread (waited for, not assumed after a fixed pause:
+            # a loaded CI machine starts the worker later)...
+            await wait_for(pilot, lambda: app._nvml_busy, timeout=2.5, what="NVML read stuck in its thread")
             await pilot.press("question_mark")  # ...and the UI still answers keys
             await wait_for(pilot, lambda: app.screen.__class__.__name__ == "HelpScreen", what="help")
             await pilot.press("escape")
@@ -529,9 +535,11 @@ async def test_repeated_refusals_do_not_pile_up_and_n_minus_h_1_is_warned(make_a
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
         for _ in range(15):
             app.post_message(events.Key("minus", "-"))
-        await wait_for(pilot, lambda: len([t for t in log_texts(app).splitlines() if "refused" in t]) == 15,
-                       what="15 refusals in the log")
+        await wait_for(pilot, lambda: len([t for t in log_texts(app).splitlines() if "refused" in t]) >= 1,
+                       what="the refusal in the log")
         await pilot.pause(0.3)
+        # the log pane does not pile them up either (fresh-user finding: 14 identical lines)
+        assert len([t for t in log_texts(app).splitlines() if "refused" in t]) == 1
         assert notifications(app) == ["threshold 4 refused: must be > hysteresis 4"]
         lines = screen_text(app).splitlines()
         assert "DEMO simulated" in lines[0] and "connected" in lines[0]  # the header is not covered

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, Static
 
-from console.widgets.log_view import LogView
+from console.widgets.log_view import LogView, filter_terms
 
 PROMPTS = {
     "search": "search (n / N next / previous match, empty clears)",
@@ -76,6 +76,8 @@ class LogPanel(Vertical):
         self.close_prompt()
         if kind is None:
             return
+        if kind in ("include", "exclude") and not filter_terms(value):
+            value = ""  # "|||" has no terms: no filter, and the filter line must not claim one
         setattr(self.view, kind, value)
         if kind == "search" and value:
             self.view.next_match(1)

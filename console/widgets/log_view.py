@@ -26,14 +26,15 @@ from textual.strip import Strip
 from console import logparse
 
 
-def _terms(pattern: str | None) -> list[str]:
+def filter_terms(pattern: str | None) -> list[str]:
+    """The non-empty, lower-cased terms of a filter ``a|b``."""
     return [t.strip().lower() for t in (pattern or "").split("|") if t.strip()]
 
 
 def line_visible(text: str, include: str | None, exclude: str | None) -> bool:
     """Filter rule: shown when it matches ``include`` (or none given) and not ``exclude``."""
     low = text.lower()
-    inc, exc = _terms(include), _terms(exclude)
+    inc, exc = filter_terms(include), filter_terms(exclude)
     if inc and not any(t in low for t in inc):
         return False
     if exc and any(t in low for t in exc):
@@ -164,7 +165,7 @@ class LogView(ScrollView, can_focus=True):
 
     def match_rows(self) -> list[int]:
         """Rows (indices into the visible lines) that contain the search term."""
-        terms = _terms(self.search)
+        terms = filter_terms(self.search)
         if not terms:
             return []
         return [row for row, i in enumerate(self.shown) if any(t in self.entries[i].text.lower() for t in terms)]
@@ -210,7 +211,7 @@ class LogView(ScrollView, can_focus=True):
             end = entry.text.find("]")
             if end > 0:
                 text.stylize(self.get_component_rich_style("log-view--prefix", partial=True), 0, end + 1)
-        terms = _terms(self.search)
+        terms = filter_terms(self.search)
         if terms:
             match = self.get_component_rich_style("log-view--match", partial=True)
             if row == self._match_pos:

@@ -1,0 +1,228 @@
+"""``python -m bench.throughput`` on bad input: one line on stderr, a non-zero exit, no traceback,
+and no ``--out`` file. (``bench.decode_log``'s errors are in ``test_bench_decode_log.py``.)"""
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import throughput
+
+HEADER = ",".join(throughput.CSV_COLUMNS)
+GOOD = [
+    "none,0.2,64,8000,6,6.5,,",
+    "gate-forced-off,0.2,64,7600,6.3,6.9,2.9,1",
+]
+
+
+def write_csv(path: Path, *lines: str, header: str = HEADER) -> Path:
+    path.write_text("\n".join([header, *lines]) + "\n")
+    return path
+
+
+def fails(monkeypatch, capsys, *args) -> str:
+    """Run the CLI expecting a non-zero exit without starting a server; return the error line."""
+    monkeypatch.setattr(throughput, "run", lambda a: pytest.fail("run() must not start after an error"))
+    monkeypatch.setattr(sys, "argv", ["throughput", *map(str, args)])
+    with pytest.raises(SystemExit) as exc:
+        throughput.main()
+    code = exc.value.code
+    assert code not in (0, None)
+    # sys.exit("...") carries the message (Python prints it, exit 1); parser.error printed it (exit 2).
+    message = code if isinstance(code, str) else capsys.readouterr().err.strip().splitlines()[-1]
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+# 1. missing file / directory -------------------------------------------------------------------
+
+def test_summarize_without_a_csv_names_the_missing_default_file(tmp_path, monkeypatch, capsys):
+    msg = fails(monkeypatch, capsys, "summarize", "--results", tmp_path)
+    assert f"no such file: {tmp_path / 'throughput.csv'}" in msg
+
+
+@pytest.mark.parametrize("cmd", ["summarize", "plot", "offcost"])
+def test_a_missing_csv_or_a_directory_is_named(tmp_path, monkeypatch, capsys, cmd):
+    out = ["--out", tmp_path / "out.json"] if cmd != "summarize" else []
+    assert fails(monkeypatch, capsys, cmd, tmp_path / "nope.csv", *out) == f"no such file: {tmp_path / 'nope.csv'}"
+    assert fails(monkeypatch, capsys, cmd, tmp_path, *out) == f"{tmp_path} is a directory"
+    assert not (tmp_path / "out.json").exists()
+
+
+# 2. not a throughput CSV -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", ["summarize", "plot", "offcost"])
+def test_a_csv_without_the_columns_names_the_file_and_the_missing_columns(tmp_path, monkeypatch, capsys, cmd):
+    path = tmp_path / "hello.csv"
+    path.write_text("hello world\n")
+    out = ["--out", tmp_path / "out.json"] if cmd != "summarize" else []
+    msg = fails(monkeypatch, capsys, cmd, path, *out)
+    assert msg.startswith(f"{path} is not a throughput CSV: missing columns config, p_wrong, concurrency")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_csv_missing_one_column_names_only_that_column(tmp_path, monkeypatch, capsys):
+    path = write_csv(tmp_path / "t.csv", "none,0.2,64,8000,6,,", header=HEADER.replace(",p99_tpot_ms", ""))
+    assert fails(monkeypatch, capsys, "summarize", path).endswith("missing columns p99_tpot_ms")
+
+
+# 3. cells that are not measurements --------------------------------------------------------------
+
+@pytest.mark.parametrize("line, column, says", [
+    ("none,0.2,abc,8000,6,6.5,,", "concurrency", "'abc' is not an integer"),
+    ("none,0.2,64", "output_tok_s", "is missing (short line)"),
+    ("none,0.2,64,,6,6.5,,", "output_tok_s", "is empty"),
+    ("none,0.2,64,nan,6,6.5,,", "output_tok_s", "'nan' is not a measurement"),
+    ("none,0.2,64,8000,inf,6.5,,", "mean_tpot_ms", "'inf' is not a measurement"),
+    ("none,0.2,64,8000,6,-1,,", "p99_tpot_ms", "'-1' is not a measurement"),
+    ("none,0.2,0,8000,6,6.5,,", "concurrency", "'0' is not a measurement"),
+    ("always,0.2,64,8000,6,6.5,-2,", "accept_length", "'-2' is not a measurement"),
+    ("gate-n8,0.2,64,8000,6,6.5,2.9,", "threshold", "is empty"),  # recommend() needs N
+])
+def test_a_bad_cell_is_named_by_file_line_and_column(tmp_path, monkeypatch, capsys, line, column, says):
+    path = write_csv(tmp_path / "t.csv", GOOD[0], line)
+    msg = fails(monkeypatch, capsys, "summarize", path)
+    assert msg.startswith(f"{path}:3: column {column}: ") and says in msg
+
+
+def test_extra_values_are_refused_and_optional_cells_may_be_empty(tmp_path, monkeypatch, capsys):
+    path = write_csv(tmp_path / "t.csv", GOOD[0] + ",oops")
+    assert fails(monkeypatch, capsys, "summarize", path) == f"{path}:2: more values than columns"
+    rows = throughput.read_rows([write_csv(tmp_path / "ok.csv", *GOOD)])
+    assert [r["config"] for r in rows] == ["none", "gate-forced-off"] and rows[0]["output_tok_s"] == "8000"
+
+
+# 4. binary file --------------------------------------------------------------------------------
+
+def test_a_binary_csv_is_refused(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe\x81" * 20)
+    assert fails(monkeypatch, capsys, "summarize", path) == f"{path} is not a text CSV (not UTF-8; binary file?)"
+
+
+# 5. nothing to work with -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("content", ["", HEADER + "\n"], ids=["empty", "header-only"])
+@pytest.mark.parametrize("cmd", ["summarize", "plot", "offcost"])
+def test_an_empty_or_header_only_csv_has_no_rows(tmp_path, monkeypatch, capsys, content, cmd):
+    path = tmp_path / "t.csv"
+    path.write_text(content)
+    out = ["--out", tmp_path / "out.json"] if cmd != "summarize" else []
+    assert fails(monkeypatch, capsys, cmd, path, *out) == f"{path} has no rows"
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_offcost_without_a_none_and_forced_off_pair_writes_nothing(tmp_path, monkeypatch, capsys):
+    path = write_csv(tmp_path / "t.csv", GOOD[0], "gate-forced-off,0.2,128,7600,6.3,6.9,2.9,1")
+    msg = fails(monkeypatch, capsys, "offcost", path, "--out", tmp_path / "cost.json")
+    assert msg.startswith("no (none, gate-forced-off) pair at the same p_wrong and concurrency")
+    assert not (tmp_path / "cost.json").exists()
+
+
+def test_offcost_with_a_pair_still_writes_the_json(tmp_path, monkeypatch, capsys):
+    path = write_csv(tmp_path / "t.csv", *GOOD)
+    monkeypatch.setattr(sys, "argv", ["throughput", "offcost", str(path), "--out", str(tmp_path / "cost.json")])
+    throughput.main()
+    cost = json.loads((tmp_path / "cost.json").read_text())
+    assert [(r["concurrency"], r["ratio"]) for r in cost["rows"]] == [(64, 0.95)]
+
+
+# 6. --out that cannot be written ---------------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", ["plot", "offcost"])
+def test_out_in_a_missing_directory_is_refused_before_reading(tmp_path, monkeypatch, capsys, cmd):
+    out = tmp_path / "nonexistent" / "dir" / "x.json"
+    msg = fails(monkeypatch, capsys, cmd, tmp_path / "not-read.csv", "--out", out)
+    assert msg.endswith(f"--out {out}: directory {out.parent} does not exist")
+    msg = fails(monkeypatch, capsys, cmd, tmp_path / "not-read.csv", "--out", tmp_path)
+    assert msg.endswith("is a directory; give a file name")
+
+
+def test_out_never_overwrites_an_input_csv(tmp_path, monkeypatch, capsys):
+    path = write_csv(tmp_path / "t.csv", *GOOD)
+    before = path.read_text()
+    msg = fails(monkeypatch, capsys, "offcost", path, "--out", path)
+    assert msg.endswith("is one of the input CSVs; it would be overwritten")
+    assert path.read_text() == before
+
+
+# 7. plot without matplotlib --------------------------------------------------------------------
+
+def test_plot_without_matplotlib_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    path = write_csv(tmp_path / "t.csv", *GOOD)
+    msg = fails(monkeypatch, capsys, "plot", path, "--out", tmp_path / "t.png")
+    assert msg == "plot needs matplotlib: pip install matplotlib"
+    assert not (tmp_path / "t.png").exists()
+
+
+# 9. help for every subcommand and option -------------------------------------------------------
+
+def test_every_subcommand_and_option_has_help(monkeypatch):
+    class Built(Exception):
+        pass
+
+    def built(self, *args, **kwargs):
+        raise Built(self)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", built)
+    with pytest.raises(Built) as exc:
+        throughput.main()
+    ap = exc.value.args[0]
+    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: bool(c.help) for c in sub._choices_actions}
+    assert helps == dict.fromkeys(["run", "summarize", "plot", "offcost"], True)
+    for name, parser in sub.choices.items():
+        assert [a.dest for a in parser._actions if not a.help] == [], name
+    run_help = sub.choices["run"].format_help()
+    assert "fraction of GPU memory" in run_help and "concurrent requests" in run_help
+
+
+# 10. run: the models must be there (checked before any server starts) ----------------------------
+
+def test_run_refuses_a_directory_that_is_not_a_synthetic_pair(tmp_path, monkeypatch, capsys):
+    msg = fails(monkeypatch, capsys, "run", "--config", "none", "--models", tmp_path / "nope", "--out", tmp_path / "o")
+    assert "is not a synthetic pair made by python -m bench.synthetic_models" in msg and "no such directory" in msg
+    (tmp_path / "half" / "target").mkdir(parents=True)
+    msg = fails(monkeypatch, capsys, "run", "--config", "none", "--models", tmp_path / "half", "--out", tmp_path / "o")
+    assert "(needs target/, draft/, oracle.json; missing: draft, oracle.json)" in msg
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag", ["--target", "--draft"])
+def test_run_refuses_a_local_model_path_that_does_not_exist(tmp_path, monkeypatch, capsys, flag):
+    paths = {"--target": "org/target", "--draft": "org/draft", flag: str(tmp_path / "missing")}
+    msg = fails(monkeypatch, capsys, "run", "--config", "always", "--target", paths["--target"],
+                "--draft", paths["--draft"], "--out", tmp_path / "o")
+    assert f"{flag} {tmp_path / 'missing'}: no such directory" in msg
+
+
+def test_run_passes_hugging_face_ids_and_existing_dirs_through(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(throughput, "run", seen.append)
+    monkeypatch.setattr(sys, "argv", ["throughput", "run", "--config", "gate", "--target", "org/name",
+                                      "--draft", str(tmp_path), "--out", str(tmp_path / "o"),
+                                      "--concurrency", "1,4", "--", "--tp-size", "2"])
+    throughput.main()
+    assert seen[0].target == "org/name" and seen[0].concurrency == [1, 4] and seen[0].server_args == ["--tp-size", "2"]
+
+
+def test_run_refuses_bad_levels(tmp_path, monkeypatch, capsys):
+    msg = fails(monkeypatch, capsys, "run", "--config", "gate", "--target", "org/t", "--draft", "org/d",
+                "--out", tmp_path, "--concurrency", "1,a")
+    assert "expected comma-separated positive integers, got '1,a'" in msg
+
+
+# the real command line: exit status and stderr, no traceback --------------------------------------
+
+def test_the_module_prints_one_line_without_a_traceback(tmp_path):
+    path = tmp_path / "hello.csv"
+    path.write_text("hello world\n")
+    proc = subprocess.run([sys.executable, "-m", "bench.throughput", "summarize", str(path)],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"{path} is not a throughput CSV: missing columns "
+                                        + ", ".join(throughput.CSV_COLUMNS)]
