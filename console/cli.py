@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="GPU panel: a simulated H200 (default) or this machine's GPUs via NVML")
     demo.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
                       help="SIGTERM to SIGKILL delay when stopping the demo server's group (default 10)")
+    parser.mode_parsers = sub.choices  # resolve() reports a mode's errors with that mode's usage line
     return parser
 
 
@@ -178,35 +179,36 @@ def resolve(argv: list[str]) -> AppConfig:
                  else "--theme")
         parser.error(f"{where}: unknown theme {base.theme!r}; known: {', '.join(themes.THEMES)}")
 
+    mode_parser = parser.mode_parsers.get(args.mode, parser)
     stop_timeout = getattr(args, "stop_timeout", 0)
     if not math.isfinite(stop_timeout) or stop_timeout < 0:
-        parser.error(f"--stop-timeout must be a finite number of seconds >= 0 (got {stop_timeout:g})")
+        mode_parser.error(f"--stop-timeout must be a finite number of seconds >= 0 (got {stop_timeout:g})")
     if getattr(args, "port", None) is not None and not 1 <= args.port <= 65535:
-        parser.error(f"--port must be 1-65535 (got {args.port})")
+        mode_parser.error(f"--port must be 1-65535 (got {args.port})")
     if args.mode == "launch":
         if not extra:
-            parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
+            mode_parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout)
-        _check_server_api_key(parser, extra)
+        _check_server_api_key(mode_parser, extra)
         return launch_config(base, extra)
     if args.mode == "attach":
         if extra:
-            parser.error("attach takes no server arguments")
+            mode_parser.error("attach takes no server arguments")
         try:
             url = normalize_url(args.url)
         except ConfigError as exc:
-            parser.error(str(exc))
+            mode_parser.error(str(exc))
         if args.api_key is not None:
             try:
                 check_api_key(args.api_key)
             except ConfigError as exc:
-                parser.error(str(exc))
-        _check_log_file(parser, args.log, "--log")
+                mode_parser.error(str(exc))
+        _check_log_file(mode_parser, args.log, "--log")
         return replace(base, mode="attach", url=url, log_path=args.log, api_key=args.api_key)
     if args.mode == "demo":
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
                        nvml=args.gpus, demo_args=extra)
-        _check_server_api_key(parser, extra)
+        _check_server_api_key(mode_parser, extra)
         return demo_config(base, port=args.port)
     if extra:
         parser.error("server arguments need a mode: specconsole launch -- <server args>")
