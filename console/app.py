@@ -32,7 +32,7 @@ import themes
 from console import logparse, portcheck
 from console import state as st
 from console.client import Backoff, ServerClient, ServerUnreachable
-from console.config import AppConfig, server_host_port
+from console.config import AppConfig, redact_args, server_host_port
 from console.logfollow import LogFollower
 from console.model import ConsoleModel
 from console.nvml import NvmlReader
@@ -257,7 +257,7 @@ class SpecConsoleApp(App[int]):
         """The child was not started: ``short`` on screen, ``full`` in the log pane, ``notice`` as a toast."""
         assert self.proc is not None
         self.model.on_process(st.ProcessState(phase=st.PHASE_CRASHED, exit_code=None, last_lines=(full or short,),
-                                              command=" ".join(self.proc.command), error=short))
+                                              command=" ".join(redact_args(self.proc.command)), error=short))
         self.console_line(f"server not started: {full or short}")
         self.notice(notice or f"server not started: {short}", severity="error", timeout=10)
         self.publish()
@@ -271,7 +271,7 @@ class SpecConsoleApp(App[int]):
             return
         self.model.on_process(st.ProcessState(
             phase=st.PHASE_STARTING, pid=self.proc.pid, started_at=self.proc.started_at,
-            restarts=self.proc.starts - 1, command=" ".join(self.proc.command),
+            restarts=self.proc.starts - 1, command=" ".join(redact_args(self.proc.command)),
         ))
         self.console_line(f"started server pid {self.proc.pid} (process group {self.proc.pgid})")
         self.poll_now()

@@ -33,7 +33,9 @@ from console.config import (
     find_config,
     load_config,
     normalize_url,
+    server_host_port,
     url_from_server_args,
+    valid_host,
 )
 from console.process import default_server_command, demo_server_command
 
@@ -190,6 +192,7 @@ def resolve(argv: list[str]) -> AppConfig:
             mode_parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout)
         _check_server_api_key(mode_parser, extra)
+        _check_server_address(mode_parser, extra)
         return launch_config(base, extra)
     if args.mode == "attach":
         if extra:
@@ -209,7 +212,9 @@ def resolve(argv: list[str]) -> AppConfig:
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
                        nvml=args.gpus, demo_args=extra)
         _check_server_api_key(mode_parser, extra)
-        return demo_config(base, port=args.port)
+        cfg = demo_config(base, port=args.port)
+        _check_server_address(mode_parser, cfg.server_command or [], "demo server")
+        return cfg
     if extra:
         parser.error("server arguments need a mode: specconsole launch -- <server args>")
 
@@ -219,6 +224,7 @@ def resolve(argv: list[str]) -> AppConfig:
         log_dir = Path(server["log_dir"]).expanduser() if server.get("log_dir") else default_log_dir()
         if server.get("args"):
             _check_server_api_key(parser, server["args"], where=f"{file_cfg['path']}: server.args")
+            _check_server_address(parser, server["args"], f"{file_cfg['path']}: server.args")
             return launch_config(replace(base, log_dir=log_dir), server["args"])
         if server.get("attach"):
             log = Path(server["log"]).expanduser() if server.get("log") else None
@@ -233,6 +239,16 @@ def resolve(argv: list[str]) -> AppConfig:
     if probe(DEFAULT_URL):
         return replace(base, mode="attach", url=DEFAULT_URL)
     return replace(base, mode="none", url=DEFAULT_URL)
+
+
+def _check_server_address(parser: argparse.ArgumentParser, server_args: list[str], where: str = "server") -> None:
+    """Refuse a ``--port``/``--host`` in the server arguments the console could not watch (exits):
+    the console would otherwise poll a default or impossible address forever."""
+    host, port = server_host_port(server_args)
+    if port is None or not 1 <= port <= 65535:
+        parser.error(f"{where} --port must be a number from 1 to 65535")
+    if not valid_host(host):
+        parser.error(f"{where} --host {host!r} is not a host name or IP address")
 
 
 def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:
@@ -265,7 +281,6 @@ def port_problem(cfg: AppConfig) -> str | None:
     """Launch/demo: why the server cannot be started on its port (something is there), or None."""
     if not cfg.server_command:
         return None
-    from console.config import server_host_port
     from console.portcheck import port_problem as check
 
     host, port = server_host_port(cfg.server_command)

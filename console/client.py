@@ -42,6 +42,9 @@ def status_reason(code: int, api_key_given: bool = False) -> str:
         return "HTTP 403 forbidden: pass the server's --admin-api-key as --api-key"
     if code == 404:
         return "HTTP 404: no SGLang server at this URL (give its root, e.g. http://host:30000)"
+    if code == 431:
+        return ("HTTP 431: request headers too large (is the API key that long?)" if api_key_given
+                else "HTTP 431: request headers too large")
     return f"HTTP {code}"
 
 

@@ -64,9 +64,14 @@ SERVER_KEYS = {"args", "log_dir", "attach", "log", "api_key"}
 CONSOLE_KEYS = {"interval", "theme", "readonly"}
 
 
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+REDACTED = "***"
+
+
 def check_api_key(key: str, where: str = "--api-key") -> str:
     """``key`` if it can travel in an HTTP ``Authorization: Bearer`` header: non-empty, printable
-    ASCII, no spaces or control characters (httpx refuses anything else deep inside a request).
+    ASCII, no control characters, no leading or trailing blank (httpx refuses those deep inside a
+    request; inner spaces are legal, and SGLang compares the key as a plain string).
 
     Raises:
         ConfigError: naming ``where`` and what is wrong, never the key itself (it is a secret).
@@ -75,9 +80,21 @@ def check_api_key(key: str, where: str = "--api-key") -> str:
         raise ConfigError(f"{where} must be a non-empty string")
     if not key.isascii():
         raise ConfigError(f"{where} has non-ASCII characters; an HTTP header cannot carry them")
-    if any(ch.isspace() or not ch.isprintable() for ch in key):
-        raise ConfigError(f"{where} contains spaces or control characters (a stray newline or blank?)")
+    if any(not ch.isprintable() for ch in key) or key != key.strip():
+        raise ConfigError(f"{where} has control characters or a leading/trailing blank (a stray newline?)")
     return key
+
+
+def redact_args(args: list[str]) -> list[str]:
+    """``args`` with the value of every ``--api-key``/``--admin-api-key`` replaced by ``***``, for
+    anything the console shows or writes (log pane, crash dialog, log-file marker line)."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a in SECRET_FLAGS and i + 1 < len(out):
+            out[i + 1] = REDACTED
+        elif a.startswith(tuple(f + "=" for f in SECRET_FLAGS)):
+            out[i] = a.split("=", 1)[0] + "=" + REDACTED
+    return out
 
 
 #: [server] keys that must be non-empty strings when present
@@ -92,7 +109,7 @@ def load_config(path: Path) -> dict[str, Any]:
             type (the message names the file and the key).
     """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a BOM from some editors
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -118,6 +135,10 @@ def load_config(path: Path) -> dict[str, Any]:
                               if key != "api_key" else f"{path}: server.api_key must be a non-empty string")
     if "api_key" in server:
         check_api_key(server["api_key"], f"{path}: server.api_key")
+    for key in ("api_key", "log"):
+        if key in server and "attach" not in server:
+            raise ConfigError(f"{path}: server.{key} applies only with server.attach (a launched server's key "
+                              "goes in server.args as --api-key, its log is written by the console)")
     if server.get("args") and server.get("attach"):
         raise ConfigError(f"{path}: server.args (launch) and server.attach (watch) exclude each other; keep one")
     for key, typ in (("interval", (int, float)), ("theme", str), ("readonly", bool)):
@@ -192,6 +213,10 @@ def normalize_url(text: str) -> str:
         parts = urlsplit(url)
     except ValueError as exc:
         raise ConfigError(f"server URL {raw!r} is not a URL ({exc}) {example}") from None
+    if "@" in parts.netloc or parts.query or parts.fragment:
+        # credentials in a URL end up on screen and in logs: refuse, and do not echo them
+        raise ConfigError("server URL: no user:password@ and no ?query or #fragment; "
+                          f"give the API key with --api-key / api_key {example}")
     if parts.scheme not in ("http", "https"):
         raise ConfigError(f"server URL {raw!r}: use http:// or https:// {example}")
     try:

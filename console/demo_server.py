@@ -663,6 +663,9 @@ def _startup_lines(args: argparse.Namespace, sim: Simulation, log: LogWriter, pa
     pause(0.1)
 
 
+MAX_LOAD = 100_000  # concurrent requests: far above any real server's --max-running-requests
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse what the real server (or a sane simulation) would refuse; exits via ``parser.error``.
 
@@ -676,6 +679,12 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"--speculative-disable-hysteresis must be >= 0, got {h}")
     if n is not None and h >= n:
         parser.error(f"--speculative-disable-hysteresis {h} must be < threshold {n}")
+    if not 1 <= args.port <= 65535:
+        parser.error(f"--port must be from 1 to 65535, got {args.port}")
+    if args.crash_after is not None and not (math.isfinite(args.crash_after) and args.crash_after >= 0):
+        parser.error(f"--crash-after must be >= 0 seconds, got {args.crash_after}")
+    if not 1 <= args.exit_code <= 255:
+        parser.error(f"--exit-code must be from 1 to 255 (a process exit status), got {args.exit_code}")
     for name in ("max_running_requests", "cuda_graph_max_bs", "tp_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -685,9 +694,11 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         if not (math.isfinite(value) and low <= value <= high):
             parser.error(f"--{name.replace('_', '-')} must be from {low:g} to {high:g}, got {value}")
     try:
-        parse_levels(args.load)
+        if max(parse_levels(args.load)) > MAX_LOAD:
+            raise ValueError
     except ValueError:
-        parser.error(f"--load must be comma-separated request counts >= 0 (e.g. 1,64,4,128), got {args.load!r}")
+        parser.error(f"--load must be comma-separated request counts from 0 to {MAX_LOAD} (e.g. 1,64,4,128), "
+                     f"got {args.load!r}")
 
 
 def main(argv: list[str] | None = None) -> int:

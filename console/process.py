@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from console.config import redact_args
 from console.logparse import START_MARKER
 
 #: command that starts the real server; ``SPECCONSOLE_SERVER_CMD`` replaces it (tests point it
@@ -170,7 +171,7 @@ class ServerProcess:
         """
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            log.write(f"{START_MARKER} {shlex.join(self.command)}\n".encode())
+            log.write(f"{START_MARKER} {shlex.join(redact_args(self.command))}\n".encode())
             log.flush()
             self.popen = subprocess.Popen(
                 self.command,

@@ -237,6 +237,10 @@ def test_huge_integer_is_out_of_range_not_bad_json(server):
     (["--tick", "0"], "--tick must be from"),  # spun at 50% CPU and did not stop on SIGTERM
     (["--tick", "nan"], "--tick must be from"),
     (["--load", "abc"], "--load must be comma-separated"),  # was a ValueError traceback
+    (["--load", "1e9"], "--load must be comma-separated"),
+    (["--port", "70000"], "--port must be from 1 to 65535"),  # was an OverflowError traceback
+    (["--crash-after", "-1"], "--crash-after must be >= 0"),
+    (["--exit-code", "300"], "--exit-code must be from 1 to 255"),
 ])
 def test_demo_server_refuses_what_the_real_server_or_a_sane_simulation_would(argv, why, capsys):
     import console.demo_server as ds
