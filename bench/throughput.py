@@ -383,7 +383,10 @@ def plot(rows: List[Dict[str, Any]], out: Path, title: str = "") -> None:
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    try:
+        fig.savefig(out, dpi=120)
+    except OSError as exc:
+        raise BenchError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
 def summarize(a: argparse.Namespace) -> None:
@@ -397,6 +400,8 @@ def summarize(a: argparse.Namespace) -> None:
     if not a.csv and not default.exists():
         raise BenchError(f"no such file: {default} (give throughput CSVs, or --results DIR that holds throughput.csv)")
     rows = read_rows(a.csv or [default])
+    for warning in row_warnings(rows):
+        print(f"warning: {warning}", file=sys.stderr)
     for p in sorted({str(r["p_wrong"]) for r in rows}):
         print(f"p_wrong={p}")
         print("| concurrency | none tok/s | always tok/s | gate tok/s | gate / best static |")
@@ -414,6 +419,27 @@ def summarize(a: argparse.Namespace) -> None:
         print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")
 
 
+KNOWN_CONFIGS = ("none", "always", "gate", "gate-forced-off")  # plus gate-n<N> sweep rows
+
+
+def row_warnings(rows: List[Dict[str, Any]]) -> List[str]:
+    """What ``summarize`` would otherwise drop or pick silently: rows of an unknown config, and
+    (config, p_wrong, concurrency) measured more than once (the table shows the last one read)."""
+    out, seen = [], {}
+    unknown = sorted({r["config"] for r in rows if r["config"] not in KNOWN_CONFIGS
+                      and not r["config"].startswith("gate-n")})
+    if unknown:
+        out.append(f"rows of unknown config(s) {', '.join(unknown)} are not shown")
+    for r in rows:
+        key = (r["config"], str(r["p_wrong"]), int(r["concurrency"]))
+        seen[key] = seen.get(key, 0) + 1
+    dups = [k for k, n in seen.items() if n > 1]
+    if dups:
+        shown = ", ".join(f"{c} p={p} at {n}" for c, p, n in dups[:4]) + (" ..." if len(dups) > 4 else "")
+        out.append(f"{len(dups)} measurement(s) appear more than once ({shown}); the last one read is shown")
+    return out
+
+
 def offcost(a: argparse.Namespace) -> None:
     """Write the :func:`off_step_cost` rows of ``a.csv`` (with the command and ``a.note``) as JSON to
     ``a.out``; print the rows.
@@ -427,7 +453,10 @@ def offcost(a: argparse.Namespace) -> None:
         raise BenchError(f"no (none, gate-forced-off) pair at the same p_wrong and concurrency in "
                          f"{' '.join(map(str, a.csv))}; {a.out} not written")
     cost = {"command": "python -m bench.throughput offcost " + " ".join(map(str, a.csv)), "note": a.note, "rows": rows}
-    a.out.write_text(json.dumps(cost, indent=1) + "\n")
+    try:
+        a.out.write_text(json.dumps(cost, indent=1) + "\n")
+    except OSError as exc:
+        raise BenchError(f"cannot write {a.out}: {exc.strerror or exc}") from None
     print(json.dumps(rows, indent=1))
 
 

@@ -226,3 +226,32 @@ def test_the_module_prints_one_line_without_a_traceback(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.splitlines() == [f"{path} is not a throughput CSV: missing columns "
                                         + ", ".join(throughput.CSV_COLUMNS)]
+
+
+def test_offcost_write_error_is_one_line(tmp_path, monkeypatch, capsys):
+    """``--out /dev/full``: the directory exists, the write fails (was an OSError traceback)."""
+    import bench.throughput as t
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this machine")
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(
+        "config,p_wrong,concurrency,output_tok_s,mean_tpot_ms,p99_tpot_ms,accept_length,threshold\n"
+        "none,0.2,64,8800,6.5,7.4,,\n"
+        "gate-forced-off,0.2,64,7200,8.1,8.4,2.95,1\n")
+    monkeypatch.setattr("sys.argv", ["x", "offcost", str(csv_path), "--out", "/dev/full"])
+    with pytest.raises(SystemExit) as exc:
+        t.main()
+    assert "cannot write /dev/full" in str(exc.value.code)
+
+
+def test_summarize_warns_about_rows_it_would_drop_or_pick_silently():
+    from bench.throughput import row_warnings
+
+    row = dict(p_wrong="0.2", output_tok_s="1", mean_tpot_ms="1", p99_tpot_ms="1", accept_length="", threshold="")
+    rows = [dict(row, config="none", concurrency="64"), dict(row, config="none", concurrency="64"),
+            dict(row, config="weird", concurrency="8"), dict(row, config="gate-n12", concurrency="8", threshold="12")]
+    warnings = row_warnings(rows)
+    assert any("unknown config(s) weird" in w for w in warnings)
+    assert any("none p=0.2 at 64" in w and "last one read" in w for w in warnings)
+    assert row_warnings(rows[:1]) == []

@@ -22,7 +22,7 @@ def test_window_between_markers_and_step_times():
     assert set(got) == {"64", "128"}
     assert got["64"]["lines"] == 3 and got["64"]["median_tok_s"] == 8000.0
     assert got["64"]["step_ms_median"] == 8.0  # 64 requests / 8000 tok/s
-    assert got["128"]["step_ms_p75"] == 10.0
+    assert got["128"]["step_ms_at_p75_tok_s"] == 10.0
 
 
 def test_whole_log_without_markers_and_zero_lines_ignored():
@@ -73,3 +73,17 @@ def test_cli_says_when_the_start_marker_never_occurs(tmp_path):
         decode_log.main([str(p), "--end", "spec_gate", "--sizes", "64"])
     assert exc.value.code == f"no Decode batch lines at running-req [64] in {p} before --end 'spec_gate'"
     assert "None" not in exc.value.code
+
+
+def test_gzip_is_read_by_content_binary_refused_and_a_missing_end_marker_said(tmp_path, capsys):
+    named_log = tmp_path / "server.log"  # gzip content without the .gz suffix
+    with gzip.open(named_log, "wt") as f:
+        f.write("\n".join(log((32, 6400.0))))
+    decode_log.main([str(named_log), "--sizes", "32"])
+    assert json.loads(capsys.readouterr().out)["by_running_req"]["32"]["lines"] == 1
+    binary = tmp_path / "core.bin"
+    binary.write_bytes(b"\x00\x01\x02" * 100)
+    with pytest.raises(SystemExit, match="binary file"):
+        decode_log.main([str(binary)])
+    with pytest.raises(SystemExit, match="no line contains --end 'NOPE'"):
+        decode_log.main([str(named_log), "--sizes", "32", "--end", "NOPE"])
