@@ -396,9 +396,12 @@ class OffStepRunner:
         if n <= EARLY_CHECK_FIRST or n % EARLY_CHECK_EVERY == 0:
             self.early_seq_lens_checks += 1
             if not torch.equal(sglang_lens, new_seq_lens):  # waits for this OFF step's verify
+                # An assumption about SGLang failed; unchecked steps could be wrong too: stop.
                 self.early_seq_lens_mismatches += 1
+                self.early_seq_lens = False
                 logger.error("spec_gate: OFF step %d: seq_lens + 1 differs from the verify's "
-                             "new_seq_lens; keeping SGLang's", n)
+                             "new_seq_lens; keeping SGLang's, and OFF steps wait for the verify "
+                             "from now on", n)
                 return
         ndi.new_seq_lens = new_seq_lens
         ndi.verify_done = done

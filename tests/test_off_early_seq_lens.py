@@ -80,6 +80,10 @@ def test_a_verify_that_accepted_more_than_the_bonus_token_keeps_sglangs_result()
     ndi = result.next_draft_input
     assert ndi.new_seq_lens.tolist() == [6, 11] and ndi.verify_done == "post-verify event"
     assert runner.early_seq_lens_mismatches == 1
+    # an assumption failed: the early path is off for good (unchecked steps could be wrong too)
+    assert runner.early_seq_lens is False
+    later = runner.run_off_step(verify_forward(), batch(5, 9))
+    assert later.next_draft_input.verify_done == "post-verify event" and runner.early_seq_lens_steps == 1
 
 
 def test_dtype_difference_falls_back_to_sglangs_tensor_and_event():
