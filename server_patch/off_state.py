@@ -27,9 +27,9 @@ are N's ``new_seq_lens = seq_lens + accept_lens``. For an ON step that wait is u
 step accepts exactly the bonus token, so its ``new_seq_lens`` is ``seq_lens + 1`` before the
 verify runs: the OFF step publishes that tensor, with an event recorded right after it, instead of
 the post-verify one. The scheduler then prepares batch N+1 while N's target forward runs on the
-GPU, as it does without speculation. Measured on the H200 before this (8B pair, 64 requests): an
-OFF step cost about 1.2 ms more than a plain decode step, the CPU time from N's verify to N+1's
-target launch (``bench/results/x2-2026-11-30b``). Escape hatch: ``SPECCONSOLE_OFF_EARLY_SEQ_LENS=0``.
+GPU, as it does without speculation. Measured on the H200 before this (8B pair, 16-128 requests):
+an OFF step cost 1.2-2.0 ms more than a plain decode step, mostly the CPU time from N's verify to
+N+1's target launch (``bench/results/x2-2026-11-30b/off-step-decode-log.json``). Escape hatch: ``SPECCONSOLE_OFF_EARLY_SEQ_LENS=0``.
 """
 
 from __future__ import annotations
@@ -405,6 +405,7 @@ class OffStepRunner:
                 return
         ndi.new_seq_lens = new_seq_lens
         ndi.verify_done = done
+
 
 def snapshot_req_spec_counters(reqs: List[Any]):
     """Per-request speculative counters, to undo what an OFF step's verify adds to them."""
