@@ -47,6 +47,7 @@ CONFIGS = {
     "v1-topk4": dict(topk=4, num_steps=3, num_draft_tokens=8, overlap=False, expect="EAGLEWorker"),
 }
 MAX_RR = 64
+RECOVERY_REQUESTS = 4  # phase C: requests whose first ON batches after 200+ OFF steps are measured
 T = "speculative_disable_batch_threshold"
 H = "speculative_disable_hysteresis"
 
@@ -117,11 +118,12 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         )
         oks.append(ok)
 
-        # C. recovery after 200+ OFF steps
+        # C. recovery after 200+ OFF steps; several requests, so that the accept length of the
+        # first ON batches is a mean over RECOVERY_REQUESTS requests, not one request's luck
         set_gate(url, **{T: 1})
-        prompt = make_prompts(vocab, 1, 32, 3)[0]
+        prompts = make_prompts(vocab, RECOVERY_REQUESTS, 32, 3)
         box: Dict[str, Any] = {}
-        t = threading.Thread(target=lambda: box.update(r=check_one(url, oracle, prompt, 900)))
+        t = threading.Thread(target=lambda: box.update(r=check_many(url, oracle, prompts, 900, len(prompts))))
         start_off = spec_gate(url)["decode_steps_off"]
         t.start()
         _wait_steps(url, "decode_steps_off", start_off + 220)
@@ -129,15 +131,17 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         set_gate(url, **{T: MAX_RR})
         t.join()
         g = spec_gate(url)
+        recovery_ok, _ = box["r"]
         rec["phases"]["C_recovery"] = {
-            "oracle_match": box["r"]["match"], "off_steps_before_on": spec_gate(url)["decode_steps_off"] - start_off,
+            "oracle_match": recovery_ok, "requests": len(prompts),
+            "off_steps_before_on": spec_gate(url)["decode_steps_off"] - start_off,
             "on_steps_after": g["decode_steps_on"] - on_before,
             "accept_length_first_on_steps": g.get("accept_length_since_on"),
             "accept_length_first_on_step": g.get("accept_length_first_on_step"),
             "steps_counted": g.get("steps_since_on"),
         }
         rec["accept_length_after_on"] = g.get("accept_length_since_on")
-        oks.append(box["r"]["match"])
+        oks.append(recovery_ok)
 
         # D. switching by flipping the threshold under load
         stop = threading.Event()
@@ -183,7 +187,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         # F. a threshold change takes effect at the next decode step
         set_gate(url, **{H: 0, T: MAX_RR})
         box = {}
-        t = threading.Thread(target=lambda: box.update(r=check_one(url, oracle, prompt, 400)))
+        t = threading.Thread(target=lambda: box.update(r=check_one(url, oracle, prompts[0], 400)))
         t.start()
         _wait_steps(url, "decode_steps_on", spec_gate(url)["decode_steps_on"] + 20)
         reply = set_gate(url, **{T: 1})

@@ -644,7 +644,7 @@ def _startup_lines(args: argparse.Namespace, sim: Simulation, log: LogWriter, pa
     pause(0.1)
     log("Capture cuda graph begin. This can take up to several minutes. avail mem=22.10 GB", tp=0)
     pause(0.25)
-    log(f"Capture cuda graph end. Time elapsed: 4.12 s. mem usage=1.20 GB. avail mem=20.90 GB.", tp=0)
+    log("Capture cuda graph end. Time elapsed: 4.12 s. mem usage=1.20 GB. avail mem=20.90 GB.", tp=0)
     log("Capture draft cuda graph begin. This can take up to several minutes. avail mem=20.90 GB", tp=0)
     pause(0.1)
     log("Capture draft cuda graph end. Time elapsed: 1.05 s. mem usage=0.31 GB. avail mem=20.59 GB.", tp=0)

@@ -16,9 +16,11 @@ from server_patch import SUPPORTED_SGLANG_VERSION
 
 def _require_sglang() -> None:
     """Exit with a one-line reason when SGLang (with its dependencies) cannot be imported."""
+    import importlib
+
     try:
-        import sglang.srt.plugins  # noqa: F401  (pulls in SGLang's runtime dependencies)
-        import sglang.srt.server_args  # noqa: F401
+        for module in ("sglang.srt.plugins", "sglang.srt.server_args"):  # pull in SGLang's runtime deps
+            importlib.import_module(module)
     except ImportError as exc:
         sys.exit(
             f"server_patch.launch_server needs SGLang {SUPPORTED_SGLANG_VERSION} with its dependencies "
