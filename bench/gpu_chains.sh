@@ -52,7 +52,8 @@ case "$step" in
     export OMP_NUM_THREADS=8
     python3 -m bench.gate_correctness --configs v2-topk1 --parallel 1 --mem-fraction 0.4 \
       --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-gpu1.json" --base-port 31100
-    m=/tmp/models/8b/p0.2; ab="--concurrency 16,32,64,128 --no-time-varying --models $m --port 30600"
+    # --profile 128: a few decode steps under SGLang's profiler (GPU busy vs waiting for the CPU)
+    m=/tmp/models/8b/p0.2; ab="--concurrency 16,32,64,128 --no-time-varying --profile 128 --models $m --port 30600"
     python3 -m bench.throughput run --config none $ab --out "$R/ab-none"
     SPECCONSOLE_OFF_EARLY_SEQ_LENS=0 python3 -m bench.throughput run --config gate --threshold 1 --hysteresis 0 $ab --out "$R/ab-off-late"
     python3 -m bench.throughput run --config gate --threshold 1 --hysteresis 0 $ab --out "$R/ab-off-early"

@@ -102,6 +102,49 @@ def sweep(config: str, p: float, port: int, url: str, work: Path, threshold: Opt
     return rows
 
 
+PROFILE_STEPS = 10  # decode steps recorded by SGLang's torch profiler
+PROFILE_DELAY_S = 2.0  # after the load starts: its first prefill is over, decode runs at full batch
+
+
+def profile_decode(url: str, port: int, config: str, concurrency: int, out: Path, work: Path) -> Dict[str, Any]:
+    """Record PROFILE_STEPS decode steps under a load of ``concurrency`` requests with SGLang's own
+    profiler (``POST /start_profile``, CPU + GPU activity) into ``out/profile-CONFIG-cC/``, and
+    summarize each trace with :mod:`bench.trace_summary` (GPU busy fraction, gaps, CPU syncs).
+    Failures are recorded, not raised: the profile is a diagnostic, the sweep is the result."""
+    import threading
+    import time
+
+    import httpx
+
+    from bench import trace_summary
+
+    prof_dir = out / f"profile-{config}-c{concurrency}"
+    prof_dir.mkdir(parents=True, exist_ok=True)
+    box: Dict[str, Any] = {}
+    load = threading.Thread(target=lambda: box.update(
+        r=bench_serving(port, concurrency, 4 * concurrency, work / f"{config}-profile.jsonl", seed=7)))
+    load.start()
+    time.sleep(PROFILE_DELAY_S)
+    rec: Dict[str, Any] = {"concurrency": concurrency, "steps": PROFILE_STEPS, "dir": str(prof_dir)}
+    try:
+        reply = httpx.post(url + "/start_profile", timeout=120, json={
+            "output_dir": str(prof_dir), "num_steps": PROFILE_STEPS, "activities": ["CPU", "GPU"]})
+        rec["start_profile"] = reply.status_code
+    except httpx.HTTPError as exc:
+        rec["error"] = f"start_profile: {exc}"
+    load.join()
+    time.sleep(2.0)  # the trace is written when the last profiled step ends
+    rec["summaries"] = {}
+    for path in sorted(prof_dir.glob("*.trace.json*")):
+        try:
+            rec["summaries"][path.name] = trace_summary.summarize(trace_summary.load_events(path))
+        except (OSError, ValueError, EOFError) as exc:
+            rec["summaries"][path.name] = {"error": str(exc)}
+    print(json.dumps({"profile": config, **{k: v for k, v in rec.items() if k != "summaries"},
+                      "summaries": rec["summaries"]}), flush=True)
+    return rec
+
+
 def time_varying(config: str, port: int, work: Path) -> Dict[str, Any]:
     """The same staged load for every config; wall time = sum of bench_serving durations."""
     stages, total_tokens, wall = [], 0, 0.0
@@ -176,6 +219,8 @@ def run(a: argparse.Namespace) -> None:
         rows = sweep(a.config, p_label, a.port, server.url, work,
                      a.threshold if a.config == "gate" else None, a.concurrency)
         append_csv(a.out / "throughput.csv", rows)
+        if a.profile:
+            meta["profile"] = profile_decode(server.url, a.port, a.config, a.profile, a.out, work)
         if a.time_varying:
             meta["time_varying"] = time_varying(a.config, a.port, work)
         if a.config == "gate":
@@ -530,6 +575,9 @@ def main() -> None:
                    help="thresholds N to sweep with --recommend (requests; default: 4,8,12,16,24)")
     r.add_argument("--recommend-levels", type=_int_list, default=[1, 4, 8, 16, 32], metavar="C,C,...",
                    help="max concurrent requests per threshold with --recommend (default: 1,4,8,16,32)")
+    r.add_argument("--profile", type=int, default=None, metavar="C",
+                   help="after the sweep, record a few decode steps at C concurrent requests with SGLang's "
+                        "profiler into OUT/profile-CONFIG-cC/ and summarize them (GPU busy, gaps, CPU syncs)")
     r.add_argument("--mem-fraction", type=float, default=0.8, metavar="F",
                    help="fraction of GPU memory for SGLang's static pool, 0-1 (--mem-fraction-static; default: 0.8)")
     r.add_argument("--port", type=int, default=30500, help="server port (default: 30500)")
@@ -561,6 +609,8 @@ def main() -> None:
             parser.error("--recommend sweeps the gate's threshold: it needs --config gate")
         if a.config == "gate" and not 0 <= a.hysteresis < a.threshold:
             parser.error(f"--hysteresis must be >= 0 and < --threshold ({a.threshold}), got {a.hysteresis}")
+        if a.profile is not None and a.profile < 1:
+            parser.error(f"--profile is a number of concurrent requests >= 1, got {a.profile}")
         if not 0 < a.mem_fraction <= 1:
             parser.error(f"--mem-fraction is a fraction of GPU memory (0-1], got {a.mem_fraction}")
         _check_run_paths(parser, a)
