@@ -38,6 +38,7 @@ from console.config import (
     valid_host,
 )
 from console.process import default_server_command, demo_server_command
+from console.state import PHASE_CRASHED
 
 #: escape sequences that switch off every mouse-tracking mode and bracketed paste, show the cursor
 TERMINAL_RESET = "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?2004l\x1b[?25h"
@@ -324,7 +325,21 @@ def main(argv: list[str] | None = None) -> int:
         reset_terminal()
     if app.proc is not None and app.cfg.log_path is not None:
         print(f"specconsole: server log: {app.cfg.log_path}")
-    return int(code)
+    return exit_code(int(code), app.model.process)
+
+
+#: the console ended normally, but the server it launched had crashed (scripts can tell)
+EXIT_SERVER_CRASHED = 3
+
+
+def exit_code(app_code: int, process) -> int:
+    """The process exit code: the app's own (1 after a console crash), else EXIT_SERVER_CRASHED
+    when the server this console started was down with a crash at quit, else 0."""
+    if app_code:
+        return app_code
+    if process is not None and process.phase == PHASE_CRASHED:
+        return EXIT_SERVER_CRASHED
+    return 0
 
 
 if __name__ == "__main__":

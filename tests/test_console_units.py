@@ -1182,3 +1182,10 @@ def test_http_431_names_the_likely_cause():
 
     assert "is the API key that long?" in status_reason(431, api_key_given=True)
     assert status_reason(431) == "HTTP 431: request headers too large"
+
+
+def test_exit_code_says_the_launched_server_crashed():
+    assert cli.exit_code(0, None) == 0
+    assert cli.exit_code(0, st.ProcessState(phase=st.PHASE_READY)) == 0
+    assert cli.exit_code(0, st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1)) == cli.EXIT_SERVER_CRASHED == 3
+    assert cli.exit_code(1, st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1)) == 1  # the console's own crash wins
