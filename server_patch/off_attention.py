@@ -57,6 +57,12 @@ ENV_SWITCH = "SPECCONSOLE_OFF_DECODE_KERNEL"
 CHECK_FIRST = 64
 CHECK_EVERY = 256
 
+
+def sampled(n: int) -> bool:
+    """The run-time checks' sampling rule: the ``n``-th call (from 1) is checked when it is one of
+    the first CHECK_FIRST or a multiple of CHECK_EVERY (a check syncs with the GPU)."""
+    return n <= CHECK_FIRST or n % CHECK_EVERY == 0
+
 _SUBCLASSES: dict = {}
 
 
@@ -129,7 +135,7 @@ def decode_kernel_subclass(base: type, decode_mode: Any) -> type:
             ``req_to_token[r, keys - 1] == out_cache_loc`` (syncs when it runs)."""
             self.spec_gate_calls += 1
             n = self.spec_gate_calls
-            if forward_batch is None or (n > CHECK_FIRST and n % CHECK_EVERY):
+            if forward_batch is None or not sampled(n):
                 return
             bs = forward_batch.batch_size
             rows = forward_batch.req_pool_indices[:bs]

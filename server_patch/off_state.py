@@ -49,12 +49,10 @@ OFF_STEPS = 0
 OFF_DRAFT_TOKENS = 1
 
 #: "0" keeps SGLang's post-verify ``verify_done`` event on OFF results (the scheduler then waits
-#: for the whole OFF verify before preparing the next batch); unset or "1": the early event
+#: for the whole OFF verify before preparing the next batch); unset or "1": the early event.
+#: The early ``new_seq_lens`` is compared with SGLang's own on the steps ``off_attention.sampled``
+#: picks (a comparison waits for the OFF step to finish on the GPU).
 EARLY_SEQ_LENS_ENV = "SPECCONSOLE_OFF_EARLY_SEQ_LENS"
-#: the early ``new_seq_lens`` is compared with SGLang's own on the first steps, then every Nth
-#: (a comparison waits for the OFF step to finish on the GPU)
-EARLY_CHECK_FIRST = 64
-EARLY_CHECK_EVERY = 256
 
 
 def _new_event(device: torch.device):
@@ -393,7 +391,7 @@ class OffStepRunner:
             return
         self.early_seq_lens_steps += 1
         n = self.early_seq_lens_steps
-        if n <= EARLY_CHECK_FIRST or n % EARLY_CHECK_EVERY == 0:
+        if off_attention.sampled(n):
             self.early_seq_lens_checks += 1
             if not torch.equal(sglang_lens, new_seq_lens):  # waits for this OFF step's verify
                 # An assumption about SGLang failed; unchecked steps could be wrong too: stop.
