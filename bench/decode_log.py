@@ -84,10 +84,11 @@ def summarize(samples: Iterable[tuple], sizes: Iterable[int]) -> Dict[str, Dict[
 
 
 def read_log(path: Path) -> str:
-    """The text of a plain or ``.gz`` log (undecodable bytes replaced).
+    """The text of a plain or gzip log (gzip found by content or a ``.gz`` name; undecodable bytes
+    replaced). Also used for profiler traces (``bench.trace_summary``).
 
     Raises:
-        OSError: unreadable (``gzip.BadGzipFile``, an OSError, for a ``.gz`` that is not gzip).
+        OSError: unreadable, a binary file, or a ``.gz`` that is not gzip (``gzip.BadGzipFile``).
         EOFError, zlib.error: a truncated or corrupt ``.gz``.
     """
     with path.open("rb") as f:
@@ -99,7 +100,7 @@ def read_log(path: Path) -> str:
             return f.read()
     text = path.read_text(errors="replace")
     if "\x00" in text[:4096]:
-        raise OSError(f"{path} is a binary file, not a server log")
+        raise OSError(f"{path} is a binary file, not text")
     return text
 
 

@@ -17,11 +17,13 @@ Prints JSON: ``window_ms`` (first GPU activity to last), ``gpu_busy_ms`` / ``gpu
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from bench.decode_log import read_log
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -33,11 +35,7 @@ def load_events(path: Path) -> List[Dict[str, Any]]:
         ValueError: not a Chrome trace (no ``traceEvents`` list), or not JSON.
         OSError: unreadable.
     """
-    with path.open("rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gz else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        data = json.load(f)
+    data = json.loads(read_log(path))  # plain or gzip (by content), like a server log
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ValueError(f"{path}: no traceEvents list (not a Chrome trace)")
@@ -108,7 +106,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             ap.error(f"no such file: {path}")
         try:
             out[str(path)] = summarize(load_events(path), a.gap_us)
-        except (OSError, ValueError, EOFError) as exc:
+        except (OSError, ValueError, EOFError, zlib.error) as exc:
             sys.exit(f"{path}: {exc}")
     print(json.dumps(out, indent=1))
 
