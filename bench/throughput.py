@@ -114,6 +114,8 @@ def profile_decode(url: str, port: int, config: str, concurrency: int, out: Path
     import threading
     import time
 
+    import zlib
+
     import httpx
 
     from bench import trace_summary
@@ -138,7 +140,7 @@ def profile_decode(url: str, port: int, config: str, concurrency: int, out: Path
     for path in sorted(prof_dir.glob("*.trace.json*")):
         try:
             rec["summaries"][path.name] = trace_summary.summarize(trace_summary.load_events(path))
-        except (OSError, ValueError, EOFError) as exc:
+        except (OSError, ValueError, EOFError, zlib.error) as exc:
             rec["summaries"][path.name] = {"error": str(exc)}
     print(json.dumps({"profile": config, **{k: v for k, v in rec.items() if k != "summaries"},
                       "summaries": rec["summaries"]}), flush=True)

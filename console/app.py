@@ -121,6 +121,7 @@ class SpecConsoleApp(App[int]):
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._tagged: dict[str, tuple[str, str]] = {}  # toast identity -> (tag, message kind)
         self._port_owner_ok = False  # the port's listener was checked to be our child
+        self._last_console_line: tuple[str | None, float] = (None, 0.0)  # (text, monotonic time)
 
     # -- setup -----------------------------------------------------------------------------
 
@@ -229,11 +230,6 @@ class SpecConsoleApp(App[int]):
         """(host, port) the child server binds, from its command line."""
         return server_host_port(self.cfg.server_command or [])
 
-    def _port_hint(self) -> str:
-        if self.cfg.mode == "demo":
-            return "stop it, or pass --port P (specconsole demo --port P)"
-        return "stop it, or give the server another port (specconsole launch -- ... --port P)"
-
     def _start_process(self) -> None:
         """Start the child once its port is known to be free (a server already there is never taken for ours)."""
         self._port_owner_ok = False
@@ -245,7 +241,7 @@ class SpecConsoleApp(App[int]):
         taken = None
         if port is not None:
             taken = await asyncio.to_thread(
-                portcheck.check_port, host, port, hint=self._port_hint(), api_key=self.cfg.api_key)
+                portcheck.check_port, host, port, hint=portcheck.port_hint(self.cfg.mode), api_key=self.cfg.api_key)
         if self._quitting:
             return
         if taken is not None:
@@ -337,7 +333,7 @@ class SpecConsoleApp(App[int]):
         """Write a console message into the log pane (styled as a console line). The same text
         again within REPEAT_QUIET_S of the last one is not repeated (a held key, a double press)."""
         now = time.monotonic()
-        last_text, last_at = getattr(self, "_last_console_line", (None, 0.0))
+        last_text, last_at = self._last_console_line
         self._last_console_line = (text, now)
         if text == last_text and now - last_at < REPEAT_QUIET_S:
             return

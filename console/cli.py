@@ -202,11 +202,7 @@ def resolve(argv: list[str]) -> AppConfig:
             url = normalize_url(args.url)
         except ConfigError as exc:
             mode_parser.error(str(exc))
-        if args.api_key is not None:
-            try:
-                check_api_key(args.api_key)
-            except ConfigError as exc:
-                mode_parser.error(str(exc))
+        _check_api_key(mode_parser, args.api_key, "--api-key")
         _check_log_file(mode_parser, args.log, "--log")
         return replace(base, mode="attach", url=url, log_path=args.log, api_key=args.api_key)
     if args.mode == "demo":
@@ -258,14 +254,18 @@ def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: s
         parser.error(f"{where} {path} is a directory; give the server's log file")
 
 
-def _check_server_api_key(parser: argparse.ArgumentParser, server_args: list[str], where: str = "server") -> None:
-    """Refuse a server ``--api-key``/``--admin-api-key`` the console could not send (exits)."""
-    key = api_key_from_server_args(server_args)
+def _check_api_key(parser: argparse.ArgumentParser, key: str | None, where: str) -> None:
+    """Refuse an API key the console could not send (exits; the message never shows the key)."""
     if key is not None:
         try:
-            check_api_key(key, f"{where} --api-key/--admin-api-key")
+            check_api_key(key, where)
         except ConfigError as exc:
             parser.error(str(exc))
+
+
+def _check_server_api_key(parser: argparse.ArgumentParser, server_args: list[str], where: str = "server") -> None:
+    """Refuse a server ``--api-key``/``--admin-api-key`` the console could not send (exits)."""
+    _check_api_key(parser, api_key_from_server_args(server_args), f"{where} --api-key/--admin-api-key")
 
 
 def reset_terminal() -> None:
@@ -282,16 +282,13 @@ def port_problem(cfg: AppConfig) -> str | None:
     """Launch/demo: why the server cannot be started on its port (something is there), or None."""
     if not cfg.server_command:
         return None
+    from console.portcheck import port_hint
     from console.portcheck import port_problem as check
 
     host, port = server_host_port(cfg.server_command)
     if port is None:
         return None
-    if cfg.mode == "demo":
-        hint = "stop it, or pass --port P (specconsole demo --port P)"
-    else:
-        hint = "stop it, or give the server another port (specconsole launch -- ... --port P)"
-    problem = check(host, port, hint=hint, api_key=cfg.api_key)
+    problem = check(host, port, hint=port_hint(cfg.mode), api_key=cfg.api_key)
     if problem:
         problem += f". To watch that server instead: specconsole attach {cfg.url}"
     return problem

@@ -235,22 +235,24 @@ def normalize_url(text: str) -> str:
     return url.rstrip("/")
 
 
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in server arguments (``--flag V`` or ``--flag=V``; the last one wins,
+    as in argparse), or None."""
+    value = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
 def server_host_port(args: list[str]) -> tuple[str, int | None]:
     """``(host, port)`` a server started with ``args`` binds (``--host``/``--port``, the last one
     wins; SGLang's defaults 127.0.0.1 and 30000). ``port`` is None when it is not a number."""
-    host, port = "127.0.0.1", "30000"
-    for i, a in enumerate(args):
-        for flag in ("--host", "--port"):
-            value = None
-            if a == flag and i + 1 < len(args):
-                value = args[i + 1]
-            elif a.startswith(flag + "="):
-                value = a.split("=", 1)[1]
-            if value is not None:
-                if flag == "--host":
-                    host = value
-                else:
-                    port = value
+    host, port = flag_value(args, "--host"), flag_value(args, "--port")
+    host = "127.0.0.1" if host is None else host  # an empty value stays empty (and is refused)
+    port = "30000" if port is None else port
     try:
         return host, int(port)
     except ValueError:
@@ -269,11 +271,4 @@ def url_from_server_args(args: list[str]) -> str:
 
 def api_key_from_server_args(args: list[str]) -> str | None:
     """``--admin-api-key`` (preferred: it guards /set_internal_state) or ``--api-key`` from server args."""
-    found: dict[str, str] = {}
-    for i, a in enumerate(args):
-        for flag in ("--admin-api-key", "--api-key"):
-            if a == flag and i + 1 < len(args):
-                found[flag] = args[i + 1]
-            elif a.startswith(flag + "="):
-                found[flag] = a.split("=", 1)[1]
-    return found.get("--admin-api-key") or found.get("--api-key")
+    return flag_value(args, "--admin-api-key") or flag_value(args, "--api-key")

@@ -26,6 +26,13 @@ import httpx
 ANY_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
 
+def port_hint(mode: str) -> str:
+    """What to do about a taken port, for a ``demo`` or ``launch`` session."""
+    if mode == "demo":
+        return "stop it, or pass --port P (specconsole demo --port P)"
+    return "stop it, or give the server another port (specconsole launch -- ... --port P)"
+
+
 def connect_host(host: str) -> str:
     """The address to connect to for a server bound to ``host``."""
     host = host.strip("[]") if host.startswith("[") else host
