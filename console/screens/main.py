@@ -63,6 +63,8 @@ class MainScreen(Screen):
         self.set_class(width >= WIDE_COLS, "-wide")
 
     def watch_snapshot(self, snapshot: ConsoleSnapshot) -> None:
+        # query(), not query_one(): a poll that lands while the app tears the screen down finds
+        # no panels and updates nothing (query_one raised NoMatches there: a flaky test)
         for widget in self.query(SnapshotWidget):
             widget.snapshot = snapshot
         g = snapshot.gpus
@@ -71,6 +73,8 @@ class MainScreen(Screen):
             title += " · simulated (demo)"
         elif g.driver_version:
             title += f" · driver {g.driver_version}"
-        self.query_one("#gpu-panel").border_title = title
+        for panel in self.query("#gpu-panel"):
+            panel.border_title = title
         load_title = LOAD_TITLE + (" · stale" if snapshot.stale else "")
-        self.query_one("#load-panel").border_title = load_title
+        for panel in self.query("#load-panel"):
+            panel.border_title = load_title
