@@ -208,19 +208,10 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         rec["oracle_match"] = all(oks)
         # the decode-kernel OFF verify read the right keys on every sampled OFF step, every rank
         rec["off_target_attention"] = g.get("off_target_attention")
-        rec["off_attention_checks"] = [x.get("off_attention_checks", 0) for x in g["ranks"]]
-        rec["off_attention_mismatches"] = [x.get("off_attention_mismatches", 0) for x in g["ranks"]]
-        rec["off_attention_proof_ok"] = (
-            g.get("off_target_attention") != DECODE_KERNEL
-            or (min(rec["off_attention_checks"]) > 0 and max(rec["off_attention_mismatches"]) == 0)
-        )
+        _rank_proof(rec, g, "off_attention", active=g.get("off_target_attention") == DECODE_KERNEL)
         # v2: the early next-batch seq_lens of OFF steps equalled SGLang's on every sampled step
         rec["off_early_seq_lens"] = g.get("off_early_seq_lens")
-        rec["off_early_seq_lens_checks"] = [x.get("off_early_seq_lens_checks", 0) for x in g["ranks"]]
-        rec["off_early_seq_lens_mismatches"] = [x.get("off_early_seq_lens_mismatches", 0) for x in g["ranks"]]
-        rec["off_early_seq_lens_proof_ok"] = not g.get("off_early_seq_lens") or (
-            min(rec["off_early_seq_lens_checks"]) > 0 and max(rec["off_early_seq_lens_mismatches"]) == 0
-        )
+        _rank_proof(rec, g, "off_early_seq_lens", active=bool(g.get("off_early_seq_lens")))
         rec["final_spec_gate"] = g
     except Exception as exc:  # keep the other runs going; the record says why this one failed
         record_failure(rec, server, exc)
@@ -257,6 +248,16 @@ def main() -> None:
                 "config", "tp", "worker_class", "oracle_match", "switches", "ranks_agree",
                 "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
                 "off_early_seq_lens_proof_ok", "accept_length_before_off", "accept_length_after_on", "error")}), flush=True)
+
+
+def _rank_proof(rec: Dict[str, Any], gate: Dict[str, Any], key: str, active: bool) -> None:
+    """``rec[KEY_checks]``/``rec[KEY_mismatches]`` per TP rank from ``gate["ranks"]``, and
+    ``rec[KEY_proof_ok]``: the run-time check ``KEY`` ran on every rank and never failed (true when
+    the mechanism it checks was not active)."""
+    checks = [x.get(f"{key}_checks", 0) for x in gate["ranks"]]
+    mismatches = [x.get(f"{key}_mismatches", 0) for x in gate["ranks"]]
+    rec[f"{key}_checks"], rec[f"{key}_mismatches"] = checks, mismatches
+    rec[f"{key}_proof_ok"] = not active or (min(checks) > 0 and max(mismatches) == 0)
 
 
 def merge_result(out: Path, rec: Dict[str, Any]) -> None:
