@@ -17,8 +17,8 @@ same request counts for all), recording total output tokens and wall time.
 Usage on the GPU machine (models from ``python -m bench.synthetic_models --preset 8b``):
     python -m bench.throughput run --config none   --models /tmp/models/8b/p0.2 --out $OUT
     python -m bench.throughput run --config always --models /tmp/models/8b/p0.2 --out $OUT
-    python -m bench.throughput run --config gate --threshold 12 --recommend --models /tmp/models/8b/p0.2 --out $OUT
-Here, from the committed CSVs: python -m bench.throughput summarize bench/results/x2-2026-11-30b/*.csv
+    python -m bench.throughput run --config gate --threshold 48 --recommend --models /tmp/models/8b/p0.2 --out $OUT
+Here, from the committed CSVs: python -m bench.throughput summarize bench/results/x2-2026-11-30c/*.csv
 
 Bad input (a missing or malformed CSV, a path that is not there) ends with a one-line message on
 stderr and a non-zero exit, never a traceback; ``offcost``/``plot`` check ``--out`` before working
@@ -39,6 +39,13 @@ from typing import Any, Dict, List, Optional
 CONCURRENCY = [1, 2, 4, 8, 16, 32, 64, 128]
 TIME_VARYING = [(1, 16), (64, 256), (4, 32), (128, 512), (2, 16)]  # (max concurrency, requests)
 MAX_RR = 128
+# The 8B-shaped pair's crossover (bench/results/x2-2026-11-30c, p = 0.2): always-on led no
+# speculation up to 16 requests, trailed it by 3% at 32 and by 27% at 64, and the gate's OFF steps
+# at 32 (5011 tok/s) trailed both. So N = 48 (on at 32, off at 64) by default, and --recommend
+# sweeps N across 16-64 at the concurrencies that decide it.
+DEFAULT_THRESHOLD = 48
+RECOMMEND_THRESHOLDS = [16, 24, 32, 48, 64]
+RECOMMEND_LEVELS = [16, 32, 64]
 WARMUP = [(8, 32), (64, 64)]  # (max concurrency, requests) before every sweep, not recorded
 CSV_COLUMNS = ["config", "p_wrong", "concurrency", "output_tok_s", "mean_tpot_ms", "p99_tpot_ms",
                "accept_length", "threshold"]
@@ -55,24 +62,40 @@ class BenchError(Exception):
     message on stderr and exits 1, without a traceback."""
 
 
+_DRIVER = None
+
+
+def serving_driver():
+    """The process's one :class:`bench.serving_driver.ServingDriver` (SGLang imported once)."""
+    global _DRIVER
+    if _DRIVER is None:
+        from bench.serving_driver import ServingDriver
+
+        _DRIVER = ServingDriver()
+    return _DRIVER
+
+
 def bench_serving(port: int, concurrency: int, num_prompts: int, out_jsonl: Path, seed: int = 1) -> Dict[str, Any]:
-    """Run ``sglang.bench_serving`` once; return its JSON result line.
+    """Run SGLang's ``bench_serving`` once (through :func:`serving_driver`); return its JSON
+    result line. ``--flush-cache`` empties the server's prefix cache after bench_serving's warm-up
+    request, so no run's prefills hit prompts that an earlier run on the same server sent (the
+    forced-off rows of x2-2026-11-30c re-sent the gate levels' prompts and read 5-8% high).
 
     Raises:
         RuntimeError: bench_serving failed (its output tail in the message).
     """
-    cmd = [
-        sys.executable, "-m", "sglang.bench_serving", "--backend", "sglang",
+    argv = [
+        "--backend", "sglang",
         "--host", "127.0.0.1", "--port", str(port), "--dataset-name", "random-ids",
         "--random-input-len", "256", "--random-output-len", "256", "--random-range-ratio", "1.0",
         "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
-        "--seed", str(seed), "--output-file", str(out_jsonl), "--disable-tqdm",
+        "--seed", str(seed), "--output-file", str(out_jsonl), "--disable-tqdm", "--flush-cache",
     ]
     if out_jsonl.exists():
         out_jsonl.unlink()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not out_jsonl.exists():
-        raise RuntimeError(f"bench_serving failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    out = serving_driver().run(argv)
+    if not out_jsonl.exists():
+        raise RuntimeError(f"bench_serving wrote no {out_jsonl}:\n{out[-2000:]}")
     return json.loads(out_jsonl.read_text().strip().splitlines()[-1])
 
 
@@ -85,11 +108,17 @@ def _gate_accept(url: str) -> Optional[float]:
         return None
 
 
+def level_prompts(concurrency: int) -> int:
+    """Requests per measured level: four waves of ``concurrency``, and at least 32 (at 1-4
+    requests, 16 requests gave spec-decoding rows that moved 5-10% between runs)."""
+    return max(32, 4 * concurrency)
+
+
 def sweep(config: str, p: float, port: int, url: str, work: Path, threshold: Optional[int],
           levels: List[int]) -> List[Dict[str, Any]]:
     rows = []
     for c in levels:
-        res = bench_serving(port, c, max(16, 4 * c), work / f"{config}-{c}.jsonl")
+        res = bench_serving(port, c, level_prompts(c), work / f"{config}-{c}.jsonl")
         acc = _gate_accept(url) if config == "gate" else res.get("accept_length")
         rows.append({
             "config": config, "p_wrong": p, "concurrency": c,
@@ -202,6 +231,13 @@ def run(a: argparse.Namespace) -> None:
     server = start_server(f"bench-{a.config}-p{p_label}", args, a.port, Path("/tmp/specconsole-logs"))
     meta: Dict[str, Any] = {"config": a.config, "p_wrong": p_label, "launch_args": args,
                             "threshold": a.threshold if a.config == "gate" else None}
+
+    def save() -> None:
+        # after every phase, so a run stopped half-way (device time) keeps what it measured
+        driver = serving_driver()
+        meta["bench_serving_mode"] = driver.mode
+        meta["bench_serving_fallback"] = driver.fallback_reason
+        write_json(a.out / f"throughput-{a.config}-p{p_label}.json", meta)
     try:
         wait_ready(server, timeout_s=600)
         meta["startup_s"] = round(server.ready_s, 1)
@@ -221,15 +257,19 @@ def run(a: argparse.Namespace) -> None:
         rows = sweep(a.config, p_label, a.port, server.url, work,
                      a.threshold if a.config == "gate" else None, a.concurrency)
         append_csv(a.out / "throughput.csv", rows)
+        save()
         if a.profile:
             meta["profile"] = profile_decode(server.url, a.port, a.config, a.profile, a.out, work)
         if a.time_varying:
             meta["time_varying"] = time_varying(a.config, a.port, work)
+            print(json.dumps({"time_varying": meta["time_varying"]}), flush=True)
+            save()
         if a.config == "gate":
             set_gate(server.url, speculative_disable_hysteresis=0, speculative_disable_batch_threshold=1)
             off = sweep("gate-forced-off", p_label, a.port, server.url, work, 1, [64, 128])
             append_csv(a.out / "throughput.csv", off)
             meta["forced_off"] = off
+            save()
             if a.recommend:
                 rec_rows = []
                 for n in a.recommend_thresholds:
@@ -243,7 +283,7 @@ def run(a: argparse.Namespace) -> None:
         print(meta["error"], meta["log_tail"], sep="\n")
     finally:
         meta["exit_code"] = stop_server(server)
-        write_json(a.out / f"throughput-{a.config}-p{p_label}.json", meta)
+        save()
 
 
 def read_rows(paths: List[Path]) -> List[Dict[str, Any]]:
@@ -563,8 +603,8 @@ def main() -> None:
     r.add_argument("--label", default="model", help="p_wrong column for your own pair (default: model)")
     r.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="results dir (created): appends DIR/throughput.csv, writes DIR/throughput-CONFIG-pP.json")
-    r.add_argument("--threshold", type=int, default=12, metavar="N",
-                   help="gate: speculation off once the decode batch has >= N requests (default: 12)")
+    r.add_argument("--threshold", type=int, default=DEFAULT_THRESHOLD, metavar="N",
+                   help=f"gate: speculation off once the decode batch has >= N requests (default: {DEFAULT_THRESHOLD})")
     r.add_argument("--hysteresis", type=int, default=2, metavar="H",
                    help="gate: once off, back on below N - H requests (default: 2)")
     r.add_argument("--concurrency", type=_int_list, default=CONCURRENCY, metavar="C,C,...",
@@ -573,10 +613,12 @@ def main() -> None:
                    help="skip the time-varying load (1 -> 64 -> 4 -> 128 -> 2 concurrent requests)")
     r.add_argument("--recommend", action="store_true",
                    help="gate: also sweep the thresholds live (gate-nN rows) for summarize's recommendation")
-    r.add_argument("--recommend-thresholds", type=_int_list, default=[4, 8, 12, 16, 24], metavar="N,N,...",
-                   help="thresholds N to sweep with --recommend (requests; default: 4,8,12,16,24)")
-    r.add_argument("--recommend-levels", type=_int_list, default=[1, 4, 8, 16, 32], metavar="C,C,...",
-                   help="max concurrent requests per threshold with --recommend (default: 1,4,8,16,32)")
+    r.add_argument("--recommend-thresholds", type=_int_list, default=RECOMMEND_THRESHOLDS, metavar="N,N,...",
+                   help="thresholds N to sweep with --recommend (requests; default: "
+                        f"{','.join(map(str, RECOMMEND_THRESHOLDS))})")
+    r.add_argument("--recommend-levels", type=_int_list, default=RECOMMEND_LEVELS, metavar="C,C,...",
+                   help="max concurrent requests per threshold with --recommend; the lowest one is where "
+                        f"summarize's TPOT rule applies (default: {','.join(map(str, RECOMMEND_LEVELS))})")
     r.add_argument("--profile", type=int, default=None, metavar="C",
                    help="after the sweep, record a few decode steps at C concurrent requests with SGLang's "
                         "profiler into OUT/profile-CONFIG-cC/ and summarize them (GPU busy, gaps, CPU syncs)")
