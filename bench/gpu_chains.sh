@@ -34,9 +34,10 @@ case "$step" in
   chain0)
     source .gpuwheels/B/env.sh
     m=/tmp/models/8b/p0.2
-    python3 -m bench.throughput run --config none --models $m --out "$R/gpu0" --port 30500
+    # --profile 64 (last in each run): five decode steps under SGLang's profiler, none vs OFF steps
+    python3 -m bench.throughput run --config none --profile 64 --models $m --out "$R/gpu0" --port 30500
     python3 -m bench.throughput run --config always --models $m --out "$R/gpu0" --port 30500
-    python3 -m bench.throughput run --config gate --threshold 48 --recommend --models $m --out "$R/gpu0" --port 30500
+    python3 -m bench.throughput run --config gate --threshold 48 --recommend --profile 64 --models $m --out "$R/gpu0" --port 30500
     touch "$R/chain0.done" ;;
   tp2)
     # both GPUs: started with setsid by `start-tp2`, results merged per config as each ends

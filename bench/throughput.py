@@ -131,7 +131,10 @@ def sweep(config: str, p: float, port: int, url: str, work: Path, threshold: Opt
     return rows
 
 
-PROFILE_STEPS = 10  # decode steps recorded by SGLang's torch profiler
+PROFILE_STEPS = 5  # decode steps recorded by SGLang's torch profiler
+# Without Python stacks and shapes: with SGLang's default (with_stack=True) ten steps at 128
+# requests made a 340 MB trace whose writing stalled the server ~5 min (x2-2026-11-30c).
+PROFILE_OPTIONS = {"activities": ["CPU", "GPU"], "with_stack": False, "record_shapes": False}
 PROFILE_DELAY_S = 2.0  # after the load starts: its first prefill is over, decode runs at full batch
 
 
@@ -159,7 +162,7 @@ def profile_decode(url: str, port: int, config: str, concurrency: int, out: Path
     rec: Dict[str, Any] = {"concurrency": concurrency, "steps": PROFILE_STEPS, "dir": str(prof_dir)}
     try:
         reply = httpx.post(url + "/start_profile", timeout=120, json={
-            "output_dir": str(prof_dir), "num_steps": PROFILE_STEPS, "activities": ["CPU", "GPU"]})
+            "output_dir": str(prof_dir), "num_steps": PROFILE_STEPS, **PROFILE_OPTIONS})
         rec["start_profile"] = reply.status_code
     except httpx.HTTPError as exc:
         rec["error"] = f"start_profile: {exc}"
@@ -258,8 +261,6 @@ def run(a: argparse.Namespace) -> None:
                      a.threshold if a.config == "gate" else None, a.concurrency)
         append_csv(a.out / "throughput.csv", rows)
         save()
-        if a.profile:
-            meta["profile"] = profile_decode(server.url, a.port, a.config, a.profile, a.out, work)
         if a.time_varying:
             meta["time_varying"] = time_varying(a.config, a.port, work)
             print(json.dumps({"time_varying": meta["time_varying"]}), flush=True)
@@ -277,6 +278,11 @@ def run(a: argparse.Namespace) -> None:
                     rec_rows += sweep(f"gate-n{n}", p_label, a.port, server.url, work, n, a.recommend_levels)
                 append_csv(a.out / "throughput.csv", rec_rows)
             meta["final_spec_gate"] = spec_gate(server.url)
+        if a.profile:  # last: a slow trace write stalls the server, and must not delay the rows
+            if a.config == "gate":  # profile OFF steps (to compare with a none server's decode steps)
+                set_gate(server.url, speculative_disable_hysteresis=0, speculative_disable_batch_threshold=1)
+            meta["profile"] = profile_decode(server.url, a.port, a.config, a.profile, a.out, work)
+            save()
     except Exception as exc:
         meta["error"] = f"{type(exc).__name__}: {exc}"
         meta["log_tail"] = server.log_tail(60)
@@ -620,8 +626,9 @@ def main() -> None:
                    help="max concurrent requests per threshold with --recommend; the lowest one is where "
                         f"summarize's TPOT rule applies (default: {','.join(map(str, RECOMMEND_LEVELS))})")
     r.add_argument("--profile", type=int, default=None, metavar="C",
-                   help="after the sweep, record a few decode steps at C concurrent requests with SGLang's "
-                        "profiler into OUT/profile-CONFIG-cC/ and summarize them (GPU busy, gaps, CPU syncs)")
+                   help="at the end, record a few decode steps (gate: forced off) at C concurrent requests "
+                        "with SGLang's profiler into OUT/profile-CONFIG-cC/ and summarize them (GPU busy, "
+                        "gaps, CPU syncs, top kernels)")
     r.add_argument("--mem-fraction", type=float, default=0.8, metavar="F",
                    help="fraction of GPU memory for SGLang's static pool, 0-1 (--mem-fraction-static; default: 0.8)")
     r.add_argument("--port", type=int, default=30500, help="server port (default: 30500)")

@@ -10,8 +10,10 @@ OFF-step work needs answered: is the GPU kept busy (GPU-bound), or does it wait 
 Prints JSON: ``window_ms`` (first GPU activity to last), ``gpu_busy_ms`` / ``gpu_busy_frac``
 (union of GPU activity intervals over all streams), ``gaps`` (idle stretches longer than
 ``--gap-us``: count, total, longest), ``graph_launches`` (``cudaGraphLaunch`` calls), ``steps``
-(``ProfilerStep#N`` markers, when the profiler recorded them) and ``syncs`` (CPU-side waits:
-``cuda*Synchronize`` and synchronous ``cudaMemcpy`` calls, count and total ms).
+(``ProfilerStep#N`` markers, when the profiler recorded them), ``syncs`` (CPU-side waits:
+``cuda*Synchronize`` and synchronous ``cudaMemcpy`` calls, count and total ms) and ``top_gpu``
+(the GPU activities with the most total time, by name: count, total ms, mean us), so that two
+traces, e.g. an OFF step and a decode step without speculation, can be compared kernel by kernel.
 """
 
 from __future__ import annotations
@@ -52,15 +54,19 @@ def _union(intervals: Iterable[Tuple[float, float]]) -> List[Tuple[float, float]
     return merged
 
 
-def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0) -> Dict[str, Any]:
-    """GPU busy time, idle gaps, graph launches and CPU syncs of one trace (times in ms).
+TOP_GPU = 15
+
+
+def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP_GPU) -> Dict[str, Any]:
+    """GPU busy time, idle gaps, graph launches, CPU syncs and the ``top`` GPU activities by total
+    time of one trace (times in ms, means in us).
 
     ``events``: Chrome-trace events (``ph`` "X" with ``ts``/``dur`` in microseconds, ``cat``,
     ``name``). Raises ValueError when the trace holds no GPU activity (a CPU-only profile).
     """
     complete = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
-    gpu = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in complete
-           if str(e.get("cat", "")).lower() in GPU_CATEGORIES]
+    gpu_events = [e for e in complete if str(e.get("cat", "")).lower() in GPU_CATEGORIES]
+    gpu = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu_events]
     if not gpu:
         raise ValueError("no GPU activity in the trace (was it recorded with activities CPU and GPU?)")
     busy = _union(gpu)
@@ -78,6 +84,10 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0) -> Dict[str, A
     for s in syncs.values():
         s["total_ms"] = round(s["total_ms"], 3)
     steps = sum(1 for e in complete if str(e.get("name", "")).startswith("ProfilerStep#"))
+    by_name: Dict[str, List[float]] = {}
+    for e in gpu_events:
+        by_name.setdefault(str(e.get("name", "")), []).append(float(e["dur"]))
+    ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
     return {
         "window_ms": round(window / 1000, 3),
         "gpu_busy_ms": round(busy_us / 1000, 3),
@@ -87,6 +97,8 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0) -> Dict[str, A
         "graph_launches": sum(1 for e in runtime if e.get("name") == "cudaGraphLaunch"),
         "steps": steps or None,
         "syncs": syncs,
+        "top_gpu": [{"name": name[:120], "count": len(d), "total_ms": round(sum(d) / 1000, 3),
+                     "mean_us": round(sum(d) / len(d), 2)} for name, d in ranked],
     }
 
 
@@ -99,13 +111,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path, nargs="+", help="Chrome trace(s) from SGLang's /start_profile")
     ap.add_argument("--gap-us", type=float, default=20.0, help="GPU idle longer than this counts as a gap (us)")
+    ap.add_argument("--top", type=int, default=TOP_GPU, help="GPU activities listed by total time (default: %(default)s)")
     a = ap.parse_args(argv)
     out = {}
     for path in a.trace:
         if not path.is_file():
             ap.error(f"no such file: {path}")
         try:
-            out[str(path)] = summarize(load_events(path), a.gap_us)
+            out[str(path)] = summarize(load_events(path), a.gap_us, a.top)
         except (OSError, ValueError, EOFError, zlib.error) as exc:
             sys.exit(f"{path}: {exc}")
     print(json.dumps(out, indent=1))

@@ -31,6 +31,12 @@ def test_busy_gaps_launches_and_syncs():
     assert s["gaps"] == {"threshold_us": 20, "count": 2, "total_ms": 1.05, "longest_ms": 1.0}
     assert s["graph_launches"] == 2 and s["steps"] == 2
     assert s["syncs"] == {"cudaEventSynchronize": {"count": 1, "total_ms": 0.8}}
+    assert s["top_gpu"] == [  # by total time: gemm 100 + 90 us, then attn, then the copy
+        {"name": "gemm", "count": 2, "total_ms": 0.19, "mean_us": 95.0},
+        {"name": "attn", "count": 1, "total_ms": 0.1, "mean_us": 100.0},
+        {"name": "DtoH", "count": 1, "total_ms": 0.01, "mean_us": 10.0},
+    ]
+    assert [k["name"] for k in trace_summary.summarize(TRACE, top=1)["top_gpu"]] == ["gemm"]
 
 
 def test_cpu_only_trace_is_refused():
@@ -74,5 +80,7 @@ def test_profile_decode_records_and_summarizes_the_server_trace(tmp_path, monkey
     rec = throughput.profile_decode("http://h:1", 1, "gate", 128, tmp_path / "out", tmp_path)
     assert posted["url"] == "http://h:1/start_profile"
     assert posted["body"]["activities"] == ["CPU", "GPU"] and posted["body"]["num_steps"] == throughput.PROFILE_STEPS
+    # SGLang records Python stacks unless told not to (a 340 MB trace that stalled a server)
+    assert posted["body"]["with_stack"] is False and posted["body"]["record_shapes"] is False
     assert rec["start_profile"] == 200
     assert rec["summaries"]["123-TP-0.trace.json.gz"]["graph_launches"] == 2
