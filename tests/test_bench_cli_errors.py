@@ -255,3 +255,63 @@ def test_summarize_warns_about_rows_it_would_drop_or_pick_silently():
     assert any("unknown config(s) weird" in w for w in warnings)
     assert any("none p=0.2 at 64" in w and "last one read" in w for w in warnings)
     assert row_warnings(rows[:1]) == []
+
+
+# run(): what a run stopped half-way leaves behind ------------------------------------------------
+
+def test_run_writes_its_json_after_every_phase_so_a_late_failure_keeps_the_rows(tmp_path, monkeypatch, capsys):
+    """A gate run whose threshold sweep fails still has its levels, time-varying load and
+    forced-off rows on disk (x2-2026-11-30c lost a gate's time-varying result that way)."""
+    from bench import server_harness
+
+    class FakeServer:
+        url, ready_s = "http://127.0.0.1:1", 1.0
+
+        def log_tail(self, n):
+            return "last log line"
+
+    written = []
+    real_write_json = server_harness.write_json
+
+    def write_json(path, data):
+        real_write_json(path, data)
+        written.append(json.loads(path.read_text()))
+
+    def set_gate(url, **values):
+        if values.get("speculative_disable_batch_threshold") == 16:
+            raise RuntimeError("server went away")
+        return {"updated": True}
+
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: FakeServer())
+    monkeypatch.setattr(server_harness, "wait_ready", lambda *a, **k: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: -9)
+    monkeypatch.setattr(server_harness, "set_gate", set_gate)
+    monkeypatch.setattr(server_harness, "spec_gate", lambda url: {"accept_length_recent": 2.9})
+    monkeypatch.setattr(server_harness, "write_json", write_json)
+    import httpx
+    monkeypatch.setattr(httpx, "get", lambda *a, **k: httpx.Response(200, json={"version": "0.5.12"}))
+    monkeypatch.setattr(throughput.subprocess, "run", lambda *a, **k: argparse.Namespace(stdout="H200, 580\n"))
+    monkeypatch.setattr(throughput, "bench_serving", lambda port, c, n, out, seed=1: {
+        "output_throughput": 100.0 * c, "mean_tpot_ms": 5.0, "p99_tpot_ms": 6.0, "duration": 1.0,
+        "total_output_tokens": 256 * n})
+    a = argparse.Namespace(
+        config="gate", models=None, label="prod", target="t", draft="d", threshold=48, hysteresis=2,
+        concurrency=[1, 64], time_varying=True, recommend=True, recommend_thresholds=[16],
+        recommend_levels=[16], profile=None, mem_fraction=0.8, port=1, server_args=[], out=tmp_path)
+    throughput.run(a)
+
+    final = json.loads((tmp_path / "throughput-gate-pprod.json").read_text())
+    assert len(written) >= 4  # levels, time-varying, forced-off, then the end
+    assert "time_varying" not in written[0] and "time_varying" in written[1]
+    assert final["time_varying"]["total_output_tokens"] == 256 * sum(n for _, n in throughput.TIME_VARYING)
+    assert [r["concurrency"] for r in final["forced_off"]] == [64, 128]
+    assert final["error"] == "RuntimeError: server went away" and final["exit_code"] == -9
+    assert final["bench_serving_mode"] in ("in-process", "subprocess")
+    rows = throughput.read_rows([tmp_path / "throughput.csv"])
+    assert [(r["config"], r["concurrency"]) for r in rows] == [
+        ("gate", "1"), ("gate", "64"), ("gate-forced-off", "64"), ("gate-forced-off", "128")]
+    assert '"time_varying"' in capsys.readouterr().out  # printed when measured, not only at the end
+
+
+def test_level_prompts_are_four_waves_and_at_least_32():
+    assert [throughput.level_prompts(c) for c in (1, 4, 8, 16, 128)] == [32, 32, 32, 64, 512]
