@@ -510,6 +510,29 @@ def summarize(a: argparse.Namespace) -> None:
             print(f"| {c} | {d.get('none', 'n/a')} | {d.get('always', 'n/a')} | {d.get('gate', 'n/a')} | {ratio} |")
         best = recommend(rows, p)
         print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")
+        loads = [t for t in time_varying_results(a.csv or [default]) if same_label(t["p_wrong"], p)]
+        if loads:
+            parts = ", ".join(f"{t['config']}{' N=' + str(t['threshold']) if t['threshold'] else ''} "
+                              f"{t['wall_s']:.1f} s" for t in loads)
+            fastest = min(loads, key=lambda t: t["wall_s"])
+            print(f"time-varying load: {parts}; fastest: {fastest['config']}")
+
+
+def time_varying_results(csv_paths: List[Path]) -> List[Dict[str, Any]]:
+    """The time-varying loads recorded by ``run`` in the ``throughput-*.json`` files next to
+    ``csv_paths``: ``{config, p_wrong, threshold, wall_s, total_output_tokens}`` each, sorted by
+    config. Unreadable or foreign JSON files are skipped (they are not this tool's output)."""
+    out = []
+    for d in sorted({p.parent for p in csv_paths}):
+        for path in sorted(d.glob("throughput-*.json")):
+            try:
+                meta = json.loads(path.read_text(encoding="utf-8"))
+                tv = meta["time_varying"]
+                out.append({"config": meta["config"], "p_wrong": meta["p_wrong"], "threshold": meta.get("threshold"),
+                            "wall_s": float(tv["wall_s"]), "total_output_tokens": int(tv["total_output_tokens"])})
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return sorted(out, key=lambda t: t["config"])
 
 
 KNOWN_CONFIGS = ("none", "always", "gate", "gate-forced-off")  # plus gate-n<N> sweep rows

@@ -116,3 +116,26 @@ def test_summarize_says_why_there_is_no_recommendation(tmp_path, capsys, monkeyp
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == f"recommended threshold: none ({why})"
     assert "None" not in out
+
+
+def test_summarize_reports_the_time_varying_load_from_the_runs_json(tmp_path, capsys, monkeypatch):
+    import csv
+    import json
+    import sys
+
+    from bench import throughput
+
+    with (tmp_path / "throughput.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
+        w.writeheader()
+        w.writerows(STATIC)
+    for config, wall, threshold in (("none", 57.4, None), ("always", 53.9, None), ("gate", 43.2, 48)):
+        (tmp_path / f"throughput-{config}-p0.2.json").write_text(json.dumps({
+            "config": config, "p_wrong": 0.2, "threshold": threshold,
+            "time_varying": {"wall_s": wall, "total_output_tokens": 212992}}))
+    (tmp_path / "throughput-broken-p0.2.json").write_text("{not json")  # skipped, not fatal
+    (tmp_path / "throughput-gate-p0.5.json").write_text(json.dumps({"config": "gate", "p_wrong": 0.5}))  # no load
+    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(tmp_path / "throughput.csv")])
+    throughput.main()
+    out = capsys.readouterr().out
+    assert "time-varying load: always 53.9 s, gate N=48 43.2 s, none 57.4 s; fastest: gate" in out
