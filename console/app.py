@@ -283,7 +283,8 @@ class SpecConsoleApp(App[int]):
     def _show_no_server(self) -> None:
         from console.config import user_config_dir
 
-        self.push_screen(NoServerScreen(self.cfg.url, str(user_config_dir())), self._after_no_server)
+        self.push_screen(NoServerScreen(self.cfg.url, str(user_config_dir()), self.cfg.config_path),
+                         self._after_no_server)
 
     async def _after_no_server(self, choice: str | None) -> None:
         if choice == "demo":

@@ -158,12 +158,12 @@ def resolve(argv: list[str]) -> AppConfig:
     args = parser.parse_args(own)
 
     file_cfg = None
-    path = find_config()
-    if path is not None:
-        try:
+    try:
+        path = find_config()
+        if path is not None:
             file_cfg = load_config(path)
-        except ConfigError as exc:
-            parser.error(str(exc))
+    except ConfigError as exc:
+        parser.error(str(exc))
     console_defaults = file_cfg["console"] if file_cfg else {}
     interval = getattr(args, "interval", None)
     where = "--interval"
@@ -192,6 +192,7 @@ def resolve(argv: list[str]) -> AppConfig:
         if not extra:
             mode_parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout)
+        _check_log_dir(mode_parser, base.log_dir, "--log-dir")
         _check_server_api_key(mode_parser, extra)
         _check_server_address(mode_parser, extra)
         return launch_config(base, extra)
@@ -208,6 +209,7 @@ def resolve(argv: list[str]) -> AppConfig:
     if args.mode == "demo":
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
                        nvml=args.gpus, demo_args=extra)
+        _check_log_dir(mode_parser, base.log_dir, "--log-dir")
         _check_server_api_key(mode_parser, extra)
         cfg = demo_config(base, port=args.port)
         _check_server_address(mode_parser, cfg.server_command or [], "demo server")
@@ -222,6 +224,7 @@ def resolve(argv: list[str]) -> AppConfig:
         if server.get("args"):
             _check_server_api_key(parser, server["args"], where=f"{file_cfg['path']}: server.args")
             _check_server_address(parser, server["args"], f"{file_cfg['path']}: server.args")
+            _check_log_dir(parser, log_dir, f"{file_cfg['path']}: server.log_dir")
             return launch_config(replace(base, log_dir=log_dir), server["args"])
         if server.get("attach"):
             log = Path(server["log"]).expanduser() if server.get("log") else None
@@ -235,7 +238,7 @@ def resolve(argv: list[str]) -> AppConfig:
 
     if probe(DEFAULT_URL):
         return replace(base, mode="attach", url=DEFAULT_URL)
-    return replace(base, mode="none", url=DEFAULT_URL)
+    return replace(base, mode="none", url=DEFAULT_URL, config_path=file_cfg["path"] if file_cfg else None)
 
 
 def _check_server_address(parser: argparse.ArgumentParser, server_args: list[str], where: str = "server") -> None:
@@ -246,6 +249,19 @@ def _check_server_address(parser: argparse.ArgumentParser, server_args: list[str
         parser.error(f"{where} --port must be a number from 1 to 65535")
     if not valid_host(host):
         parser.error(f"{where} --host {host!r} is not a host name or IP address")
+
+
+def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str) -> None:
+    """Refuse a log directory the console cannot write the server log into (exits 2 before the
+    screen opens); a missing one is created, as it would be at start."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        parser.error(f"{where} {path} is a file, not a directory")
+    except OSError as exc:
+        parser.error(f"{where} {path}: cannot create it ({exc.strerror or exc})")
+    if not os.access(path, os.W_OK | os.X_OK):
+        parser.error(f"{where} {path}: not writable")
 
 
 def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:

@@ -48,10 +48,16 @@ def default_log_dir() -> Path:
 
 
 def find_config(cwd: Path | None = None) -> Path | None:
-    """The config file to use: ``./specconsole.toml``, else the user config dir's, else None."""
+    """The config file to use: ``./specconsole.toml``, else the user config dir's, else None.
+
+    Raises:
+        ConfigError: a candidate path exists but is not a file (a directory of that name).
+    """
     for candidate in ((cwd or Path.cwd()) / CONFIG_NAME, user_config_dir() / CONFIG_NAME):
         if candidate.is_file():
             return candidate
+        if candidate.exists():
+            raise ConfigError(f"{candidate} is not a file; the config must be a TOML file")
     return None
 
 
@@ -135,15 +141,18 @@ def load_config(path: Path) -> dict[str, Any]:
                               if key != "api_key" else f"{path}: server.api_key must be a non-empty string")
     if "api_key" in server:
         check_api_key(server["api_key"], f"{path}: server.api_key")
-    for key in ("api_key", "log"):
+    for key, instead in (("api_key", "a launched server's key goes in server.args as --api-key"),
+                         ("log", "a launched server's log is written by the console, into server.log_dir")):
         if key in server and "attach" not in server:
-            raise ConfigError(f"{path}: server.{key} applies only with server.attach (a launched server's key "
-                              "goes in server.args as --api-key, its log is written by the console)")
+            raise ConfigError(f"{path}: server.{key} applies only with server.attach ({instead})")
     if server.get("args") and server.get("attach"):
         raise ConfigError(f"{path}: server.args (launch) and server.attach (watch) exclude each other; keep one")
-    for key, typ in (("interval", (int, float)), ("theme", str), ("readonly", bool)):
+    for key, typ, expected in (("interval", (int, float), "a number of seconds, e.g. 1.0"),
+                               ("theme", str, 'a theme name in quotes, e.g. "dark"'),
+                               ("readonly", bool, "true or false")):
         if key in console and (not isinstance(console[key], typ) or isinstance(console[key], bool) != (typ is bool)):
-            raise ConfigError(f"{path}: console.{key} has the wrong type")
+            raise ConfigError(f"{path}: console.{key} has the wrong type: expected {expected}, "
+                              f"got {console[key]!r}")
     return {"server": server, "console": console, "path": str(path)}
 
 
@@ -166,6 +175,7 @@ class AppConfig:
         nvml: ``real`` (nvidia-ml-py) or ``sim`` (simulated GPU, demo default without NVML).
         handle_signals: install SIGTERM/SIGHUP handlers (off under the test driver).
         demo_args: extra arguments for the demo server.
+        config_path: the config file read (mode ``none``: it names no server), or None.
     """
 
     mode: str = "attach"
@@ -181,6 +191,7 @@ class AppConfig:
     nvml: str = "real"
     handle_signals: bool = True
     demo_args: list[str] = field(default_factory=list)
+    config_path: str | None = None
 
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")

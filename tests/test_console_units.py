@@ -1189,3 +1189,65 @@ def test_exit_code_says_the_launched_server_crashed():
     assert cli.exit_code(0, st.ProcessState(phase=st.PHASE_READY)) == 0
     assert cli.exit_code(0, st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1)) == cli.EXIT_SERVER_CRASHED == 3
     assert cli.exit_code(1, st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1)) == 1  # the console's own crash wins
+
+
+# fresh-user pass 3 (2026-11-30): refused before the screen opens, and messages that say what is wrong
+
+def test_a_log_dir_the_console_cannot_write_is_refused_before_the_screen_opens(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    for argv, says in ((["demo", "--log-dir", str(a_file)], "is a file, not a directory"),
+                       (["launch", "--log-dir", str(a_file / "sub"), "--", "--model-path", "M"], "cannot create it"),
+                       (["demo", "--log-dir", "/proc/nonexistent/x"], "cannot create it")):
+        with pytest.raises(SystemExit) as exc:
+            cli.resolve(argv)
+        assert exc.value.code == 2
+        last = capsys.readouterr().err.splitlines()[-1]
+        assert "--log-dir" in last and says in last
+    cfg = cli.resolve(["demo", "--log-dir", str(tmp_path / "new" / "logs")])  # created, as at start
+    assert (tmp_path / "new" / "logs").is_dir() and cfg.log_dir == tmp_path / "new" / "logs"
+    (tmp_path / "specconsole.toml").write_text(f'[server]\nargs = ["--port", "31004"]\nlog_dir = "{a_file}"\n')
+    with pytest.raises(SystemExit):
+        cli.resolve([])
+    assert "server.log_dir" in capsys.readouterr().err
+
+
+def test_config_that_names_no_server_or_is_a_directory_says_so(tmp_path, monkeypatch, capsys):
+    from console.screens.no_server import NoServerScreen
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("console.client.probe", lambda url, timeout_s=0.7: False)
+    assert cli.resolve([]).config_path is None
+    assert NoServerScreen("http://127.0.0.1:30000", "/cfg").why.startswith("No `specconsole.toml`")
+    for text in ("", "[server]\n", '[console]\ntheme = "light"\n'):
+        (tmp_path / "specconsole.toml").write_text(text)
+        cfg = cli.resolve([])
+        assert cfg.mode == "none" and cfg.config_path == str(tmp_path / "specconsole.toml")
+        why = NoServerScreen(cfg.url, "/cfg", cfg.config_path).why
+        assert "names no server" in why and "No `specconsole.toml`" not in why
+    (tmp_path / "specconsole.toml").unlink()
+    (tmp_path / "specconsole.toml").mkdir()
+    with pytest.raises(SystemExit):
+        cli.resolve([])
+    assert "specconsole.toml is not a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[server]\nlog = "/tmp/x.log"', "a launched server's log is written by the console"),
+    ('[server]\napi_key = "k"', "a launched server's key goes in server.args as --api-key"),
+    ('[console]\ninterval = "fast"', "console.interval has the wrong type: expected a number of seconds"),
+    ('[console]\nreadonly = "yes"', "console.readonly has the wrong type: expected true or false, got 'yes'"),
+])
+def test_config_messages_name_what_each_key_expects(tmp_path, monkeypatch, capsys, text, says):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specconsole.toml").write_text(text + "\n")
+    with pytest.raises(SystemExit):
+        cli.resolve([])
+    err = capsys.readouterr().err
+    assert says in err
+    if "log" in text:
+        assert "api-key" not in err  # the message is about the log, not the key

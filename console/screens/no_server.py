@@ -11,8 +11,7 @@ from textual.widgets import Footer, Label, Markdown
 TEXT = """\
 # No server found
 
-No `specconsole.toml` in this directory or in `{config_dir}`, and nothing answers on
-`{url}`.
+{why}, and nothing answers on `{url}`.
 
 **Try it without a GPU** — press `d` to start the demo (a simulated server, same screens).
 
@@ -55,15 +54,18 @@ class NoServerScreen(Screen[str]):
         Binding("q", "choose('quit')", "Quit"),
     ]
 
-    def __init__(self, url: str, config_dir: str) -> None:
+    def __init__(self, url: str, config_dir: str, config_path: str | None = None) -> None:
+        """``config_path``: a config file that was read but names no server (else there was none)."""
         super().__init__()
         self.url = url
         self.config_dir = config_dir
+        self.why = (f"`{config_path}` names no server (no `args` or `attach` in its `[server]` table)"
+                    if config_path else f"No `specconsole.toml` in this directory or in `{config_dir}`")
 
     def compose(self) -> ComposeResult:
         yield Label(KEYS.format(url=self.url), id="no-server-keys")
         with VerticalScroll(id="no-server-body"):
-            yield Markdown(TEXT.format(url=self.url, config_dir=self.config_dir))
+            yield Markdown(TEXT.format(url=self.url, config_dir=self.config_dir, why=self.why))
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
