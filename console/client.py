@@ -48,6 +48,20 @@ def status_reason(code: int, api_key_given: bool = False) -> str:
     return f"HTTP {code}"
 
 
+def answer_summary(resp: httpx.Response) -> str:
+    """One line for an answer that is not the contract's JSON, e.g. ``HTTP 501 with an HTML page
+    (not SGLang's JSON)``: never the page itself (it would flood the panel, toast and log pane)."""
+    text = resp.text.strip()
+    if "html" in resp.headers.get("content-type", "").lower() or text[:15].lower().startswith(("<!doctype", "<html")):
+        body = "an HTML page (not SGLang's JSON)"
+    elif not text:
+        body = "an empty body"
+    else:
+        first = " ".join(text.split())
+        body = repr(first if len(first) <= 60 else first[:60] + "…") + " (not the expected JSON)"
+    return f"HTTP {resp.status_code} with {body}"
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     out: list[BaseException] = []
     cur: BaseException | None = exc
@@ -234,7 +248,7 @@ class ServerClient:
         try:
             return parse_set_result(resp.json())
         except ValueError as exc:
-            raise ServerUnreachable(f"HTTP {resp.status_code}: {resp.text[:200]}") from exc
+            raise ServerUnreachable(answer_summary(resp)) from exc
 
 
 @dataclass

@@ -246,6 +246,8 @@ class ConsoleModel:
             return "no answer from the server yet: threshold not changed"
         if self.gate is None:
             return "this server runs without the speculation gate (--speculative-disable-batch-threshold)"
+        if self.gate.threshold is None:
+            return "spec_gate reports no threshold (not the gate's contract: a patched SGLang server?): threshold not changed"
         if threshold is None:
             return None
         return validate_threshold(threshold, self.snapshot_max_running(),
@@ -354,7 +356,9 @@ class ConsoleModel:
         queued changes are dropped; returns the log-pane message."""
         self._inflight = None
         what = _describe(sent.get("threshold"), sent.get("hysteresis"))
-        if delivered:
+        if delivered and reason.startswith("HTTP "):  # it answered, but not with the contract's JSON
+            text = f"{what}: the server answered {reason}; not confirmed"
+        elif delivered:
             text = f"{what}: no answer from server ({reason}); not confirmed"
         else:
             text = f"{what} not sent: {reason}"

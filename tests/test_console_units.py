@@ -1251,3 +1251,40 @@ def test_config_messages_name_what_each_key_expects(tmp_path, monkeypatch, capsy
     assert says in err
     if "log" in text:
         assert "api-key" not in err  # the message is about the log, not the key
+
+
+def test_a_server_whose_spec_gate_has_no_threshold_gets_no_change_sent():
+    """A non-SGLang server answering /server_info with a junk spec_gate: `t` and +/- are refused
+    (a change was sent, logged as 'threshold None -> 5' and followed by 'spec_gate shows ... None')."""
+    m = ConsoleModel()
+    m.on_sample(parse_server_info({"internal_states": [{"spec_gate": {"worker_class": "x"}}]}, None))
+    for refused in (m.check_request(), m.check_request(5, 1), m.request_change(5, 1)[1], m.step_threshold(1)[1]):
+        assert "spec_gate reports no threshold" in refused
+    assert m.next_to_send() is None
+
+
+def test_an_answer_that_is_not_json_is_one_line_without_the_page():
+    from console.client import answer_summary
+
+    page = "<!DOCTYPE HTML>\n<html lang=\"en\">\n<head>\n" + "<p>x</p>\n" * 50
+    html = httpx.Response(501, text=page, headers={"content-type": "text/html;charset=utf-8"})
+    assert answer_summary(html) == "HTTP 501 with an HTML page (not SGLang's JSON)"
+    assert answer_summary(httpx.Response(200, text=page)) == "HTTP 200 with an HTML page (not SGLang's JSON)"
+    assert answer_summary(httpx.Response(502, text="")) == "HTTP 502 with an empty body"
+    long = httpx.Response(200, text="upstream\nerror " + "y" * 200)
+    said = answer_summary(long)
+    assert "\n" not in said and len(said) < 110 and said.startswith("HTTP 200 with 'upstream error yyy")
+    m = ConsoleModel()
+    m.on_sample(_sample())
+    m.request_change(40, None)
+    [text] = m.on_set_failure(m.next_to_send(), answer_summary(html))
+    assert text == "set threshold 40: the server answered HTTP 501 with an HTML page (not SGLang's JSON); not confirmed"
+
+
+def test_the_threshold_dialog_checks_the_hysteresis_and_names_the_limit():
+    assert parse_request("33", "33", 32, 4, 96) == "hysteresis 33 refused: must be < threshold 33"
+    assert parse_request("", "1000000", 32, 4, 96) == "hysteresis 1000000 refused: must be < threshold 32"
+    assert parse_request("", "-1", 32, 4, 96) == "hysteresis -1 refused: must be >= 0"
+    assert parse_request("1000000000", "", 32, 4, 96) == "threshold 1000000000 is out of range (at most 96)"
+    assert parse_request("8", "", 32, 4, 96) == ThresholdRequest(8, None)  # H 4 < 8: fine
+    assert parse_request("4", "", 32, 4, 96) == "hysteresis 4 refused: must be < threshold 4"

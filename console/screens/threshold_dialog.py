@@ -29,8 +29,9 @@ _INTEGER = re.compile(r"-?[0-9]+")
 MAX_DIGITS = 9
 
 
-def parse_int_field(name: str, text: str) -> int | None | str:
-    """The field's integer, None when empty (unchanged), or why it is refused (a str)."""
+def parse_int_field(name: str, text: str, upper: int | None = None) -> int | None | str:
+    """The field's integer, None when empty (unchanged), or why it is refused (a str).
+    ``upper``: the largest value that makes sense, named when the number is absurdly long."""
     value = text.strip()
     if not value:
         return None
@@ -38,7 +39,8 @@ def parse_int_field(name: str, text: str) -> int | None | str:
         return f"{name} {value!r} is not a whole number: type digits only (e.g. 32)"
     if len(value.lstrip("-")) > MAX_DIGITS:
         shown = value if len(value) <= 12 else value[:12] + "…"
-        return f"{name} {shown} is out of range"
+        limit = f"at most {upper}" if upper is not None else f"at most {MAX_DIGITS} digits"
+        return f"{name} {shown} is out of range ({limit})"
     return int(value)
 
 
@@ -51,10 +53,10 @@ def parse_request(
     Returns:
         A :class:`ThresholdRequest` with only the changed values, or an error message. Both
         fields must be plain integers (``2.5``, ``3e1``, ``1_000`` are refused, not reduced to
-        their digits); the threshold must lie in [1, max running requests] (refused here,
-        before sending); the hysteresis is checked by the server, which knows the rules in force.
+        their digits); the threshold must lie in [1, max running requests] and the hysteresis in
+        [0, threshold - 1] (the README's contract; refused here, before sending).
     """
-    thr = parse_int_field("threshold", threshold_text)
+    thr = parse_int_field("threshold", threshold_text, max_running_requests)
     if isinstance(thr, str):
         return thr
     hys = parse_int_field("hysteresis", hysteresis_text)
@@ -66,6 +68,10 @@ def parse_request(
         err = validate_threshold(thr, max_running_requests)
         if err:
             return err
+    if hys is not None and hys < 0:
+        return f"hysteresis {hys} refused: must be >= 0"
+    if hys is not None and thr is not None and hys >= thr:
+        return f"hysteresis {hys} refused: must be < threshold {thr}"
     req = ThresholdRequest(
         thr if thr != current_threshold else None,
         hys if hys != current_hysteresis else None,
@@ -87,9 +93,10 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
         self.max_running = max_running_requests
 
     def compose(self) -> ComposeResult:
-        upper = self.max_running if self.max_running is not None else "max running requests"
+        span = f"1..{self.max_running} req" if self.max_running is not None else ">= 1 req"
         with Vertical(id="threshold-body"):
-            yield Label(f"SPEC OFF at batch size >= N (1..{upper} req), ON again below N - H.", id="threshold-help")
+            yield Label(f"SPEC OFF at batch size >= N ({span}), ON again below N - H (0 <= H < N).",
+                        id="threshold-help")
             with Horizontal(classes="field"):
                 yield Label("threshold N (req)", classes="field-label")
                 yield Input(str(self.threshold if self.threshold is not None else ""), id="threshold-input")
@@ -111,7 +118,8 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
         """Say at once when a field is not a plain integer (nothing typed is silently dropped)."""
         error = ""
         for name in ("threshold", "hysteresis"):
-            result = parse_int_field(name, self.query_one(f"#{name}-input", Input).value)
+            upper = self.max_running if name == "threshold" else None
+            result = parse_int_field(name, self.query_one(f"#{name}-input", Input).value, upper)
             if isinstance(result, str):
                 error = result
                 break
