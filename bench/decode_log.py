@@ -13,8 +13,10 @@ not the client: it isolates the decode step from bench_serving's ramp-up and tai
 
     python -m bench.decode_log LOG [--start TEXT] [--end TEXT] [--sizes 16,32,64,128]
 
-``--start``/``--end``: only lines after the first line containing START and before the next one
-containing END (e.g. ``"spec_gate: threshold 24 -> 1"``: a forced-off segment). Prints JSON.
+``--start``/``--end``: only lines after a line containing START and before the next one containing
+END, in every such window of the log (e.g. ``"spec_gate: speculation off"`` / ``"spec_gate:
+speculation on"``: every OFF stretch; ``"spec_gate: threshold 24 -> 1"``: a forced-off segment).
+Prints JSON, with the number of windows read.
 A missing or unreadable log, a START no line contains, or a window without ``Decode batch`` lines
 at the sizes ends with a one-line message on stderr and a non-zero exit.
 """
@@ -35,18 +37,27 @@ DECODE_LINE = re.compile(
 )
 
 
-def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optional[str] = None):
-    """Yield ``(running_req, gen_tok_s)`` of the ``Decode batch`` lines in the window.
+def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optional[str] = None,
+                 windows: Optional[List[int]] = None):
+    """Yield ``(running_req, gen_tok_s)`` of the ``Decode batch`` lines in the windows.
 
-    The window opens after the first line containing ``start`` (from the top if None) and closes
-    at the next line containing ``end`` (at the bottom if None)."""
+    A window opens after a line containing ``start`` (at the top if None) and closes at the next
+    line containing ``end`` (at the bottom if None); with ``start`` given, every later line
+    containing it opens another window. ``windows``, if given, gets one entry per window opened."""
     inside = start is None
+    if inside and windows is not None:
+        windows.append(1)
     for line in lines:
         if not inside:
             inside = start in line
+            if inside and windows is not None:
+                windows.append(1)
             continue
         if end is not None and end in line:
-            return
+            if start is None:
+                return
+            inside = False
+            continue
         m = DECODE_LINE.search(line)
         if m:
             yield int(m["bs"]), float(m["tps"])
@@ -97,8 +108,9 @@ def read_log(path: Path) -> str:
         import gzip
 
         with gzip.open(path, "rt", errors="replace") as f:
-            return f.read()
-    text = path.read_text(errors="replace")
+            text = f.read()
+    else:
+        text = path.read_text(errors="replace")
     if "\x00" in text[:4096]:
         raise OSError(f"{path} is a binary file, not text")
     return text
@@ -114,9 +126,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
     except ValueError:
-        ap.error(f"--sizes must be comma-separated integers, got {a.sizes!r}")
+        sizes = [0]
     if not sizes:
         ap.error("--sizes is empty")
+    if min(sizes) < 1:
+        ap.error(f"--sizes must be comma-separated running-request counts >= 1, got {a.sizes!r}")
     if not a.log.exists():
         ap.error(f"no such file: {a.log}")
     if a.log.is_dir():
@@ -129,12 +143,14 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(f"no line contains --start {a.start!r} in {a.log}")
     if a.end is not None and not any(a.end in line for line in lines):
         sys.exit(f"no line contains --end {a.end!r} in {a.log}")
-    result = summarize(decode_lines(lines, a.start, a.end), sizes)
+    windows: List[int] = []
+    result = summarize(decode_lines(lines, a.start, a.end, windows), sizes)
     if not result:
         window = ((f" after --start {a.start!r}" if a.start is not None else "")
                   + (f" before --end {a.end!r}" if a.end is not None else ""))
         sys.exit(f"no Decode batch lines at running-req {sizes} in {a.log}{window}")
-    print(json.dumps({"log": str(a.log), "start": a.start, "end": a.end, "by_running_req": result}, indent=1))
+    print(json.dumps({"log": str(a.log), "start": a.start, "end": a.end, "windows": len(windows),
+                      "by_running_req": result}, indent=1))
 
 
 if __name__ == "__main__":

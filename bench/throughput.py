@@ -483,7 +483,8 @@ def plot(rows: List[Dict[str, Any]], out: Path, title: str = "") -> None:
 
 
 def summarize(a: argparse.Namespace) -> None:
-    """Markdown table per p_wrong (none / always / gate tok/s, gate over the best static) and the
+    """Markdown table per p_wrong (none / always / gate tok/s, gate over the better static config,
+    n/a unless both were measured at that concurrency) and the
     recommended threshold (or why there is none), from ``CSV...`` or ``--results DIR/throughput.csv``.
 
     Raises:
@@ -505,8 +506,9 @@ def summarize(a: argparse.Namespace) -> None:
                 by.setdefault(int(r["concurrency"]), {})[r["config"]] = float(r["output_tok_s"])
         for c in sorted(by):
             d = by[c]
-            best = max(d.get("none", 0), d.get("always", 0))
-            ratio = f"{d['gate'] / best:.3f}" if "gate" in d and best else "n/a"
+            # against the better of the two static configs: only when both were measured
+            both = "none" in d and "always" in d
+            ratio = f"{d['gate'] / max(d['none'], d['always']):.3f}" if "gate" in d and both else "n/a"
             print(f"| {c} | {d.get('none', 'n/a')} | {d.get('always', 'n/a')} | {d.get('gate', 'n/a')} | {ratio} |")
         best = recommend(rows, p)
         print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")

@@ -39,8 +39,8 @@ def load_events(path: Path) -> List[Dict[str, Any]]:
     """
     data = json.loads(read_log(path))  # plain or gzip (by content), like a server log
     events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list):
-        raise ValueError(f"{path}: no traceEvents list (not a Chrome trace)")
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise ValueError("no traceEvents list of event objects (not a Chrome trace)")
     return events
 
 
@@ -113,8 +113,14 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--gap-us", type=float, default=20.0, help="GPU idle longer than this counts as a gap (us)")
     ap.add_argument("--top", type=int, default=TOP_GPU, help="GPU activities listed by total time (default: %(default)s)")
     a = ap.parse_args(argv)
+    if not (a.gap_us >= 0 and a.gap_us != float("inf")):  # also refuses nan
+        ap.error(f"--gap-us must be a finite number of microseconds >= 0 (got {a.gap_us})")
+    if a.top < 1:
+        ap.error(f"--top must be >= 1 (got {a.top})")
     out = {}
     for path in a.trace:
+        if path.is_dir():
+            ap.error(f"{path} is a directory; give the trace file(s) in it")
         if not path.is_file():
             ap.error(f"no such file: {path}")
         try:

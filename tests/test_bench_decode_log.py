@@ -87,3 +87,31 @@ def test_gzip_is_read_by_content_binary_refused_and_a_missing_end_marker_said(tm
         decode_log.main([str(binary)])
     with pytest.raises(SystemExit, match="no line contains --end 'NOPE'"):
         decode_log.main([str(named_log), "--sizes", "32", "--end", "NOPE"])
+
+
+def test_every_window_between_start_and_end_is_read():
+    """``--start "speculation off" --end "speculation on"``: every OFF stretch, not only the first."""
+    lines = log((64, 1.0), "spec_gate: speculation off (batch 64 >= 24)", (64, 8000.0),
+                "spec_gate: speculation on (batch 1 < 22)", (64, 99999.0),
+                "spec_gate: speculation off (batch 128 >= 24)", (128, 12800.0), (64, 6400.0))
+    windows = []
+    got = decode_log.summarize(decode_log.decode_lines(lines, "speculation off", "speculation on", windows), [64, 128])
+    assert len(windows) == 2
+    assert got["64"]["lines"] == 2 and got["128"]["lines"] == 1  # 99999 (an ON stretch) left out
+    only_end = list(decode_log.decode_lines(lines, None, "speculation on"))
+    assert only_end == [(64, 1.0), (64, 8000.0)]  # no START: from the top to the first END
+
+
+def test_bad_sizes_and_a_gzip_of_random_bytes_are_refused(tmp_path, capsys):
+    good = tmp_path / "s.log"
+    good.write_text("\n".join(log((64, 8000.0))))
+    for sizes in ("0,-1", "a", "64,0"):
+        with pytest.raises(SystemExit) as exc:
+            decode_log.main([str(good), "--sizes", sizes])
+        assert exc.value.code == 2 and "running-request counts >= 1" in capsys.readouterr().err
+    noise = tmp_path / "noise.log.gz"
+    with gzip.open(noise, "wb") as f:
+        f.write(bytes(range(256)) * 64)
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(noise)])
+    assert "binary file" in str(exc.value.code)

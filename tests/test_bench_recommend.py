@@ -139,3 +139,22 @@ def test_summarize_reports_the_time_varying_load_from_the_runs_json(tmp_path, ca
     throughput.main()
     out = capsys.readouterr().out
     assert "time-varying load: always 53.9 s, gate N=48 43.2 s, none 57.4 s; fastest: gate" in out
+
+
+def test_gate_over_best_static_needs_both_static_configs(tmp_path, capsys, monkeypatch):
+    import csv
+    import sys
+
+    from bench import throughput
+
+    rows = [row("none", 1, 200, 5.0), row("gate", 1, 380, 2.7, 48),
+            row("none", 16, 2800, 5.7), row("always", 16, 2400, 6.6), row("gate", 16, 2700, 5.9, 48)]
+    with (tmp_path / "throughput.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(tmp_path / "throughput.csv")])
+    throughput.main()
+    out = capsys.readouterr().out
+    assert "| 1 | 200.0 | n/a | 380.0 | n/a |" in out  # not 1.900 against none alone
+    assert "| 16 | 2800.0 | 2400.0 | 2700.0 | 0.964 |" in out

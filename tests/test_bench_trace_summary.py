@@ -84,3 +84,23 @@ def test_profile_decode_records_and_summarizes_the_server_trace(tmp_path, monkey
     assert posted["body"]["with_stack"] is False and posted["body"]["record_shapes"] is False
     assert rec["start_profile"] == 200
     assert rec["summaries"]["123-TP-0.trace.json.gz"]["graph_launches"] == 2
+
+
+@pytest.mark.parametrize("content", ["[1, 2, 3]", '{"traceEvents": ["x"]}', '{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "a", "dur": 1}]}'])
+def test_malformed_traces_are_one_line_errors_naming_the_file_once(tmp_path, content):
+    path = tmp_path / "t.json"
+    path.write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        trace_summary.main([str(path)])
+    message = str(exc.value.code)
+    assert message.count(str(path)) == 1 and "\n" not in message
+
+
+def test_bad_flags_and_a_directory_are_usage_errors(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": TRACE}))
+    for argv, says in (([str(tmp_path)], "is a directory"), ([str(path), "--gap-us", "-1"], "--gap-us must be"),
+                       ([str(path), "--gap-us", "nan"], "--gap-us must be"), ([str(path), "--top", "0"], "--top must be")):
+        with pytest.raises(SystemExit) as exc:
+            trace_summary.main(argv)
+        assert exc.value.code == 2 and says in capsys.readouterr().err
