@@ -23,13 +23,17 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from console import state as st
+from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S
 from console.config import AppConfig, default_log_dir
+
+MIN_COLS, MIN_ROWS = 80, 24  # the README's smallest supported terminal
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -202,12 +206,21 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, server_args = argv[:i], argv[i + 1:]
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     try:
         cols, rows = (int(x) for x in args.size.lower().split("x"))
     except ValueError:
-        print("--size must look like 160x50", file=sys.stderr)
-        return 2
+        parser.error(f"--size must look like 160x50 (got {args.size!r})")
+    if cols < MIN_COLS or rows < MIN_ROWS:
+        parser.error(f"--size must be at least {MIN_COLS}x{MIN_ROWS}, the console's documented minimum (got {args.size})")
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        parser.error(f"--timeout must be a number of seconds > 0 (got {args.timeout:g})")
+    if not math.isfinite(args.interval) or not MIN_INTERVAL_S <= args.interval <= MAX_INTERVAL_S:
+        parser.error(f"--interval must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} "
+                     f"(got {args.interval:g})")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out} is a file; give a directory for the SVGs and observed.json")
     if args.gpus is None:
         args.gpus = "sim" if args.demo else "real"
     base = AppConfig(interval_s=args.interval, log_dir=args.log_dir or default_log_dir(), nvml=args.gpus)

@@ -1288,3 +1288,24 @@ def test_the_threshold_dialog_checks_the_hysteresis_and_names_the_limit():
     assert parse_request("1000000000", "", 32, 4, 96) == "threshold 1000000000 is out of range (at most 96)"
     assert parse_request("8", "", 32, 4, 96) == ThresholdRequest(8, None)  # H 4 < 8: fine
     assert parse_request("4", "", 32, 4, 96) == "hysteresis 4 refused: must be < threshold 4"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--out", "FILE"], "is a file; give a directory"),
+    (["--size", "10x3"], "--size must be at least 80x24"),
+    (["--size", "big"], "--size must look like 160x50"),
+    (["--timeout", "-1"], "--timeout must be a number of seconds > 0"),
+    (["--interval", "0"], "--interval must be a number of seconds from 0.1"),
+])
+def test_headless_check_refuses_bad_options_before_starting_anything(tmp_path, capsys, argv, says):
+    from console import headless_check
+
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    argv = [str(a_file) if x == "FILE" else x for x in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exc:
+        headless_check.main(["--demo", *argv])
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
