@@ -610,3 +610,33 @@ async def test_footer_drops_the_threshold_keys_while_a_text_box_has_focus(make_a
         await pilot.press("escape")
         await pilot.pause(0.3)
         assert "Thr+1" in screen_text(app)
+
+
+async def test_changing_the_filter_while_paused_keeps_the_line_at_the_top():
+    """Paused in the middle of the log, a filter on and off again returns to the same line, not to
+    line 1 (fresh-user pass 3: `f` then `c` jumped to the first line of the log)."""
+    from textual.app import App
+
+    class OneLog(App):
+        def compose(self):
+            yield LogView(id="v")
+
+    app = OneLog()
+    async with app.run_test(size=(80, 20)) as pilot:
+        view = app.query_one(LogView)
+        view.add_lines([f"line {i} {'spec_gate: x' if i % 10 == 0 else 'decode'}" for i in range(500)])
+        await pilot.pause()
+        view.follow = False
+        view.scroll_to(y=200, animate=False, immediate=True)
+        await pilot.pause()
+        assert view.visible_texts()[int(view.scroll_offset.y)].startswith("line 200 ")
+        view.include = "spec_gate"
+        await pilot.pause()
+        top = view.visible_texts()[int(view.scroll_offset.y)]
+        assert top.startswith("line 200 ")  # line 200 matches: it stays on top
+        view.scroll_to(y=25, animate=False, immediate=True)  # filtered row 25 = line 250
+        await pilot.pause()
+        view.include = ""
+        await pilot.pause()
+        assert view.visible_texts()[int(view.scroll_offset.y)].startswith("line 250 ")
+        assert view.follow is False

@@ -13,6 +13,8 @@ the view renders only the visible lines (Textual's line API), so a long log stay
 
 from __future__ import annotations
 
+import bisect
+
 from dataclasses import dataclass
 
 from rich.style import Style
@@ -125,12 +127,19 @@ class LogView(ScrollView, can_focus=True):
             self._to_end()
 
     def _rebuild(self) -> None:
+        # paused: keep the log line at the top of the view at the top (a filter change must not
+        # jump to line 1: the row number alone names another line once the filter changes)
+        top = int(self.scroll_offset.y)
+        anchor = self.shown[top] if not self.follow and 0 <= top < len(self.shown) else None
         self.shown = [i for i, e in enumerate(self.entries) if line_visible(e.text, self.include, self.exclude)]
         self._width = max((len(self.entries[i].text) for i in self.shown), default=0)
         self._match_pos = None
         self._update_size()
         if self.follow:
             self._to_end()
+        elif anchor is not None:
+            row = bisect.bisect_left(self.shown, anchor)  # that line, or the next one still shown
+            self.scroll_to(y=min(row, max(0, len(self.shown) - 1)), animate=False, immediate=True)
         self.refresh()
 
     def _update_size(self) -> None:
