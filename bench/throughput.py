@@ -79,7 +79,8 @@ def bench_serving(port: int, concurrency: int, num_prompts: int, out_jsonl: Path
     """Run SGLang's ``bench_serving`` once (through :func:`serving_driver`); return its JSON
     result line. ``--flush-cache`` empties the server's prefix cache after bench_serving's warm-up
     request, so no run's prefills hit prompts that an earlier run on the same server sent (the
-    forced-off rows of x2-2026-11-30c re-sent the gate levels' prompts and read 5-8% high).
+    forced-off rows of x2-2026-11-30c re-sent the gate levels' prompts and read 5-14% above the
+    per-step ratio from the server log).
 
     Raises:
         RuntimeError: bench_serving failed (its output tail in the message).
