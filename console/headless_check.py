@@ -34,6 +34,7 @@ from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S
 from console.config import AppConfig, default_log_dir
 
 MIN_COLS, MIN_ROWS = 80, 24  # the README's smallest supported terminal
+MAX_COLS, MAX_ROWS = 1000, 500  # a screenshot larger than any terminal (99999x99999 ate GBs)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,9 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--launch", action="store_true", help="start the server given after --")
     p.add_argument("--log", type=Path, default=None, help="server log to follow (attach)")
     p.add_argument("--api-key", default=None)
-    p.add_argument("--out", type=Path, required=True, help="directory for the SVGs and observed.json")
+    p.add_argument("--out", required=True, help="directory for the SVGs and observed.json (created)")
     p.add_argument("--size", default="160x50", help="terminal size COLSxROWS (default 160x50)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each step (launch: for readiness too)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds to wait for each step (launch: for readiness too; default 60)")
     p.add_argument("--interval", type=float, default=0.5, help="poll interval, seconds")
     p.add_argument("--log-dir", type=Path, default=None, help="launch/demo: where the server log goes")
     p.add_argument("--no-restore", action="store_true", help="leave the threshold at +1")
@@ -154,7 +156,7 @@ async def run_check(
                        ("the server answers but has no spec_gate (started without --speculative-disable-batch-threshold?)"
                         if before_obs.get("reachable") else "no answer from the server"))
             step("spec_gate seen", got_gate, **({"why": why} if why else {}))
-            app.save_screenshot(str(out / "before.svg"))
+            _screenshot(app, out / "before.svg", result)
             if got_gate:
                 before = app.model.gate.threshold
                 target = before + 1
@@ -172,7 +174,7 @@ async def run_check(
                 step("threshold change confirmed by spec_gate", confirmed, before=before, requested=target,
                      after=app.model.gate.threshold if app.model.gate else None, message=app.model.message)
                 result["after"] = observe(app)
-                app.save_screenshot(str(out / "after.svg"))
+                _screenshot(app, out / "after.svg", result)  # never keeps the threshold from being restored
                 result["threshold_before"] = before
                 result["threshold_requested"] = target
                 result["threshold_after"] = result["after"]["threshold"]
@@ -186,7 +188,7 @@ async def run_check(
                     )
                     step("threshold restored", restored)
                 result["restored"] = restored
-                result["ok"] = bool(confirmed and (restored is not False))
+                result["ok"] = bool(confirmed and (restored is not False) and result.get("screenshots_ok", True))
             if app.proc is not None:
                 pgid = app.proc.pgid
                 await app.action_quit()
@@ -197,6 +199,34 @@ async def run_check(
         app.shutdown_server()
     (out / "observed.json").write_text(json.dumps(result, indent=2, default=str))
     return result
+
+
+def _screenshot(app: Any, path: Path, result: dict[str, Any]) -> None:
+    """Save an SVG of the screen; a failure is recorded in ``result`` and fails the check, but
+    does not stop it (the threshold must still be put back)."""
+    try:
+        app.save_screenshot(str(path))
+    except OSError as exc:
+        result.setdefault("screenshot_errors", []).append(f"{path}: {exc}")
+        result["screenshots_ok"] = False
+
+
+def _check_out_dir(parser: argparse.ArgumentParser, out: Path, raw: str) -> None:
+    """Refuse an --out the check could not write its files into (exits 2 before starting)."""
+    if not raw.strip():
+        parser.error("--out is empty; give a directory for the SVGs and observed.json")
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file; give a directory for the SVGs and observed.json")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".specconsole-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        parser.error(f"--out {out}: cannot write there ({exc.strerror or exc})")
+    for name in ("observed.json", "before.svg", "after.svg"):
+        if (out / name).is_dir():
+            parser.error(f"--out {out}: {name} there is a directory")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,15 +242,16 @@ def main(argv: list[str] | None = None) -> int:
         cols, rows = (int(x) for x in args.size.lower().split("x"))
     except ValueError:
         parser.error(f"--size must look like 160x50 (got {args.size!r})")
-    if cols < MIN_COLS or rows < MIN_ROWS:
-        parser.error(f"--size must be at least {MIN_COLS}x{MIN_ROWS}, the console's documented minimum (got {args.size})")
+    if not (MIN_COLS <= cols <= MAX_COLS and MIN_ROWS <= rows <= MAX_ROWS):
+        parser.error(f"--size must be from {MIN_COLS}x{MIN_ROWS} (the console's documented minimum) to "
+                     f"{MAX_COLS}x{MAX_ROWS} (got {args.size})")
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         parser.error(f"--timeout must be a number of seconds > 0 (got {args.timeout:g})")
     if not math.isfinite(args.interval) or not MIN_INTERVAL_S <= args.interval <= MAX_INTERVAL_S:
         parser.error(f"--interval must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} "
                      f"(got {args.interval:g})")
-    if args.out.exists() and not args.out.is_dir():
-        parser.error(f"--out {args.out} is a file; give a directory for the SVGs and observed.json")
+    _check_out_dir(parser, Path(args.out), args.out)  # a str until here: Path("") would read as "."
+    args.out = Path(args.out)
     if args.gpus is None:
         args.gpus = "sim" if args.demo else "real"
     base = AppConfig(interval_s=args.interval, log_dir=args.log_dir or default_log_dir(), nvml=args.gpus)

@@ -640,3 +640,28 @@ async def test_changing_the_filter_while_paused_keeps_the_line_at_the_top():
         await pilot.pause()
         assert view.visible_texts()[int(view.scroll_offset.y)].startswith("line 250 ")
         assert view.follow is False
+
+
+async def test_a_filter_that_fits_one_screen_and_then_clear_returns_to_the_same_line():
+    """Fresh-user pass 4: paused at line 300, a filter whose few lines fit on one screen, then
+    clear: the view went to the first line of the log instead of line 300."""
+    from textual.app import App
+
+    class OneLog(App):
+        def compose(self):
+            yield LogView(id="v")
+
+    app = OneLog()
+    async with app.run_test(size=(80, 20)) as pilot:
+        view = app.query_one(LogView)
+        view.add_lines([f"line {i} {'spec_gate: x' if i % 100 == 0 else 'decode'}" for i in range(500)])
+        await pilot.pause()
+        view.follow = False
+        view.scroll_to(y=300, animate=False, immediate=True)
+        await pilot.pause()
+        view.include = "spec_gate"  # 5 lines: all on one screen, the view starts at row 0
+        await pilot.pause()
+        assert len(view.visible_texts()) == 5
+        view.include = ""
+        await pilot.pause()
+        assert view.visible_texts()[int(view.scroll_offset.y)].startswith("line 300 ")

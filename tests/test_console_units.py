@@ -1292,7 +1292,10 @@ def test_the_threshold_dialog_checks_the_hysteresis_and_names_the_limit():
 
 @pytest.mark.parametrize("argv, says", [
     (["--out", "FILE"], "is a file; give a directory"),
-    (["--size", "10x3"], "--size must be at least 80x24"),
+    (["--size", "10x3"], "--size must be from 80x24"),
+    (["--size", "99999x99999"], "to 1000x500"),
+    (["--out", ""], "--out is empty"),
+    (["--out", "FILE/sub"], "cannot write there"),
     (["--size", "big"], "--size must look like 160x50"),
     (["--timeout", "-1"], "--timeout must be a number of seconds > 0"),
     (["--interval", "0"], "--interval must be a number of seconds from 0.1"),
@@ -1302,10 +1305,28 @@ def test_headless_check_refuses_bad_options_before_starting_anything(tmp_path, c
 
     a_file = tmp_path / "f"
     a_file.write_text("x")
-    argv = [str(a_file) if x == "FILE" else x for x in argv]
+    argv = [x.replace("FILE", str(a_file)) for x in argv]
     if "--out" not in argv:
         argv += ["--out", str(tmp_path / "out")]
     with pytest.raises(SystemExit) as exc:
         headless_check.main(["--demo", *argv])
     assert exc.value.code == 2 and says in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() or "--out" not in argv[-2:]  # nothing started
+
+
+async def test_headless_check_restores_the_threshold_when_a_screenshot_cannot_be_written(tmp_path):
+    """A screenshot that fails (after.svg made a directory after the start-up check) fails the
+    check but does not leave the server at the changed threshold (it did: 33 instead of 32)."""
+    from console import headless_check
+    from console.cli import demo_config
+
+    cfg = demo_config(AppConfig(interval_s=0.2, log_dir=tmp_path / "logs", nvml="sim"),
+                      extra=["--startup-seconds", "0.2", "--load", "fixed:8"])
+    out = tmp_path / "out"
+    (out / "after.svg").mkdir(parents=True)
+    from console.nvml_sim import SimulatedNvml
+
+    result = await headless_check.run_check(cfg, out, size=(100, 30), timeout=20, restore=True,
+                                            nvml_module=SimulatedNvml(seed=0), ready_timeout=20)
+    assert result["confirmed"] is True and result["restored"] is True
+    assert result["ok"] is False and "after.svg" in result["screenshot_errors"][0]

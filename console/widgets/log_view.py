@@ -84,6 +84,9 @@ class LogView(ScrollView, can_focus=True):
         self.new_while_paused = 0
         self._width = 0
         self._match_pos: int | None = None
+        # entry index, while paused: the line that was on top before a filter change, kept while
+        # the view cannot show it on top (until the operator scrolls), so clearing returns to it
+        self._pin: int | None = None
 
     # -- data ------------------------------------------------------------------------------
 
@@ -131,6 +134,9 @@ class LogView(ScrollView, can_focus=True):
         # jump to line 1: the row number alone names another line once the filter changes)
         top = int(self.scroll_offset.y)
         anchor = self.shown[top] if not self.follow and 0 <= top < len(self.shown) else None
+        if self._pin is not None and not self.follow:
+            anchor = self._pin  # the view could not show it on top last time; nobody scrolled since
+        self._pin = None
         self.shown = [i for i, e in enumerate(self.entries) if line_visible(e.text, self.include, self.exclude)]
         self._width = max((len(self.entries[i].text) for i in self.shown), default=0)
         self._match_pos = None
@@ -139,7 +145,13 @@ class LogView(ScrollView, can_focus=True):
             self._to_end()
         elif anchor is not None:
             row = bisect.bisect_left(self.shown, anchor)  # that line, or the next one still shown
-            self.scroll_to(y=min(row, max(0, len(self.shown) - 1)), animate=False, immediate=True)
+            last_top = max(0, len(self.shown) - max(1, self.scrollable_content_region.height))
+            if row > last_top:  # too near the end to be on top (e.g. a filter that fits one screen)
+                self._pin = anchor
+                row = last_top
+            # now, and again after the next layout: scroll_to clamps to the old size until then
+            self.scroll_to(y=row, animate=False, immediate=True)
+            self.call_after_refresh(self.scroll_to, y=row, animate=False, immediate=True)
         self.refresh()
 
     def _update_size(self) -> None:
@@ -235,22 +247,38 @@ class LogView(ScrollView, can_focus=True):
         return strip.crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, row)
 
     def on_mouse_scroll_up(self) -> None:
+        self._pin = None
         self.follow = False
+
+    def on_mouse_scroll_down(self) -> None:
+        self._pin = None
 
     # keys (ScrollableContainer's bindings): scrolling back pauses following, End resumes it.
     # The focused view sees End before the app does, so the app's "End: follow" lives here too.
 
     def action_scroll_end(self) -> None:
+        self._pin = None
         self.follow = True
 
     def action_scroll_home(self) -> None:
+        self._pin = None
         self.follow = False
         super().action_scroll_home()
 
     def action_scroll_up(self) -> None:
+        self._pin = None
         self.follow = False
         super().action_scroll_up()
 
     def action_page_up(self) -> None:
+        self._pin = None
         self.follow = False
         super().action_page_up()
+
+    def action_scroll_down(self) -> None:
+        self._pin = None
+        super().action_scroll_down()
+
+    def action_page_down(self) -> None:
+        self._pin = None
+        super().action_page_down()
