@@ -407,7 +407,7 @@ class ConsoleModel:
         if all(live == want for _, _, want, live in parts):
             self._unanswered = None
             text = ", ".join(f"{name} {old} -> {want}" for name, old, want, _ in parts)
-            text += " confirmed by spec_gate (applied, although the request got no answer)"
+            text += " confirmed by spec_gate (applied, although the request was not answered as expected)"
             self.set_message(text, "ok")
             return [text]
         if self._unanswered_back_at is None:
@@ -415,7 +415,7 @@ class ConsoleModel:
         if not self._unanswered_said and self._sample_at - self._unanswered_back_at >= UNANSWERED_GRACE_S:
             self._unanswered_said = True
             shown = " ".join(f"{name} {live}" for name, _, _, live in parts)
-            text = f"{_describe(u.threshold, u.hysteresis)} got no answer and spec_gate shows {shown}: not applied"
+            text = f"{_describe(u.threshold, u.hysteresis)} was not answered as expected and spec_gate shows {shown}: not applied"
             self.set_message(text, "error")
             return [text]
         return []

@@ -102,6 +102,12 @@ async def test_a_hysteresis_not_below_the_threshold_is_refused_in_the_dialog(mak
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
         await pilot.press("t")
         await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ThresholdDialog", what="dialog")
+        await pilot.pause(0.1)
+        help_label = app.screen.query_one("#threshold-help")  # not cut at the dialog's edge (it was)
+        lines = str(help_label.render()).splitlines()
+        assert lines == ["SPEC OFF at batch size >= N (N: 1..96 req)", "ON again below N - H (H: 0..N-1 req)"]
+        assert help_label.content_region.height >= 2
+        assert max(map(len, lines)) <= help_label.content_region.width
         hys = app.screen.query_one("#hysteresis-input")
         hys.value = "40"
         await pilot.press("enter")
@@ -575,7 +581,7 @@ async def test_notices_follow_the_server_after_a_freeze(tmp_path):
             await wait_for(pilot, lambda: "confirmed" in (app.model.message or ""), what="late confirmation")
             await pilot.pause(0.2)
             top = "\n".join(screen_text(app).splitlines()[:10])  # header, Speculation and Load panels
-            assert "threshold 32 -> 33 confirmed by spec_gate (applied, although the request got no answer)" in log_texts(app)
+            assert "threshold 32 -> 33 confirmed by spec_gate (applied, although the request was not answered as expected)" in log_texts(app)
             assert "threshold 33 req" in top and "confirmed" in top
             assert "unreachable" not in top and "no answer from server" not in top
             assert not [n for n in notifications(app) if "unreachable" in n]

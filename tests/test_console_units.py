@@ -917,7 +917,7 @@ def test_reconnect_clears_unreachable_notices_and_late_changes_are_confirmed():
     # ... the server comes back and shows the value: the stale notice goes, the change is confirmed
     now[0] = 5.0
     lines = m.on_sample(_sample(33), polled_at=5.0)
-    assert lines == ["threshold 32 -> 33 confirmed by spec_gate (applied, although the request got no answer)"]
+    assert lines == ["threshold 32 -> 33 confirmed by spec_gate (applied, although the request was not answered as expected)"]
     assert m.snapshot().message == lines[0] and m.snapshot().message_level == "ok"
     assert m.on_sample(_sample(33), polled_at=6.0) == []  # said once
 
@@ -929,7 +929,7 @@ def test_reconnect_clears_unreachable_notices_and_late_changes_are_confirmed():
     assert m.on_sample(_sample(32), polled_at=10.0) == []
     now[0] = 14.0
     (line,) = m.on_sample(_sample(32), polled_at=14.0)
-    assert line == "set threshold 33 got no answer and spec_gate shows threshold 32: not applied"
+    assert line == "set threshold 33 was not answered as expected and spec_gate shows threshold 32: not applied"
     now[0] = 20.0  # it applied after all: still confirmed
     assert "confirmed by spec_gate" in m.on_sample(_sample(33), polled_at=20.0)[0]
 

@@ -93,9 +93,10 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
         self.max_running = max_running_requests
 
     def compose(self) -> ComposeResult:
-        span = f"1..{self.max_running} req" if self.max_running is not None else ">= 1 req"
+        span = f"1..{self.max_running}" if self.max_running is not None else ">= 1"
         with Vertical(id="threshold-body"):
-            yield Label(f"SPEC OFF at batch size >= N ({span}), ON again below N - H (0 <= H < N).",
+            # two short lines: one long line was cut at the dialog's edge (70 columns)
+            yield Label(f"SPEC OFF at batch size >= N (N: {span} req)\nON again below N - H (H: 0..N-1 req)",
                         id="threshold-help")
             with Horizontal(classes="field"):
                 yield Label("threshold N (req)", classes="field-label")
