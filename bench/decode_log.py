@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 DECODE_LINE = re.compile(
-    r"Decode batch, #running-req: (?P<bs>\d+),.*?gen throughput \(token/s\): (?P<tps>[0-9.]+)"
+    r"Decode batch, #running-req: (?P<bs>\d+),.*?gen throughput \(token/s\): (?P<tps>[0-9.]+(?:[eE][+-]?[0-9]+)?)"
 )
 
 
@@ -59,7 +60,7 @@ def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optiona
             inside = False
             continue
         m = DECODE_LINE.search(line)
-        if m:
+        if m and math.isfinite(float(m["tps"])):  # "1e400" reads as inf: not a measurement
             yield int(m["bs"]), float(m["tps"])
 
 

@@ -65,14 +65,14 @@ class _Runner:
         self.off_target_graph = self.off_draft_extend_graph = self.on_target_graph = types.SimpleNamespace(count=0)
 
 
-def _scheduler(gate: bool):
+def _scheduler(gate: bool, threshold: int = 10_000):
     sched = types.SimpleNamespace(
         draft_worker=EAGLEWorkerV2(), enable_overlap=True, tp_rank=0, tp_size=1, max_running_requests=128,
         server_args=types.SimpleNamespace(speculative_algorithm="EAGLE3", cuda_graph_max_bs=128),
         spec_num_forward_ct=1, spec_num_accept_tokens=3, spec_total_num_forward_ct=0,
         spec_total_num_accept_tokens=0)
     if gate:
-        runtime = sh.GateRuntime(sched, SpecGate(GateConfig(threshold=10_000, hysteresis=0)), runner_factory=_Runner)
+        runtime = sh.GateRuntime(sched, SpecGate(GateConfig(threshold=threshold, hysteresis=0)), runner_factory=_Runner)
         setattr(sched, sh.GATE_ATTR, runtime)
     return sched
 
@@ -109,7 +109,7 @@ def step_functions(bs: int) -> Dict[str, Any]:
         sh.around_process_batch_result_decode(process, sched, batch, res)
         sh.around_update_spec_metrics(update, sched, bs, correct)
 
-    no_gate, gate_on = _scheduler(False), _scheduler(True)
+    no_gate, gate_on = _scheduler(False), _scheduler(True, threshold=bs + 1)  # above the batch: ON
 
     def gate_step():
         hooked_step(gate_on)
@@ -146,6 +146,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         ap.error(f"--bs must be comma-separated batch sizes >= 1, got {a.bs!r}")
     if a.steps < 1 or a.repeat < 1:
         ap.error("--steps and --repeat must be >= 1")
+    if a.out is not None:
+        if a.out.is_dir() or not a.out.parent.is_dir():
+            ap.error(f"--out {a.out}: give a file in an existing directory")
+        try:  # before measuring, not after
+            a.out.touch()
+        except OSError as exc:
+            ap.error(f"--out {a.out}: cannot write it ({exc.strerror or exc})")
     result = {
         "what": "CPU microseconds per decode step of the gate's scheduler hooks (ON path), stand-in "
                 "scheduler; see bench/hook_overhead.py",

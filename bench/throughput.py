@@ -513,7 +513,9 @@ def summarize(a: argparse.Namespace) -> None:
             print(f"| {c} | {d.get('none', 'n/a')} | {d.get('always', 'n/a')} | {d.get('gate', 'n/a')} | {ratio} |")
         best = recommend(rows, p)
         print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")
-        loads = [t for t in time_varying_results(a.csv or [default]) if same_label(t["p_wrong"], p)]
+        measured = {r["config"] for r in rows if same_label(r["p_wrong"], p)}  # not another run's JSON
+        loads = [t for t in time_varying_results(a.csv or [default])
+                 if same_label(t["p_wrong"], p) and t["config"] in measured]
         if loads:
             parts = ", ".join(f"{t['config']}{' N=' + str(t['threshold']) if t['threshold'] else ''} "
                               f"{t['wall_s']:.1f} s" for t in loads)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import zlib
 from pathlib import Path
@@ -65,6 +66,11 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP
     ``name``). Raises ValueError when the trace holds no GPU activity (a CPU-only profile).
     """
     complete = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
+    for e in complete:
+        ts, dur = float(e["ts"]), float(e["dur"])  # ValueError for text
+        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
+            raise ValueError(f"event {str(e.get('name', ''))[:60]!r} has ts {e['ts']!r} / dur {e['dur']!r}: "
+                             "not a time (a corrupt trace?)")
     gpu_events = [e for e in complete if str(e.get("cat", "")).lower() in GPU_CATEGORIES]
     gpu = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu_events]
     if not gpu:
@@ -117,17 +123,21 @@ def main(argv: Optional[List[str]] = None) -> None:
         ap.error(f"--gap-us must be a finite number of microseconds >= 0 (got {a.gap_us})")
     if a.top < 1:
         ap.error(f"--top must be >= 1 (got {a.top})")
-    out = {}
     for path in a.trace:
         if path.is_dir():
             ap.error(f"{path} is a directory; give the trace file(s) in it")
         if not path.is_file():
             ap.error(f"no such file: {path}")
+    out, errors = {}, []
+    for path in a.trace:  # a bad file is named; the good ones are still summarized
         try:
             out[str(path)] = summarize(load_events(path), a.gap_us, a.top)
         except (OSError, ValueError, EOFError, zlib.error) as exc:
-            sys.exit(f"{path}: {exc}")
-    print(json.dumps(out, indent=1))
+            errors.append(f"{path}: {exc}")
+    if out:
+        print(json.dumps(out, indent=1))
+    if errors:
+        sys.exit("\n".join(errors))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import math
 import os
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -260,8 +261,11 @@ def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str) -> N
         parser.error(f"{where} {path} is a file, not a directory")
     except OSError as exc:
         parser.error(f"{where} {path}: cannot create it ({exc.strerror or exc})")
-    if not os.access(path, os.W_OK | os.X_OK):
-        parser.error(f"{where} {path}: not writable")
+    try:  # os.access says yes to root on /proc and /sys; only writing a file tells
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".specconsole-write-test-"):
+            pass
+    except OSError as exc:
+        parser.error(f"{where} {path}: cannot write a log file there ({exc.strerror or exc})")
 
 
 def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:

@@ -115,3 +115,8 @@ def test_bad_sizes_and_a_gzip_of_random_bytes_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         decode_log.main([str(noise)])
     assert "binary file" in str(exc.value.code)
+
+
+def test_an_absurd_throughput_is_not_read_as_a_small_one():
+    lines = [LINE.format(bs=32, tps="1e400"), LINE.format(bs=32, tps="1.6e4")]
+    assert list(decode_log.decode_lines(lines)) == [(32, 16000.0)]  # 1e400 (inf) dropped, not read as 1

@@ -128,7 +128,7 @@ def test_summarize_reports_the_time_varying_load_from_the_runs_json(tmp_path, ca
     with (tmp_path / "throughput.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
         w.writeheader()
-        w.writerows(STATIC)
+        w.writerows(STATIC + [row("gate", 1, 360, 2.8, 48)])
     for config, wall, threshold in (("none", 57.4, None), ("always", 53.9, None), ("gate", 43.2, 48)):
         (tmp_path / f"throughput-{config}-p0.2.json").write_text(json.dumps({
             "config": config, "p_wrong": 0.2, "threshold": threshold,
@@ -139,6 +139,14 @@ def test_summarize_reports_the_time_varying_load_from_the_runs_json(tmp_path, ca
     throughput.main()
     out = capsys.readouterr().out
     assert "time-varying load: always 53.9 s, gate N=48 43.2 s, none 57.4 s; fastest: gate" in out
+    gate_only = tmp_path / "gate-only.csv"  # a CSV without none/always rows: their JSON is not its run
+    with gate_only.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
+        w.writeheader()
+        w.writerows([row("gate", 1, 360, 2.8, 48)])
+    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(gate_only)])
+    throughput.main()
+    assert "time-varying load: gate N=48 43.2 s; fastest: gate" in capsys.readouterr().out
 
 
 def test_gate_over_best_static_needs_both_static_configs(tmp_path, capsys, monkeypatch):

@@ -104,3 +104,15 @@ def test_bad_flags_and_a_directory_are_usage_errors(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             trace_summary.main(argv)
         assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_non_finite_times_are_refused_and_good_files_are_still_summarized(tmp_path, capsys):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"traceEvents": TRACE}))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": NaN, "dur": -5}]}')
+    with pytest.raises(SystemExit) as exc:
+        trace_summary.main([str(good), str(bad)])
+    assert str(bad) in str(exc.value.code) and "not a time" in str(exc.value.code)
+    printed = json.loads(capsys.readouterr().out)  # valid JSON (no NaN), with the good file
+    assert list(printed) == [str(good)]

@@ -1200,7 +1200,8 @@ def test_a_log_dir_the_console_cannot_write_is_refused_before_the_screen_opens(t
     a_file.write_text("x")
     for argv, says in ((["demo", "--log-dir", str(a_file)], "is a file, not a directory"),
                        (["launch", "--log-dir", str(a_file / "sub"), "--", "--model-path", "M"], "cannot create it"),
-                       (["demo", "--log-dir", "/proc/nonexistent/x"], "cannot create it")):
+                       (["demo", "--log-dir", "/proc/nonexistent/x"], "cannot create it"),
+                       (["demo", "--log-dir", "/proc"], "cannot write a log file there")):  # os.access said yes
         with pytest.raises(SystemExit) as exc:
             cli.resolve(argv)
         assert exc.value.code == 2
