@@ -16,6 +16,22 @@ STATIC = [
 ]
 
 
+def summarize_output(rows, path, monkeypatch, capsys) -> str:
+    """Write ``rows`` as a throughput CSV at ``path``; what ``summarize`` prints for it."""
+    import csv
+    import sys
+
+    from bench import throughput
+
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(path)])
+    throughput.main()
+    return capsys.readouterr().out
+
+
 def test_recommend_picks_the_threshold_closest_to_the_best_static_config():
     rows = STATIC + [
         row("gate-n4", 1, 368, 2.7, 4), row("gate-n4", 16, 2750, 5.8, 4),    # ratios ~0.99, ~0.98
@@ -52,8 +68,6 @@ def test_off_step_cost_pairs_forced_off_with_no_speculation_at_the_same_concurre
 
 
 def test_an_operators_own_pair_is_grouped_by_its_label(tmp_path, capsys, monkeypatch):
-    import sys
-
     from bench import throughput
 
     rows = [dict(r, p_wrong="prod-70b") for r in STATIC] + [
@@ -62,15 +76,7 @@ def test_an_operators_own_pair_is_grouped_by_its_label(tmp_path, capsys, monkeyp
     rows = [dict(r, p_wrong="prod-70b") for r in rows]
     assert throughput.recommend(rows, "prod-70b")["threshold"] == 8
     assert throughput.recommend(rows, 0.2) is None
-    with (tmp_path / "throughput.csv").open("w", newline="") as f:
-        import csv
-
-        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(tmp_path / "throughput.csv")])
-    throughput.main()
-    out = capsys.readouterr().out
+    out = summarize_output(rows, tmp_path / "throughput.csv", monkeypatch, capsys)
     assert "p_wrong=prod-70b" in out and "'threshold': 8" in out
 
 
@@ -119,50 +125,24 @@ def test_summarize_says_why_there_is_no_recommendation(tmp_path, capsys, monkeyp
 
 
 def test_summarize_reports_the_time_varying_load_from_the_runs_json(tmp_path, capsys, monkeypatch):
-    import csv
     import json
-    import sys
 
-    from bench import throughput
-
-    with (tmp_path / "throughput.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
-        w.writeheader()
-        w.writerows(STATIC + [row("gate", 1, 360, 2.8, 48)])
     for config, wall, threshold in (("none", 57.4, None), ("always", 53.9, None), ("gate", 43.2, 48)):
         (tmp_path / f"throughput-{config}-p0.2.json").write_text(json.dumps({
             "config": config, "p_wrong": 0.2, "threshold": threshold,
             "time_varying": {"wall_s": wall, "total_output_tokens": 212992}}))
     (tmp_path / "throughput-broken-p0.2.json").write_text("{not json")  # skipped, not fatal
     (tmp_path / "throughput-gate-p0.5.json").write_text(json.dumps({"config": "gate", "p_wrong": 0.5}))  # no load
-    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(tmp_path / "throughput.csv")])
-    throughput.main()
-    out = capsys.readouterr().out
+    out = summarize_output(STATIC + [row("gate", 1, 360, 2.8, 48)], tmp_path / "throughput.csv", monkeypatch, capsys)
     assert "time-varying load: always 53.9 s, gate N=48 43.2 s, none 57.4 s; fastest: gate" in out
-    gate_only = tmp_path / "gate-only.csv"  # a CSV without none/always rows: their JSON is not its run
-    with gate_only.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
-        w.writeheader()
-        w.writerows([row("gate", 1, 360, 2.8, 48)])
-    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(gate_only)])
-    throughput.main()
-    assert "time-varying load: gate N=48 43.2 s; fastest: gate" in capsys.readouterr().out
+    # a CSV without none/always rows: their JSON is not its run
+    out = summarize_output([row("gate", 1, 360, 2.8, 48)], tmp_path / "gate-only.csv", monkeypatch, capsys)
+    assert "time-varying load: gate N=48 43.2 s; fastest: gate" in out
 
 
 def test_gate_over_best_static_needs_both_static_configs(tmp_path, capsys, monkeypatch):
-    import csv
-    import sys
-
-    from bench import throughput
-
     rows = [row("none", 1, 200, 5.0), row("gate", 1, 380, 2.7, 48),
             row("none", 16, 2800, 5.7), row("always", 16, 2400, 6.6), row("gate", 16, 2700, 5.9, 48)]
-    with (tmp_path / "throughput.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=throughput.CSV_COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    monkeypatch.setattr(sys, "argv", ["throughput", "summarize", str(tmp_path / "throughput.csv")])
-    throughput.main()
-    out = capsys.readouterr().out
+    out = summarize_output(rows, tmp_path / "throughput.csv", monkeypatch, capsys)
     assert "| 1 | 200.0 | n/a | 380.0 | n/a |" in out  # not 1.900 against none alone
     assert "| 16 | 2800.0 | 2400.0 | 2700.0 | 0.964 |" in out

@@ -618,56 +618,61 @@ async def test_footer_drops_the_threshold_keys_while_a_text_box_has_focus(make_a
         assert "Thr+1" in screen_text(app)
 
 
+class _OneLog:
+    """A bare app holding one LogView of 500 lines (every ``every``-th with ``spec_gate``),
+    paused with line ``top`` at the top of the view."""
+
+    def __init__(self, every: int, top: int):
+        from textual.app import App
+
+        class OneLog(App):
+            def compose(self):
+                yield LogView(id="v")
+
+        self.app, self.every, self.top = OneLog(), every, top
+
+    async def __aenter__(self):
+        self._ctx = self.app.run_test(size=(80, 20))
+        pilot = await self._ctx.__aenter__()
+        view = self.app.query_one(LogView)
+        view.add_lines([f"line {i} {'spec_gate: x' if i % self.every == 0 else 'decode'}" for i in range(500)])
+        await pilot.pause()
+        view.follow = False
+        view.scroll_to(y=self.top, animate=False, immediate=True)
+        await pilot.pause()
+        return pilot, view
+
+    async def __aexit__(self, *exc):
+        return await self._ctx.__aexit__(*exc)
+
+
+def _top_line(view) -> str:
+    return view.visible_texts()[int(view.scroll_offset.y)]
+
+
 async def test_changing_the_filter_while_paused_keeps_the_line_at_the_top():
     """Paused in the middle of the log, a filter on and off again returns to the same line, not to
     line 1 (fresh-user pass 3: `f` then `c` jumped to the first line of the log)."""
-    from textual.app import App
-
-    class OneLog(App):
-        def compose(self):
-            yield LogView(id="v")
-
-    app = OneLog()
-    async with app.run_test(size=(80, 20)) as pilot:
-        view = app.query_one(LogView)
-        view.add_lines([f"line {i} {'spec_gate: x' if i % 10 == 0 else 'decode'}" for i in range(500)])
-        await pilot.pause()
-        view.follow = False
-        view.scroll_to(y=200, animate=False, immediate=True)
-        await pilot.pause()
-        assert view.visible_texts()[int(view.scroll_offset.y)].startswith("line 200 ")
+    async with _OneLog(every=10, top=200) as (pilot, view):
+        assert _top_line(view).startswith("line 200 ")
         view.include = "spec_gate"
         await pilot.pause()
-        top = view.visible_texts()[int(view.scroll_offset.y)]
-        assert top.startswith("line 200 ")  # line 200 matches: it stays on top
+        assert _top_line(view).startswith("line 200 ")  # line 200 matches: it stays on top
         view.scroll_to(y=25, animate=False, immediate=True)  # filtered row 25 = line 250
         await pilot.pause()
         view.include = ""
         await pilot.pause()
-        assert view.visible_texts()[int(view.scroll_offset.y)].startswith("line 250 ")
+        assert _top_line(view).startswith("line 250 ")
         assert view.follow is False
 
 
 async def test_a_filter_that_fits_one_screen_and_then_clear_returns_to_the_same_line():
     """Fresh-user pass 4: paused at line 300, a filter whose few lines fit on one screen, then
     clear: the view went to the first line of the log instead of line 300."""
-    from textual.app import App
-
-    class OneLog(App):
-        def compose(self):
-            yield LogView(id="v")
-
-    app = OneLog()
-    async with app.run_test(size=(80, 20)) as pilot:
-        view = app.query_one(LogView)
-        view.add_lines([f"line {i} {'spec_gate: x' if i % 100 == 0 else 'decode'}" for i in range(500)])
-        await pilot.pause()
-        view.follow = False
-        view.scroll_to(y=300, animate=False, immediate=True)
-        await pilot.pause()
+    async with _OneLog(every=100, top=300) as (pilot, view):
         view.include = "spec_gate"  # 5 lines: all on one screen, the view starts at row 0
         await pilot.pause()
         assert len(view.visible_texts()) == 5
         view.include = ""
         await pilot.pause()
-        assert view.visible_texts()[int(view.scroll_offset.y)].startswith("line 300 ")
+        assert _top_line(view).startswith("line 300 ")
