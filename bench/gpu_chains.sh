@@ -2,12 +2,13 @@
 # The throughput benchmark (bench/throughput.py) and the TP=2 gate correctness as background jobs on
 # the GPU machine, so that a session's device time goes to measuring, not to waiting on calls.
 #
-#   bash bench/gpu_chains.sh start          chain0 on GPU 0 with setsid (it outlives the call)
+#   bash bench/gpu_chains.sh start          chain0 on GPU 0, then tp2 if there are two GPUs, with setsid
+#                                           (it outlives the call; all.done when both ended)
 #   bash bench/gpu_chains.sh kernels        the GPU kernel-equivalence test of the OFF attention (seconds)
-#   bash bench/gpu_chains.sh start-tp2      the TP=2 gate correctness on both GPUs (after chain0)
+#   bash bench/gpu_chains.sh start-tp2      the TP=2 gate correctness alone (start runs it after chain0)
 #   bash bench/gpu_chains.sh start-p05      always-on + gate with the p=0.5 pair, one GPU each (last)
 #   bash bench/gpu_chains.sh wait SECONDS [DONE-FILES]
-#                                           wait until chain0 (or DONE-FILES, e.g. tp2.done) is
+#                                           wait until all.done (or DONE-FILES, e.g. tp2.done) is
 #                                           done or SECONDS passed, then pack /tmp/chains (no
 #                                           traces) into $OUT/chains.tgz and the server logs into
 #                                           $OUT/server-logs.tgz
@@ -16,7 +17,8 @@
 #   CPU-bound, and a second job on the host moved its rows by 5-25% in x2-2026-11-30c): the
 #   benchmark of issue #5 as one run on one GPU, 8B-shaped pair, p=0.2: no speculation, EAGLE-3
 #   always on, the gate at threshold 48 (+ forced-off rows + the threshold sweep of --recommend).
-# tp2 (both GPUs, after chain0): gate correctness at TP=2 for v2-topk1 and v1-topk1.
+# tp2 (both GPUs, right after chain0 when started by `start`): gate correctness at TP=2 for
+#   v2-topk1 and v1-topk1.
 # p05 (both GPUs, optional, last): always-on and the gate with the weak draft (p=0.5).
 # Earlier sessions' chains (parallel per-GPU chains, the OFF-step A/B with profiles) are in git history.
 set -uo pipefail
@@ -24,8 +26,12 @@ R=/tmp/chains
 step=${1:?step}; shift || true
 case "$step" in
   start)
+    # chain0 on GPU 0 alone, then (on a machine with two GPUs) the TP=2 gate correctness, with no
+    # idle gap in between waiting for the next call
     mkdir -p "$R"
-    CUDA_VISIBLE_DEVICES=0 setsid bash bench/gpu_chains.sh chain0 >"$R/chain0.log" 2>&1 </dev/null &
+    setsid bash -c "CUDA_VISIBLE_DEVICES=0 bash bench/gpu_chains.sh chain0 >'$R/chain0.log' 2>&1
+      if [ \$(nvidia-smi -L | wc -l) -ge 2 ]; then bash bench/gpu_chains.sh tp2 >'$R/tp2.log' 2>&1; fi
+      touch '$R/all.done'" </dev/null >/dev/null 2>&1 &
     sleep 2; echo "started: $(ls "$R")" ;;
   kernels)
     # seconds: the decode-kernel OFF attention against SGLang's kernels (must pass before the rest)
@@ -61,7 +67,7 @@ case "$step" in
     sleep 2; echo "started tp2" ;;
   wait)
     limit=${1:-500}; t0=$SECONDS
-    want=${2:-chain0.done}
+    want=${2:-all.done}
     done_all() { for f in $want; do [ -e "$R/$f" ] || return 1; done; }
     while [ $((SECONDS - t0)) -lt "$limit" ] && ! done_all; do
       sleep 20
