@@ -356,7 +356,7 @@ class ConsoleModel:
         queued changes are dropped; returns the log-pane message."""
         self._inflight = None
         what = _describe(sent.get("threshold"), sent.get("hysteresis"))
-        if delivered and reason.startswith("HTTP "):  # it answered, but not with the contract's JSON
+        if delivered and st.answered_not_sglang(reason):  # it answered, but not with the contract's JSON
             text = f"{what}: the server answered {reason}; not confirmed"
         elif delivered:
             text = f"{what}: no answer from server ({reason}); not confirmed"

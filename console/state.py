@@ -301,6 +301,12 @@ class GpuPanelState:
     simulated: bool = False
 
 
+def answered_not_sglang(reason: str | None) -> bool:
+    """A failure reason from :mod:`console.client` that is an HTTP answer (``HTTP 501 ...``), not
+    a missing one: something listens there, only not as the SGLang contract expects."""
+    return (reason or "").startswith("HTTP ")
+
+
 @dataclass(frozen=True)
 class ConnectionState:
     """Reachability of the server's HTTP endpoint.
@@ -323,6 +329,12 @@ class ConnectionState:
         """The server answers but refuses the request (HTTP 401/403: wrong or missing API key)."""
         err = self.last_error or ""
         return self.reachable is False and ("HTTP 401" in err or "HTTP 403" in err)
+
+    @property
+    def down_word(self) -> str:
+        """How to name an outage: ``no SGLang answer`` when something answered (``unreachable``
+        would send the operator looking for a network problem), else ``unreachable``."""
+        return "no SGLang answer" if answered_not_sglang(self.last_error) else "unreachable"
 
 
 #: WorkerCheck.status values

@@ -59,8 +59,8 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
         short = f"API key rejected ({code})" if "rejected" in err else f"{code}: pass --api-key"
         return "NO ACCESS", [err, short], "-alarm"
     if s.connection.reachable is False:
-        what = "no SGLang answer" if (s.connection.last_error or "").startswith("HTTP ") else "unreachable"
-        return "NO DATA", [f"{what} for {fmt.duration(s.down_for_s)}"], "-alarm" if s.sample_seen else "-unknown"
+        return "NO DATA", [f"{s.connection.down_word} for {fmt.duration(s.down_for_s)}"], \
+            "-alarm" if s.sample_seen else "-unknown"
     if not s.sample_seen:
         return "CONNECTING", [s.url, s.url.removeprefix("http://")], "-unknown"
     g = s.gate

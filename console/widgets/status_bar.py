@@ -37,10 +37,7 @@ def connection_text(s: st.ConsoleSnapshot) -> tuple[str, str]:
         return f"{c.last_error} ({fmt.duration(s.down_for_s)})", "error"
     if c.reachable is False:
         why = f" ({c.last_error})" if c.last_error else ""
-        # something answered, only not as an SGLang server: "unreachable" would send the operator
-        # looking for a network problem
-        what = "no SGLang answer" if (c.last_error or "").startswith("HTTP ") else "unreachable"
-        return f"{what} for {fmt.duration(s.down_for_s)}{why}", "error"
+        return f"{c.down_word} for {fmt.duration(s.down_for_s)}{why}", "error"
     if c.reachable is None:
         return "connecting…", "dim"
     return "connected", "ok"
