@@ -62,6 +62,16 @@ def validate_threshold(value: int, max_running_requests: int | None, hysteresis:
     return None
 
 
+def validate_hysteresis(value: int, threshold: int | None) -> str | None:
+    """Client-side check before sending: None if hysteresis ``value`` may be sent with
+    ``threshold``, else why not (the README's rule, ``0 <= H < N``, which the server enforces too)."""
+    if value < 0:
+        return f"hysteresis {value} refused: must be >= 0"
+    if threshold is not None and value >= threshold:
+        return f"hysteresis {value} refused: must be < threshold {threshold}"
+    return None
+
+
 class ConsoleModel:
     """Mutable aggregator; one per app.
 
@@ -268,8 +278,7 @@ class ConsoleModel:
         if err:
             return False, err
         base = self.base_threshold()
-        if base is None:
-            return False, "spec_gate reports no threshold: nothing to step from"
+        assert base is not None  # check_request refuses a spec_gate without a threshold
         return self.request_change(base + delta, None)
 
     def request_change(self, threshold: int | None, hysteresis: int | None) -> tuple[bool, str]:

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
-from console.model import validate_threshold
+from console.model import validate_hysteresis, validate_threshold
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,10 @@ def parse_request(
         err = validate_threshold(thr, max_running_requests)
         if err:
             return err
-    if hys is not None and hys < 0:
-        return f"hysteresis {hys} refused: must be >= 0"
-    if hys is not None and thr is not None and hys >= thr:
-        return f"hysteresis {hys} refused: must be < threshold {thr}"
+    if hys is not None:
+        err = validate_hysteresis(hys, thr)
+        if err:
+            return err
     req = ThresholdRequest(
         thr if thr != current_threshold else None,
         hys if hys != current_hysteresis else None,
