@@ -17,7 +17,6 @@ import math
 import os
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +36,7 @@ from console.config import (
     server_host_port,
     url_from_server_args,
     valid_host,
+    writable_dir_problem,
 )
 from console.process import default_server_command, demo_server_command
 from console.state import PHASE_CRASHED
@@ -255,17 +255,15 @@ def _check_server_address(parser: argparse.ArgumentParser, server_args: list[str
 def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str) -> None:
     """Refuse a log directory the console cannot write the server log into (exits 2 before the
     screen opens); a missing one is created, as it would be at start."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
+    problem = writable_dir_problem(path)
+    if problem is None:
+        return
+    stage, reason = problem
+    if stage == "file":
         parser.error(f"{where} {path} is a file, not a directory")
-    except OSError as exc:
-        parser.error(f"{where} {path}: cannot create it ({exc.strerror or exc})")
-    try:  # os.access says yes to root on /proc and /sys; only writing a file tells
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".specconsole-write-test-"):
-            pass
-    except OSError as exc:
-        parser.error(f"{where} {path}: cannot write a log file there ({exc.strerror or exc})")
+    if stage == "create":
+        parser.error(f"{where} {path}: cannot create it ({reason})")
+    parser.error(f"{where} {path}: cannot write a log file there ({reason})")
 
 
 def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:

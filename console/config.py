@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import tempfile
 
 try:
     import tomllib
@@ -45,6 +46,25 @@ def default_log_dir() -> Path:
     """Where launch/demo write server logs: ``$XDG_STATE_HOME/specconsole/logs`` or ``~/.local/state/...``."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "specconsole" / "logs"
+
+
+def writable_dir_problem(path: Path) -> tuple[str, str] | None:
+    """Create ``path`` if missing and prove a file can be written in it (``os.access`` says yes to
+    root on /proc and /sys; only writing a file tells). None when it can, else ``(stage, reason)``
+    with stage ``"file"`` (it is a file), ``"create"`` (mkdir failed) or ``"write"`` (no file
+    can be written there), for the caller's own message."""
+    if path.exists() and not path.is_dir():
+        return "file", "it is a file"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return "create", str(exc.strerror or exc)
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".specconsole-write-test-"):
+            pass
+    except OSError as exc:
+        return "write", str(exc.strerror or exc)
+    return None
 
 
 def find_config(cwd: Path | None = None) -> Path | None:

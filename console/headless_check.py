@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from console import state as st
 from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S
-from console.config import AppConfig, default_log_dir
+from console.config import AppConfig, default_log_dir, writable_dir_problem
 
 MIN_COLS, MIN_ROWS = 80, 24  # the README's smallest supported terminal
 MAX_COLS, MAX_ROWS = 1000, 500  # a screenshot larger than any terminal (99999x99999 ate GBs)
@@ -188,7 +188,7 @@ async def run_check(
                     )
                     step("threshold restored", restored)
                 result["restored"] = restored
-                result["ok"] = bool(confirmed and (restored is not False) and result.get("screenshots_ok", True))
+                result["ok"] = bool(confirmed and (restored is not False) and not result.get("screenshot_errors"))
             if app.proc is not None:
                 pgid = app.proc.pgid
                 await app.action_quit()
@@ -208,22 +208,17 @@ def _screenshot(app: Any, path: Path, result: dict[str, Any]) -> None:
         app.save_screenshot(str(path))
     except OSError as exc:
         result.setdefault("screenshot_errors", []).append(f"{path}: {exc}")
-        result["screenshots_ok"] = False
 
 
 def _check_out_dir(parser: argparse.ArgumentParser, out: Path, raw: str) -> None:
     """Refuse an --out the check could not write its files into (exits 2 before starting)."""
     if not raw.strip():
         parser.error("--out is empty; give a directory for the SVGs and observed.json")
-    if out.exists() and not out.is_dir():
+    problem = writable_dir_problem(out)
+    if problem is not None and problem[0] == "file":
         parser.error(f"--out {out} is a file; give a directory for the SVGs and observed.json")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".specconsole-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        parser.error(f"--out {out}: cannot write there ({exc.strerror or exc})")
+    if problem is not None:
+        parser.error(f"--out {out}: cannot write there ({problem[1]})")
     for name in ("observed.json", "before.svg", "after.svg"):
         if (out / name).is_dir():
             parser.error(f"--out {out}: {name} there is a directory")
