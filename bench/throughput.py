@@ -236,6 +236,9 @@ def run(a: argparse.Namespace) -> None:
     meta: Dict[str, Any] = {"config": a.config, "p_wrong": p_label, "launch_args": args,
                             "threshold": a.threshold if a.config == "gate" else None}
 
+    def force_off() -> None:  # threshold 1, no hysteresis: every decode step is an OFF step
+        set_gate(server.url, speculative_disable_hysteresis=0, speculative_disable_batch_threshold=1)
+
     def save() -> None:
         # after every phase, so a run stopped half-way (device time) keeps what it measured
         driver = serving_driver()
@@ -267,7 +270,7 @@ def run(a: argparse.Namespace) -> None:
             print(json.dumps({"time_varying": meta["time_varying"]}), flush=True)
             save()
         if a.config == "gate":
-            set_gate(server.url, speculative_disable_hysteresis=0, speculative_disable_batch_threshold=1)
+            force_off()
             off = sweep("gate-forced-off", p_label, a.port, server.url, work, 1, [64, 128])
             append_csv(a.out / "throughput.csv", off)
             meta["forced_off"] = off
@@ -281,7 +284,7 @@ def run(a: argparse.Namespace) -> None:
             meta["final_spec_gate"] = spec_gate(server.url)
         if a.profile:  # last: a slow trace write stalls the server, and must not delay the rows
             if a.config == "gate":  # profile OFF steps (to compare with a none server's decode steps)
-                set_gate(server.url, speculative_disable_hysteresis=0, speculative_disable_batch_threshold=1)
+                force_off()
             meta["profile"] = profile_decode(server.url, a.port, a.config, a.profile, a.out, work)
             save()
     except Exception as exc:
@@ -497,6 +500,7 @@ def summarize(a: argparse.Namespace) -> None:
     rows = read_rows(a.csv or [default])
     for warning in row_warnings(rows):
         print(f"warning: {warning}", file=sys.stderr)
+    all_loads = time_varying_results(a.csv or [default])
     for p in sorted({str(r["p_wrong"]) for r in rows}):
         print(f"p_wrong={p}")
         print("| concurrency | none tok/s | always tok/s | gate tok/s | gate / best static |")
@@ -514,8 +518,7 @@ def summarize(a: argparse.Namespace) -> None:
         best = recommend(rows, p)
         print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")
         measured = {r["config"] for r in rows if same_label(r["p_wrong"], p)}  # not another run's JSON
-        loads = [t for t in time_varying_results(a.csv or [default])
-                 if same_label(t["p_wrong"], p) and t["config"] in measured]
+        loads = [t for t in all_loads if same_label(t["p_wrong"], p) and t["config"] in measured]
         if loads:
             parts = ", ".join(f"{t['config']}{' N=' + str(t['threshold']) if t['threshold'] else ''} "
                               f"{t['wall_s']:.1f} s" for t in loads)
