@@ -1054,6 +1054,16 @@ def test_api_keys_an_http_header_cannot_carry_are_refused_at_startup(tmp_path, m
     assert "--api-key must be a non-empty string" in capsys.readouterr().err
 
 
+def _config_error(tmp_path, monkeypatch, capsys, text: str) -> str:
+    """``text`` as ./specconsole.toml (no user config): what plain ``specconsole`` exits with."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specconsole.toml").write_text(text)
+    with pytest.raises(SystemExit):
+        cli.resolve([])
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("server, why", [
     ('attach = "127.0.0.1:1"\nlog = 5', "server.log must be a non-empty string"),
     ('args = ["--port", "31009"]\nlog_dir = 5', "server.log_dir must be a non-empty string"),
@@ -1067,12 +1077,7 @@ def test_api_keys_an_http_header_cannot_carry_are_refused_at_startup(tmp_path, m
     ("args = []", "server.args is empty"),
 ])
 def test_config_values_of_the_wrong_type_are_refused_with_file_and_key(tmp_path, monkeypatch, capsys, server, why):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "specconsole.toml").write_text(f"[server]\n{server}\n")
-    with pytest.raises(SystemExit):
-        cli.resolve([])
-    err = capsys.readouterr().err
+    err = _config_error(tmp_path, monkeypatch, capsys, f"[server]\n{server}\n")
     assert "specconsole.toml" in err and why in err
 
 
@@ -1243,12 +1248,7 @@ def test_config_that_names_no_server_or_is_a_directory_says_so(tmp_path, monkeyp
     ('[console]\nreadonly = "yes"', "console.readonly has the wrong type: expected true or false, got 'yes'"),
 ])
 def test_config_messages_name_what_each_key_expects(tmp_path, monkeypatch, capsys, text, says):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "specconsole.toml").write_text(text + "\n")
-    with pytest.raises(SystemExit):
-        cli.resolve([])
-    err = capsys.readouterr().err
+    err = _config_error(tmp_path, monkeypatch, capsys, text + "\n")
     assert says in err
     if "log" in text:
         assert "api-key" not in err  # the message is about the log, not the key
