@@ -6,6 +6,7 @@ and kills it at the end. Skipped only when tmux is not installed.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -84,9 +85,14 @@ def _wait_gone(port: int, timeout: float = 20.0) -> None:
     assert demo_server_pids(port) == []
 
 
+_SOCKETS = itertools.count()
+
+
 @pytest.fixture
 def tmux():
-    t = Tmux(f"specconsole-test-{os.getpid()}")
+    # a socket per test: with one per pytest process, a test's new-session could reach the tmux
+    # server the previous test's kill-server was still shutting down ("server exited unexpectedly")
+    t = Tmux(f"specconsole-test-{os.getpid()}-{next(_SOCKETS)}")
     yield t
     t.kill_server()
 
