@@ -212,6 +212,12 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         # v2: the early next-batch seq_lens of OFF steps equalled SGLang's on every sampled step
         rec["off_early_seq_lens"] = g.get("off_early_seq_lens")
         _rank_proof(rec, g, "off_early_seq_lens", active=bool(g.get("off_early_seq_lens")))
+        # KV-only OFF draft extends stored the same K/V as SGLang's full one on every sampled step
+        rec["off_draft_extend"] = g.get("off_draft_extend")
+        rec["off_draft_extend_reason"] = g.get("off_draft_extend_reason")
+        rec["off_resume_steps"] = [x.get("off_resume_steps", 0) for x in g["ranks"]]
+        _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
+                    and "off_draft_extend" in g)
         rec["final_spec_gate"] = g
     except Exception as exc:  # keep the other runs going; the record says why this one failed
         record_failure(rec, server, exc)
@@ -247,7 +253,8 @@ def main() -> None:
             print(json.dumps({k: r.get(k) for k in (
                 "config", "tp", "worker_class", "oracle_match", "switches", "ranks_agree",
                 "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
-                "off_early_seq_lens_proof_ok", "accept_length_before_off", "accept_length_after_on", "error")}), flush=True)
+                "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok",
+                "accept_length_before_off", "accept_length_after_on", "error")}), flush=True)
 
 
 def _rank_proof(rec: Dict[str, Any], gate: Dict[str, Any], key: str, active: bool) -> None:

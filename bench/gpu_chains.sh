@@ -2,8 +2,8 @@
 # The throughput benchmark (bench/throughput.py) and the TP=2 gate correctness as background jobs on
 # the GPU machine, so that a session's device time goes to measuring, not to waiting on calls.
 #
-#   bash bench/gpu_chains.sh start          chain0 on GPU 0, then tp2 if there are two GPUs, with setsid
-#                                           (it outlives the call; all.done when both ended)
+#   bash bench/gpu_chains.sh start          tp1, then chain0 on GPU 0, then tp2 if there are two GPUs,
+#                                           with setsid (it outlives the call; all.done at the end)
 #   bash bench/gpu_chains.sh kernels        the GPU kernel-equivalence test of the OFF attention (seconds)
 #   bash bench/gpu_chains.sh start-tp2      the TP=2 gate correctness alone (start runs it after chain0)
 #   bash bench/gpu_chains.sh start-p05      always-on + gate with the p=0.5 pair, one GPU each (last)
@@ -17,6 +17,8 @@
 #   CPU-bound, and a second job on the host moved its rows by 5-25% in x2-2026-11-30c): the
 #   benchmark of issue #5 as one run on one GPU, 8B-shaped pair, p=0.2: no speculation, EAGLE-3
 #   always on, the gate at threshold 48 (+ forced-off rows + the threshold sweep of --recommend).
+# tp1 (both GPUs, first): gate correctness at TP=1 for v2-topk1, v1-topk1 and v1-topk4 with the
+#   KV-only OFF draft extend (server_patch/draft_kv_only.py), ~4 min.
 # tp2 (both GPUs, right after chain0 when started by `start`): gate correctness at TP=2 for
 #   v2-topk1 and v1-topk1.
 # p05 (both GPUs, optional, last): always-on and the gate with the weak draft (p=0.5).
@@ -26,13 +28,44 @@ R=/tmp/chains
 step=${1:?step}; shift || true
 case "$step" in
   start)
-    # chain0 on GPU 0 alone, then (on a machine with two GPUs) the TP=2 gate correctness, with no
-    # idle gap in between waiting for the next call
+    # the TP=1 gate correctness of all three configs first (both GPUs), then chain0 on GPU 0 alone,
+    # then (two GPUs) the TP=2 gate correctness, with no idle gap in between waiting for a call
     mkdir -p "$R"
-    setsid bash -c "CUDA_VISIBLE_DEVICES=0 bash bench/gpu_chains.sh chain0 >'$R/chain0.log' 2>&1
+    setsid bash -c "bash bench/gpu_chains.sh tp1 >'$R/tp1.log' 2>&1
+      bash bench/gpu_chains.sh kv-verdict >'$R/kv-verdict.log' 2>&1 || export SPECCONSOLE_OFF_DRAFT_KV_ONLY=0
+      CUDA_VISIBLE_DEVICES=0 bash bench/gpu_chains.sh chain0 >'$R/chain0.log' 2>&1
       if [ \$(nvidia-smi -L | wc -l) -ge 2 ]; then bash bench/gpu_chains.sh tp2 >'$R/tp2.log' 2>&1; fi
       touch '$R/all.done'" </dev/null >/dev/null 2>&1 &
     sleep 2; echo "started: $(ls "$R")" ;;
+  kv-verdict)
+    # exit 0 when the TP=1 v2-topk1 run proved the KV-only OFF draft extend (else chain0 runs
+    # the full one: SPECCONSOLE_OFF_DRAFT_KV_ONLY=0)
+    python3 - "$R/gate-correctness-tp1-gpu0.json" <<'PY'
+import json, sys
+recs = {r["config"]: r for r in json.load(open(sys.argv[1]))}
+r = recs.get("v2-topk1", {})
+ok = (r.get("error") is None and r.get("oracle_match") is True
+      and r.get("off_draft_extend") == "kv-only" and r.get("off_kv_only_proof_ok") is True)
+print("kv-only proven" if ok else f"kv-only NOT proven: {r.get('error')} {r.get('off_draft_extend_reason')}")
+sys.exit(0 if ok else 1)
+PY
+    ;;
+  tp1)
+    # gate correctness at TP=1 on the 1B pair: v2-topk1 on GPU 0, the two v1 configs on GPU 1
+    # (all three on GPU 0 with one GPU); every OFF step's draft extend is KV-only here
+    source .gpuwheels/B/env.sh
+    m=/tmp/models/1b/p0.2
+    if [ $(nvidia-smi -L | wc -l) -ge 2 ]; then
+      CUDA_VISIBLE_DEVICES=0 python3 -m bench.gate_correctness --configs v2-topk1 --parallel 1 --mem-fraction 0.4 \
+        --models $m --out "$R/gate-correctness-tp1-gpu0.json" --base-port 31000 &
+      CUDA_VISIBLE_DEVICES=1 python3 -m bench.gate_correctness --configs v1-topk1,v1-topk4 --parallel 2 --mem-fraction 0.4 \
+        --models $m --out "$R/gate-correctness-tp1-gpu1.json" --base-port 31100
+      wait
+    else
+      CUDA_VISIBLE_DEVICES=0 python3 -m bench.gate_correctness --configs v2-topk1,v1-topk1,v1-topk4 --parallel 3 \
+        --mem-fraction 0.25 --models $m --out "$R/gate-correctness-tp1-gpu0.json" --base-port 31000
+    fi
+    touch "$R/tp1.done" ;;
   kernels)
     # seconds: the decode-kernel OFF attention against SGLang's kernels (must pass before the rest)
     source .gpuwheels/B/env.sh
@@ -72,7 +105,7 @@ case "$step" in
     while [ $((SECONDS - t0)) -lt "$limit" ] && ! done_all; do
       sleep 20
       echo "--- $((SECONDS - t0)) s: $(ls "$R" | tr '\n' ' ')"
-      for f in chain0 tp2 p05-always p05-gate; do tail -n 2 "$R/$f.log" 2>/dev/null | cut -c1-200; done
+      for f in tp1 chain0 tp2 p05-always p05-gate; do tail -n 2 "$R/$f.log" 2>/dev/null | cut -c1-300; done
     done
     # profiler traces can be hundreds of MB (x2-2026-11-30c: 340 MB at 128 requests): not packed
     tar czf "${OUT:-/tmp/out}/chains.tgz" --exclude='*.trace.json*' -C "$R" . 2>/dev/null

@@ -9,8 +9,12 @@ in 0.5.23, backported here):
    exactly that shape at startup — functionally a plain decode step; on the triton backend its
    attention *is* the decode kernel (``off_attention``: the verify kernel made an OFF step cost
    4.7x a plain decode step at 128 requests on the H200);
-3. a 1-token draft extend (its own CUDA graph), so the draft model's KV cache and hidden
-   state stay current and speculation resumes at full acceptance without re-prefill.
+3. a 1-token draft extend (its own CUDA graph), so the draft model's KV cache stays current and
+   speculation resumes at full acceptance without re-prefill. For an EAGLE-3 draft it stores only
+   the draft's K/V (``draft_kv_only``: no attention, MLP or ``lm_head``); the decode batch right
+   after an off->on switch then runs one more OFF step with the full draft extend (its own CUDA
+   graph too), which refreshes the draft's top-k and hidden state the first speculative step
+   drafts from.
 
 Both the ON and OFF states are sets of attention backends and graph runners
 (``SpecRuntimeState``, built by the worker's own ``build_adaptive_runtime_state``). An OFF
@@ -35,13 +39,14 @@ N+1's target launch (``bench/results/x2-2026-11-30b/off-step-decode-log.json``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from typing import Any, Callable, List, Optional
 
 import torch
 
-from server_patch import off_attention
+from server_patch import draft_kv_only, off_attention
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +196,61 @@ class OffStepRunner:
         self.on_target_graph = _ReplayCounter(self.on_state.target_graph_runner)
         self.off_steps_cuda_graph = 0  # OFF steps whose target verify replayed the OFF graph
         self._draft_owner = worker.draft_worker if self.v2 else worker
+        self._init_kv_only()
         self._init_early_seq_lens()
+
+    def _init_kv_only(self) -> None:
+        """The KV-only OFF draft extend (``draft_kv_only``): a second OFF state whose draft-extend
+        graphs only store the draft's K/V. ``off_draft_extend`` says which one OFF steps run and
+        ``off_draft_extend_reason`` why not KV-only."""
+        self._no_kv_only()
+        full = self.off_state.cuda_graph_runner_for_draft_extend
+        model = self._draft_model()
+        reason = None
+        if not draft_kv_only.enabled_by_env():
+            reason = f"{draft_kv_only.ENV_SWITCH}=0"
+        elif full is None:
+            reason = "no OFF draft-extend CUDA graph"
+        else:
+            reason = draft_kv_only.unsupported_reason(model)
+        if reason is not None:
+            self.off_draft_extend_reason = reason
+            return
+        # the workers' own capture-time override (steps 0, 1 draft token), as for the OFF state
+        try:
+            with self._build_context(), self.worker._override_worker_state(OFF_STEPS, OFF_DRAFT_TOKENS):
+                graph = draft_kv_only.build_kv_only_graph_runner(
+                    full, self.worker.draft_worker if self.v2 else self.worker, model)
+        except Exception as exc:  # the full OFF step still works: run it, and say why
+            logger.warning("spec_gate: KV-only OFF draft extend not built (%s: %s); OFF steps "
+                           "run the full draft extend", type(exc).__name__, exc)
+            self.off_draft_extend_reason = f"capture failed: {type(exc).__name__}: {exc}"
+            return
+        finally:
+            self._apply(self.on_state)
+        layer = model.model.layers[0].self_attn.attn
+        self.kv_only = draft_kv_only.KvOnlyRunner(graph, full, layer, off_attention.sampled)
+        self.off_kv_state = dataclasses.replace(self.off_state, cuda_graph_runner_for_draft_extend=graph)
+
+    def _no_kv_only(self, reason: Optional[str] = None) -> None:
+        """The fields of a runner without KV-only OFF steps (``reason``: why not)."""
+        self.kv_only: Optional[draft_kv_only.KvOnlyRunner] = None
+        self.off_kv_state = None
+        self.draft_stale = False  # a KV-only step ran since the draft's top-k/hidden were fresh
+        self.resume_steps = 0  # full OFF steps run on the way back to speculation
+        self.off_draft_extend_reason = reason
+
+    def _draft_model(self):
+        if self.v2:
+            return self.worker.draft_worker.draft_runner.model
+        return self.worker.draft_model_runner.model
+
+    @property
+    def off_draft_extend(self) -> str:
+        """``kv-only`` while KV-only OFF steps run (proof intact), else ``full``."""
+        if self.kv_only is not None and self.kv_only.ok:
+            return draft_kv_only.KV_ONLY
+        return draft_kv_only.FULL
 
     def _init_early_seq_lens(self) -> None:
         self.early_seq_lens = self.v2 and os.environ.get(EARLY_SEQ_LENS_ENV, "1") != "0"
@@ -347,12 +406,19 @@ class OffStepRunner:
             seq_lens_cpu=None,
         )
 
-    def run_off_step(self, forward: Callable, batch: Any):
+    def run_off_step(self, forward: Callable, batch: Any, resume: bool = False):
         """Run one decode batch with speculation off: ``forward`` is the worker's original
-        ``forward_batch_generation``; returns its ``GenerationBatchResult``."""
+        ``forward_batch_generation``; returns its ``GenerationBatchResult``.
+
+        ``resume=False``: a gated OFF step, with the KV-only draft extend when available.
+        ``resume=True``: the full OFF step that refreshes the draft's top-k and hidden state
+        before speculation resumes after KV-only steps (not counted in ``off_steps_cuda_graph``).
+        """
         owner = self._draft_owner
         early = self._early_seq_lens(batch) if self.early_seq_lens else None
-        self._apply(self.off_state)
+        kv_only = not resume and self.off_draft_extend == draft_kv_only.KV_ONLY
+        kv_replays = self.kv_only.count if self.kv_only is not None else 0
+        self._apply(self.off_kv_state if kv_only else self.off_state)
         owner.draft = self._off_draft_v2 if self.v2 else self._off_draft_v1
         replays_before = self.off_target_graph.count
         try:
@@ -360,8 +426,12 @@ class OffStepRunner:
         finally:
             del owner.draft  # back to the class's draft()
             self._apply(self.on_state)
-        if self.off_target_graph.count > replays_before:
+        if resume:
+            self.resume_steps += 1
+        elif self.off_target_graph.count > replays_before:
             self.off_steps_cuda_graph += 1
+        # Stale only when the KV-only graph really ran (an eager fallback runs the full draft).
+        self.draft_stale = kv_only and self.kv_only.count > kv_replays
         if early is not None:
             self._publish_early_seq_lens(result, *early)
         return result

@@ -70,10 +70,16 @@ class GateRuntime:
         runtime = self
 
         def forward_batch_generation(batch, *args, **kwargs):
-            if runtime.gate.current_off and batch.forward_mode.is_decode():
-                runtime.gate.current_off = False  # one decision, one batch
+            if not batch.forward_mode.is_decode():
+                return forward(batch, *args, **kwargs)
+            off = runtime.gate.current_off
+            runtime.gate.current_off = False  # one decision, one batch
+            # After KV-only OFF steps the draft's top-k and hidden state are stale: one full OFF
+            # step refreshes them before the first speculative step (draft_kv_only).
+            resume = not off and getattr(runtime.runner, "draft_stale", False)
+            if off or resume:
                 saved = None if runtime.spec_version == "v2" else snapshot_req_spec_counters(batch.reqs)
-                result = runtime.runner.run_off_step(forward, batch)
+                result = runtime.runner.run_off_step(forward, batch, resume=resume)
                 if saved is not None:  # v1 counts per-request verifies inside verify()
                     restore_req_spec_counters(saved)
                 setattr(result, OFF_RESULT_ATTR, True)
@@ -104,6 +110,15 @@ class GateRuntime:
             # sampled proof that the decode kernel read the right keys
             "off_target_attention": getattr(self.runner, "off_target_attention", None),
             "off_draft_extend_attention": getattr(self.runner, "off_draft_extend_attention", None),
+            # OFF steps' draft extend: "kv-only" (draft K/V only; draft_kv_only) or "full"; the
+            # sampled bit-for-bit proof against the full one; and the full OFF steps run right
+            # after an off->on switch to refresh the draft's top-k (counted as ON decode steps)
+            "off_draft_extend": getattr(self.runner, "off_draft_extend", "full"),
+            "off_draft_extend_reason": getattr(self.runner, "off_draft_extend_reason", None),
+            "off_kv_only_graph_replays": _kv(self.runner, "count"),
+            "off_kv_only_checks": _kv(self.runner, "checks"),
+            "off_kv_only_mismatches": _kv(self.runner, "mismatches"),
+            "off_resume_steps": getattr(self.runner, "resume_steps", 0),
             "off_attention_checks": getattr(self.runner, "off_attention_checks", 0),
             "off_attention_mismatches": getattr(self.runner, "off_attention_mismatches", 0),
             # v2: OFF results publish seq_lens + 1 before the verify runs, so the scheduler
@@ -117,6 +132,11 @@ class GateRuntime:
         }
         out.update(self.gate.snapshot())
         return out
+
+
+def _kv(runner: Any, counter: str) -> int:
+    kv = getattr(runner, "kv_only", None)
+    return getattr(kv, counter, 0) if kv is not None else 0
 
 
 def _runtime(scheduler: Any) -> Optional[GateRuntime]:
@@ -163,10 +183,13 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
         config.threshold,
         config.hysteresis,
     )
+    kv_reason = getattr(runtime.runner, "off_draft_extend_reason", None)
     logger.info(
-        "spec_gate: OFF step = 1-token verify (%s) + 1-token draft extend (%s), CUDA graphs %s, "
+        "spec_gate: OFF step = 1-token verify (%s) + 1-token draft extend (%s, %s), CUDA graphs %s, "
         "next batch prepared %s",
         getattr(runtime.runner, "off_target_attention", None),
+        getattr(runtime.runner, "off_draft_extend", "full")
+        + (f": {kv_reason}" if kv_reason else ""),
         getattr(runtime.runner, "off_draft_extend_attention", None),
         "on" if runtime.runner.has_off_cuda_graph else "off",
         "during the verify" if getattr(runtime.runner, "early_seq_lens", False) else "after the verify",
@@ -322,6 +345,9 @@ def after_get_internal_state(result, scheduler, *args, **kwargs):
             "off_attention_mismatches",
             "off_early_seq_lens_checks",
             "off_early_seq_lens_mismatches",
+            "off_kv_only_checks",
+            "off_kv_only_mismatches",
+            "off_resume_steps",
         )
     }
     ranks = [mine]

@@ -34,6 +34,10 @@ def test_gate_keeps_greedy_output_exact_on_every_worker_path(models, config, tmp
     assert rec["off_steps_used_cuda_graph"] is True
     assert rec["off_target_attention"] == "triton-decode-kernel"
     assert rec["off_attention_proof_ok"] is True, (rec["off_attention_checks"], rec["off_attention_mismatches"])
+    # OFF steps stored the draft's K/V only, bit for bit as SGLang's full draft extend does
+    assert rec["off_draft_extend"] == "kv-only", rec["off_draft_extend_reason"]
+    assert rec["off_kv_only_proof_ok"] is True, (rec["off_kv_only_checks"], rec["off_kv_only_mismatches"])
+    assert min(rec["off_resume_steps"]) > 0
     assert rec["switches"] >= 100
     assert rec["phases"]["F_runtime_change"]["delay_steps"] == 0
     # the draft stays warm across 200+ OFF steps: first ON steps within 0.5 of the ON baseline

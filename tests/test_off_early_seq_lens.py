@@ -28,6 +28,7 @@ def make_runner(v2=True, monkeypatch=None, env=None):
     runner = OffStepRunner.__new__(OffStepRunner)
     runner.v2 = v2
     runner._init_early_seq_lens()
+    runner._no_kv_only("not built in this test")
     runner._new_event = lambda device: Event()
     runner._draft_owner = types.SimpleNamespace()
     runner.on_state, runner.off_state = "on", "off"

@@ -65,9 +65,17 @@ class Runner:
         counter = types.SimpleNamespace(count=0)
         self.off_target_graph = self.off_draft_extend_graph = self.on_target_graph = counter
 
-    def run_off_step(self, forward, batch):
-        self.off_batches.append(batch)
-        self.off_steps_cuda_graph += 1
+        self.kv_only_steps = True  # gated OFF steps leave the draft's top-k stale (KV-only)
+        self.draft_stale = False
+        self.resume_batches = []
+
+    def run_off_step(self, forward, batch, resume=False):
+        if resume:
+            self.resume_batches.append(batch)
+        else:
+            self.off_batches.append(batch)
+            self.off_steps_cuda_graph += 1
+        self.draft_stale = self.kv_only_steps and not resume
         return forward(batch)
 
 
@@ -105,6 +113,37 @@ def test_decode_batches_at_or_above_threshold_run_the_off_step():
     assert not getattr(r_small, sh.OFF_RESULT_ATTR, False)
     assert getattr(r_big, sh.OFF_RESULT_ATTR) is True
     assert rt.gate.decode_steps_on == 1 and rt.gate.decode_steps_off == 1
+
+
+def test_after_kv_only_off_steps_one_full_off_step_refreshes_the_draft_before_speculation():
+    sched, worker, rt = make_scheduler(threshold=4)
+    off1, off2, back, on = Batch(5), Batch(6), Batch(2), Batch(2)
+    results = [step(sched, b) for b in (off1, off2, back, on)]
+    assert rt.runner.off_batches == [off1, off2]
+    assert rt.runner.resume_batches == [back]  # the gate said ON; the draft was stale
+    assert worker.forwarded == [off1, off2, back, on]
+    # the refresh step is an OFF result (no accept-length metrics), the next one speculates
+    assert [getattr(r, sh.OFF_RESULT_ATTR, False) for r in results] == [True, True, True, False]
+    assert rt.gate.decode_steps_off == 2 and rt.gate.decode_steps_on == 2
+    assert rt.runner.draft_stale is False
+
+
+def test_no_refresh_step_when_off_steps_ran_the_full_draft_extend():
+    sched, worker, rt = make_scheduler(threshold=4)
+    rt.runner.kv_only_steps = False
+    for b in (Batch(5), Batch(2), Batch(2)):
+        step(sched, b)
+    assert len(rt.runner.off_batches) == 1 and rt.runner.resume_batches == []
+
+
+def test_a_stale_draft_is_not_refreshed_by_prefill_batches():
+    sched, worker, rt = make_scheduler(threshold=4)
+    step(sched, Batch(5))
+    prefill = Batch(3, decode=False)
+    worker.forward_batch_generation(prefill)
+    assert rt.runner.resume_batches == [] and rt.runner.draft_stale
+    step(sched, Batch(3))
+    assert len(rt.runner.resume_batches) == 1
 
 
 def test_prefill_batches_are_never_gated_and_a_decision_is_used_once():
@@ -248,7 +287,11 @@ def test_internal_state_carries_spec_gate_for_the_console():
     assert gate["ranks"] == [{"tp_rank": 0, "spec_enabled": False, "threshold": 8, "hysteresis": 0,
                               "switches": 1, "decode_steps_on": 0, "decode_steps_off": 1,
                               "off_attention_checks": 0, "off_attention_mismatches": 0,
-                              "off_early_seq_lens_checks": 0, "off_early_seq_lens_mismatches": 0}]
+                              "off_early_seq_lens_checks": 0, "off_early_seq_lens_mismatches": 0,
+                              "off_kv_only_checks": 0, "off_kv_only_mismatches": 0,
+                              "off_resume_steps": 0}]
+    # a runner that reports no OFF draft-extend kind is taken as the full one
+    assert gate["off_draft_extend"] == "full" and gate["off_kv_only_graph_replays"] == 0
 
 
 def test_hooks_are_pass_through_on_a_scheduler_without_gate():

@@ -336,3 +336,76 @@ def test_scheduler_reads_new_seq_lens_after_the_worker_returns():
     assert fwd < src.index("batch.seq_lens = batch_result.next_draft_input.new_seq_lens")
     prep = ast.unparse(_methods(_classes(SRT / "speculative/eagle_info_v2.py")["EagleDraftInputV2Mixin"])["prepare_for_decode"])
     assert prep.index("batch.maybe_wait_verify_done()") < prep.index("batch.seq_lens_cpu = batch.seq_lens.cpu()")
+
+
+# -- the KV-only OFF draft extend (server_patch/draft_kv_only.py) -------------------------------
+
+EAGLE3 = SRT / "models" / "llama_eagle3.py"
+
+
+def test_eagle3_draft_structure_the_kv_only_forward_mirrors():
+    """``kv_only_forward`` repeats ``LlamaModel.forward`` and the input layer's forward up to the
+    attention call; a change to either must show here before it shows as wrong draft K/V."""
+    classes = _classes(EAGLE3)
+    model_fwd = ast.unparse(_methods(classes["LlamaModel"])["forward"])
+    for line in ("embeds = self.embed_tokens(input_ids)",
+                 "hidden_states = forward_batch.spec_info.hidden_states",
+                 "if hidden_states.shape[-1] != embeds.shape[-1]:",
+                 "chunks = hidden_states.chunk(self.num_aux_hidden_states, dim=-1)",
+                 "hidden_states = self.fc(hidden_states)"):
+        assert line in model_fwd, line
+    layer_fwd = ast.unparse(_methods(classes["LlamaDecoderLayer"])["forward"])
+    input_branch = layer_fwd.split("else:")[0]
+    for line in ("hidden_states = self.hidden_norm(hidden_states)",
+                 "embeds = self.input_layernorm(embeds)",
+                 "hidden_states = torch.cat([embeds, hidden_states], dim=-1)"):
+        assert line in input_branch, line
+    assert "hidden_states = self.self_attn(positions=positions, hidden_states=hidden_states, forward_batch=forward_batch)" in layer_fwd
+    init = ast.unparse(_methods(classes["LlamaDecoderLayer"])["__init__"])
+    assert "self.is_input_layer = layer_id == 0" in init
+    # the attention: qkv + rotary in forward_prepare_native, then RadixAttention, then o_proj
+    attn = _methods(_classes(SRT / "models" / "llama.py")["LlamaAttention"])
+    assert _params(attn["forward_prepare_native"]) == ["self", "positions", "hidden_states"]
+    prep = ast.unparse(attn["forward_prepare_native"])
+    assert "q, k = self.rotary_emb(positions, q, k)" in prep and "return (q, k, v)" in prep
+    assert "attn_output = self.attn(q, k, v, forward_batch)" in ast.unparse(attn["forward"])
+
+
+def test_radix_attention_reshapes_kv_and_the_decode_path_stores_them_as_kv_only_does():
+    radix = ast.unparse(_methods(_classes(SRT / "layers" / "radix_attention.py")["RadixAttention"])["forward"])
+    assert "k = k.view(-1, self.tp_k_head_num, self.qk_head_dim)" in radix
+    assert "v = v.view(-1, self.tp_v_head_num, self.v_head_dim)" in radix
+    decode = ast.unparse(_methods(_classes(TRITON)["TritonAttnBackend"])["forward_decode"])
+    assert ("forward_batch.token_to_kv_pool.set_kv_buffer(layer, forward_batch.out_cache_loc, k, v, "
+            "layer.k_scale, layer.v_scale)") in decode
+
+
+def test_draft_extend_graph_runner_takes_a_backend_and_steps_and_captures_model_forward():
+    path = SRT / "speculative" / "eagle_draft_extend_cuda_graph_runner.py"
+    init = _methods(_classes(path)["EAGLEDraftExtendCudaGraphRunner"])["__init__"]
+    assert [a.arg for a in init.args.kwonlyargs] == ["draft_extend_attn_backend", "speculative_num_steps"]
+    src = path.read_text()
+    # the capture calls the model's forward through the instance attribute (patched while capturing)
+    assert "ret = self.model_runner.model.forward(" in src
+    # what the runner asks of its attention backend (NoAttentionBackend answers exactly these)
+    from server_patch.draft_kv_only import NoAttentionBackend
+
+    used = {m for m in ("init_cuda_graph_state", "get_cuda_graph_seq_len_fill_value",
+                        "init_forward_metadata_capture_cuda_graph",
+                        "init_forward_metadata_replay_cuda_graph", "init_forward_metadata")
+            if f"draft_extend_attn_backend.{m}(" in src}
+    assert used == {"init_cuda_graph_state", "get_cuda_graph_seq_len_fill_value",
+                    "init_forward_metadata_capture_cuda_graph", "init_forward_metadata_replay_cuda_graph"}
+    assert all(callable(getattr(NoAttentionBackend(1), m)) for m in used)
+
+
+@pytest.mark.parametrize("file, cls", [("eagle_worker.py", "EAGLEWorker"), ("eagle_worker_v2.py", "EAGLEWorkerV2")])
+def test_workers_capture_time_override_that_the_kv_only_build_uses(file, cls):
+    fn = _methods(_classes(SRT / "speculative" / file)[cls])["_override_worker_state"]
+    assert _params(fn) == ["self", "speculative_num_steps", "speculative_num_draft_tokens"]
+
+
+def test_kv_pool_buffers_the_kv_only_proof_reads():
+    pool = _methods(_classes(SRT / "mem_cache" / "memory_pool.py")["MHATokenToKVPool"])
+    assert _params(pool["get_key_buffer"]) == ["self", "layer_id"]
+    assert _params(pool["get_value_buffer"]) == ["self", "layer_id"]

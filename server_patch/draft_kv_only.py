@@ -1,0 +1,231 @@
+"""The OFF step's draft extend, KV cache only (EAGLE-3 draft, SGLang 0.5.12).
+
+Why: an OFF step must keep the draft model's KV cache current (``off_state``), but the only
+thing later steps read from an OFF step's draft forward is the K and V it stores for the new
+token. EAGLE-3's draft K/V at a position depend only on that position's *input* (``fc`` of the
+target's aux hidden states and the token's embedding, through the first layer's two input
+norms, ``qkv_proj`` and the rotary embedding: ``models/llama_eagle3.py:86-110`` and
+``models/llama.py:205-209,246`` in 0.5.12), not on the layer's attention output, MLP, final
+norm or ``lm_head``. On the 8B-shaped pair those skipped parts are ~70% of the draft layer's
+weight bytes (MLP 352 MB, ``o_proj`` 34 MB, ``lm_head`` 67 MB against ``fc`` + ``qkv_proj``
+200 MB), read once per OFF step whatever the batch size.
+
+What is *not* produced: the draft's output hidden state and top-k for the token after the new
+one, which the first speculative step after an OFF stretch drafts from. So the gate runs one
+full OFF step (the existing 1-token draft extend, its own CUDA graph) before speculation
+resumes (``scheduler_hooks``: ``off_resume_steps``).
+
+Proof at run time (``KvOnlyRunner``): on sampled KV-only steps the full OFF draft-extend graph
+is replayed on the same batch right after, and the K/V it stores at the batch's cache slots must
+equal, bit for bit, what the KV-only graph stored (same kernels on the same shapes). The
+synthetic test pair cannot show wrong draft K/V through outputs or accept length (its draft
+``o_proj`` is zero), so this check is what proves it on the GPU. A mismatch turns KV-only steps
+off for the rest of the server's life (logged as an error).
+
+Supported draft: ``LlamaForCausalLMEagle3`` with one decoder layer (multi-layer EAGLE is refused
+by the gate anyway), no multimodal RoPE, no sliding window, no quantized (scaled) KV cache. Any
+other draft keeps the full OFF draft extend, and the startup log line says which one runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any, Callable, Optional
+
+logger = logging.getLogger("server_patch.spec_gate")
+
+#: "0" keeps the full 1-token draft extend on every OFF step (escape hatch; costs OFF-step speed)
+ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY"
+KV_ONLY = "kv-only"
+FULL = "full"
+
+
+def unsupported_reason(model: Any) -> Optional[str]:
+    """Why ``model`` (the draft model object) cannot run a KV-only extend, or None if it can."""
+    if type(model).__name__ != "LlamaForCausalLMEagle3":
+        return f"draft model {type(model).__name__} is not LlamaForCausalLMEagle3"
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or len(layers) != 1:
+        return "draft model does not have exactly one decoder layer"
+    layer = layers[0]
+    if not getattr(layer, "is_input_layer", False):
+        return "draft layer 0 is not an EAGLE-3 input layer"
+    if getattr(inner, "is_mrope_enabled", False):
+        return "draft model uses multimodal RoPE"
+    attn = getattr(getattr(layer, "self_attn", None), "attn", None)
+    if attn is None or not hasattr(layer.self_attn, "forward_prepare_native"):
+        return "draft attention has no forward_prepare_native"
+    window = getattr(attn, "sliding_window_size", None)
+    if window is not None and window != -1:
+        return "draft attention uses a sliding window"
+    if getattr(attn, "k_scale", None) is not None or getattr(attn, "v_scale", None) is not None:
+        return "draft KV cache is scaled (quantized)"
+    return None
+
+
+def kv_only_forward(model: Any, output_cls: Any = None) -> Callable:
+    """A replacement for ``model.forward`` (``LlamaForCausalLMEagle3``) that only stores K/V.
+
+    Same signature as ``LlamaForCausalLM.forward(input_ids, positions, forward_batch, ...)``.
+    Shapes: ``input_ids`` / ``positions`` (T,), ``forward_batch.spec_info.hidden_states``
+    (T, 3 * target_hidden) or (T, hidden). Stores the draft layer's K and V for the T tokens at
+    ``forward_batch.out_cache_loc`` and returns a ``LogitsProcessorOutput`` of the shapes the
+    draft-extend graph runner expects, with content that is not meaningful:
+    ``next_token_logits`` = ``forward_batch.next_token_logits_buffer`` as it is (R, vocab), and
+    ``hidden_states`` = the ``fc`` output (T, hidden). The computation mirrors
+    ``LlamaModel.forward`` and the input layer of ``LlamaDecoderLayer.forward``
+    (``models/llama_eagle3.py``) up to ``self_attn``'s ``qkv_proj`` and rotary embedding, then
+    ``set_kv_buffer`` as the triton backend's ``forward_decode`` stores them.
+    ``output_cls``: SGLang's ``LogitsProcessorOutput`` unless given (tests).
+    """
+    import torch
+
+    if output_cls is None:
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput as output_cls
+
+    inner = model.model
+    layer = inner.layers[0]
+    attn = layer.self_attn
+    radix = attn.attn
+
+    def forward(input_ids, positions, forward_batch, *args, **kwargs):
+        embeds = inner.embed_tokens(input_ids)
+        hidden = forward_batch.spec_info.hidden_states
+        if hidden.shape[-1] != embeds.shape[-1]:
+            if inner.fc_norm is not None:
+                chunks = hidden.chunk(inner.num_aux_hidden_states, dim=-1)
+                hidden = torch.cat([norm(c) for norm, c in zip(inner.fc_norm, chunks)], dim=-1)
+            hidden = inner.fc(hidden)
+        x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(hidden)], dim=-1)
+        _, k, v = attn.forward_prepare_native(positions=positions, hidden_states=x)
+        forward_batch.token_to_kv_pool.set_kv_buffer(
+            radix,
+            forward_batch.out_cache_loc,
+            k.view(-1, radix.tp_k_head_num, radix.qk_head_dim),
+            v.view(-1, radix.tp_v_head_num, radix.v_head_dim),
+            radix.k_scale,
+            radix.v_scale,
+        )
+        logits = getattr(forward_batch, "next_token_logits_buffer", None)
+        if logits is None:
+            vocab = model.config.draft_vocab_size or model.config.vocab_size
+            logits = hidden.new_zeros((hidden.shape[0], vocab), dtype=torch.float32)
+        return output_cls(next_token_logits=logits, hidden_states=hidden)
+
+    return forward
+
+
+class NoAttentionBackend:
+    """The attention backend handed to the KV-only graph runner: the KV-only forward calls no
+    attention, so there is no metadata to build at capture or replay (saves the per-step
+    ``kv_indices`` kernel and its CPU work). ``seq_len_fill_value`` is the real backend's."""
+
+    def __init__(self, seq_len_fill_value: int):
+        self._fill = seq_len_fill_value
+
+    def init_cuda_graph_state(self, *args, **kwargs) -> None:
+        return None
+
+    def get_cuda_graph_seq_len_fill_value(self) -> int:
+        return self._fill
+
+    def init_forward_metadata_capture_cuda_graph(self, *args, **kwargs) -> None:
+        return None
+
+    def init_forward_metadata_replay_cuda_graph(self, *args, **kwargs) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _model_forward(model: Any, forward: Callable):
+    model.forward = forward  # an instance attribute shadows the class's forward
+    try:
+        yield
+    finally:
+        del model.forward
+
+
+def build_kv_only_graph_runner(full_runner: Any, worker_for_runner: Any, model: Any) -> Any:
+    """Capture a draft-extend CUDA graph runner of ``full_runner``'s class whose graphs run
+    :func:`kv_only_forward`, for the same batch sizes and 1 token per request.
+
+    ``worker_for_runner``: what SGLang constructs its draft-extend runner with (v1 the
+    ``EAGLEWorker``, v2 the ``EagleDraftWorker``), while its runtime fields are the OFF state's.
+
+    Raises:
+        RuntimeError: the capture never called the KV-only forward (its graphs would be the
+            full draft's), or what SGLang's capture raises.
+    """
+    fill = full_runner.draft_extend_attn_backend.get_cuda_graph_seq_len_fill_value()
+    kv_forward = kv_only_forward(model)
+    calls = [0]
+
+    def counted(*args, **kwargs):  # Python runs only while capturing, never at replay
+        calls[0] += 1
+        return kv_forward(*args, **kwargs)
+
+    with _model_forward(model, counted):
+        runner = type(full_runner)(
+            worker_for_runner,
+            draft_extend_attn_backend=NoAttentionBackend(fill),
+            speculative_num_steps=0,
+        )
+    if calls[0] == 0:  # the graphs would be the full draft's: never report them as KV-only
+        raise RuntimeError("the draft-extend capture did not call the KV-only forward")
+    return runner
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+class KvOnlyRunner:
+    """Wraps the KV-only graph runner's ``replay``: counts replays and, on sampled replays
+    (``sampled(n)``), proves the stored K/V against the full OFF draft-extend runner.
+
+    ``kv_layer_of(forward_batch)`` returns the draft's attention layer (whose ``layer_id``
+    indexes the draft KV pool). Counters: ``count`` (replays), ``checks``, ``mismatches``;
+    ``ok`` turns False at the first mismatch.
+    """
+
+    def __init__(self, runner: Any, full_runner: Any, layer: Any, sampled: Callable[[int], bool]):
+        self.runner = runner
+        self.full_runner = full_runner
+        self.layer = layer
+        self.sampled = sampled
+        self.count = 0
+        self.checks = 0
+        self.mismatches = 0
+        self.ok = True
+        original = runner.replay
+
+        def replay(forward_batch, *args, **kwargs):
+            self.count += 1
+            out = original(forward_batch, *args, **kwargs)
+            if self.sampled(self.count):
+                self._check(forward_batch)
+            return out
+
+        runner.replay = replay
+
+    def _check(self, forward_batch: Any) -> None:
+        import torch
+
+        pool = forward_batch.token_to_kv_pool
+        loc = forward_batch.out_cache_loc
+        layer_id = self.layer.layer_id
+        k_kv = pool.get_key_buffer(layer_id)[loc].clone()
+        v_kv = pool.get_value_buffer(layer_id)[loc].clone()
+        self.full_runner.replay(forward_batch)  # rewrites the same slots the full way
+        k_full = pool.get_key_buffer(layer_id)[loc]
+        v_full = pool.get_value_buffer(layer_id)[loc]
+        self.checks += 1
+        if not (torch.equal(k_kv, k_full) and torch.equal(v_kv, v_full)):  # waits for the GPU
+            self.mismatches += 1
+            self.ok = False
+            logger.error("spec_gate: OFF step KV-only draft extend stored K/V that differ from "
+                         "the full draft extend's (check %d); OFF steps run the full draft extend "
+                         "from now on", self.checks)

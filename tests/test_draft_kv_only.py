@@ -1,0 +1,310 @@
+"""The KV-only OFF draft extend (``server_patch/draft_kv_only.py``) on CPU stand-ins.
+
+The stand-in draft model follows SGLang 0.5.12's ``LlamaForCausalLMEagle3`` forward line by line
+(``models/llama_eagle3.py``; ``test_sglang_hook_targets`` pins those lines in the real source),
+with an attention that stores K/V the way the triton backend's ``forward_decode`` does. The GPU
+proof is the runtime check of ``KvOnlyRunner`` against SGLang's own full OFF draft-extend graph
+(``bench.gate_correctness``: ``off_kv_only_proof_ok``).
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from server_patch import draft_kv_only, off_state
+from server_patch.off_state import OffStepRunner
+
+H, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 16, 4, 2, 4, 32
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(n) + 0.5)
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class Pool:
+    """Stands in for the draft's KV pool: one layer, ``set_kv_buffer`` as SGLang calls it."""
+
+    def __init__(self, slots=64):
+        self.k = torch.zeros(slots, KV_HEADS, HEAD_DIM)
+        self.v = torch.zeros(slots, KV_HEADS, HEAD_DIM)
+        self.calls = []
+
+    def set_kv_buffer(self, layer, loc, k, v, k_scale=None, v_scale=None):
+        self.calls.append((layer, k.shape, v.shape, k_scale, v_scale))
+        self.k[loc], self.v[loc] = k, v
+
+    def get_key_buffer(self, layer_id):
+        return self.k
+
+    def get_value_buffer(self, layer_id):
+        return self.v
+
+
+class Radix(nn.Module):
+    """RadixAttention + the decode path: reshape K/V, store them, attend (here: a stand-in)."""
+
+    tp_k_head_num = tp_v_head_num = KV_HEADS
+    qk_head_dim = v_head_dim = HEAD_DIM
+    layer_id = 0
+    k_scale = v_scale = None
+    sliding_window_size = -1
+
+    def forward(self, q, k, v, forward_batch):
+        k = k.view(-1, self.tp_k_head_num, self.qk_head_dim)
+        v = v.view(-1, self.tp_v_head_num, self.v_head_dim)
+        forward_batch.token_to_kv_pool.set_kv_buffer(self, forward_batch.out_cache_loc, k, v,
+                                                     self.k_scale, self.v_scale)
+        return q * 0.5
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv_proj = nn.Linear(2 * H, (HEADS + 2 * KV_HEADS) * HEAD_DIM, bias=False)
+        self.o_proj = nn.Linear(HEADS * HEAD_DIM, H, bias=False)
+        self.attn = Radix()
+
+    def rotary_emb(self, positions, q, k):
+        angle = positions.to(q.dtype).unsqueeze(-1) * 0.1
+        return q * torch.cos(angle), k * torch.cos(angle) + torch.sin(angle)
+
+    def forward_prepare_native(self, positions, hidden_states):
+        qkv = self.qkv_proj(hidden_states)
+        q, k, v = qkv.split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
+        q, k = self.rotary_emb(positions, q, k)
+        return q, k, v
+
+    def forward(self, positions, hidden_states, forward_batch):
+        q, k, v = self.forward_prepare_native(positions, hidden_states)
+        return self.o_proj(self.attn(q, k, v, forward_batch))
+
+
+class Layer(nn.Module):
+    is_input_layer = True
+
+    def __init__(self):
+        super().__init__()
+        self.self_attn = Attention()
+        self.input_layernorm, self.hidden_norm = RMSNorm(H), RMSNorm(H)
+        self.mlp = nn.Linear(H, H)
+
+    def forward(self, positions, embeds, hidden_states, forward_batch):
+        residual = hidden_states
+        hidden_states = self.hidden_norm(hidden_states)
+        embeds = self.input_layernorm(embeds)
+        hidden_states = torch.cat([embeds, hidden_states], dim=-1)
+        hidden_states = self.self_attn(positions=positions, hidden_states=hidden_states,
+                                       forward_batch=forward_batch)
+        return self.mlp(hidden_states + residual)
+
+
+class Inner(nn.Module):
+    is_mrope_enabled = False
+
+    def __init__(self, fc_norm=False):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(VOCAB, H)
+        self.num_aux_hidden_states = 3
+        self.fc = nn.Linear(3 * H, H, bias=False)
+        self.fc_norm = nn.ModuleList([RMSNorm(H) for _ in range(3)]) if fc_norm else None
+        self.layers = nn.ModuleList([Layer()])
+
+    def forward(self, input_ids, positions, forward_batch):
+        embeds = self.embed_tokens(input_ids)
+        hidden_states = forward_batch.spec_info.hidden_states
+        if hidden_states.shape[-1] != embeds.shape[-1]:
+            if self.fc_norm is not None:
+                chunks = hidden_states.chunk(self.num_aux_hidden_states, dim=-1)
+                hidden_states = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], dim=-1)
+            hidden_states = self.fc(hidden_states)
+        return self.layers[0](positions, embeds, hidden_states, forward_batch)
+
+
+LlamaForCausalLMEagle3 = type("LlamaForCausalLMEagle3", (nn.Module,), {
+    "__init__": lambda self, fc_norm=False: (nn.Module.__init__(self), setattr(self, "model", Inner(fc_norm)),
+                                             setattr(self, "config", types.SimpleNamespace(draft_vocab_size=VOCAB)))[0],
+    "forward": lambda self, input_ids, positions, forward_batch: self.model(input_ids, positions, forward_batch),
+})
+
+
+class Output:
+    def __init__(self, next_token_logits, hidden_states):
+        self.next_token_logits, self.hidden_states = next_token_logits, hidden_states
+
+
+def forward_batch(hidden_width, tokens=5, logits=True):
+    torch.manual_seed(1)
+    return types.SimpleNamespace(
+        spec_info=types.SimpleNamespace(hidden_states=torch.randn(tokens, hidden_width)),
+        token_to_kv_pool=Pool(),
+        out_cache_loc=torch.tensor([3, 9, 4, 20, 11][:tokens]),
+        next_token_logits_buffer=torch.zeros(tokens, VOCAB) if logits else None,
+    )
+
+
+@pytest.mark.parametrize("fc_norm", [False, True])
+@pytest.mark.parametrize("hidden_width", [3 * H, H], ids=["target-aux", "draft-own-hidden"])
+def test_kv_only_forward_stores_exactly_the_kv_of_the_full_forward(fc_norm, hidden_width):
+    torch.manual_seed(0)
+    model = LlamaForCausalLMEagle3(fc_norm)
+    ids, pos = torch.tensor([1, 7, 3, 30, 2]), torch.tensor([10, 11, 40, 7, 0])
+    full_fb, kv_fb = forward_batch(hidden_width), forward_batch(hidden_width)
+    with torch.no_grad():
+        model(ids, pos, full_fb)
+        out = draft_kv_only.kv_only_forward(model, Output)(ids, pos, kv_fb)
+    assert torch.equal(kv_fb.token_to_kv_pool.k, full_fb.token_to_kv_pool.k)
+    assert torch.equal(kv_fb.token_to_kv_pool.v, full_fb.token_to_kv_pool.v)
+    assert kv_fb.token_to_kv_pool.k[[3, 9, 4, 20, 11]].abs().sum() > 0  # something was stored
+    layer, k_shape, v_shape, k_scale, v_scale = kv_fb.token_to_kv_pool.calls[0]
+    assert layer is model.model.layers[0].self_attn.attn
+    assert k_shape == v_shape == (5, KV_HEADS, HEAD_DIM) and k_scale is v_scale is None
+    # the shapes the draft-extend graph runner expects; content not meaningful
+    assert out.next_token_logits is kv_fb.next_token_logits_buffer
+    assert out.hidden_states.shape == (5, H)
+
+
+def test_kv_only_forward_makes_logits_when_the_batch_has_no_buffer():
+    model = LlamaForCausalLMEagle3()
+    fb = forward_batch(3 * H, tokens=2, logits=False)
+    with torch.no_grad():
+        out = draft_kv_only.kv_only_forward(model, Output)(torch.tensor([1, 2]), torch.tensor([0, 1]), fb)
+    assert out.next_token_logits.shape == (2, VOCAB) and out.next_token_logits.dtype == torch.float32
+
+
+def test_supported_draft_models():
+    model = LlamaForCausalLMEagle3()
+    assert draft_kv_only.unsupported_reason(model) is None
+    other = type("LlamaForCausalLMEagle", (nn.Module,), {})()
+    assert "not LlamaForCausalLMEagle3" in draft_kv_only.unsupported_reason(other)
+    two = LlamaForCausalLMEagle3()
+    two.model.layers.append(Layer())
+    assert "exactly one decoder layer" in draft_kv_only.unsupported_reason(two)
+    mrope = LlamaForCausalLMEagle3()
+    mrope.model.is_mrope_enabled = True
+    assert "multimodal" in draft_kv_only.unsupported_reason(mrope)
+    window = LlamaForCausalLMEagle3()
+    window.model.layers[0].self_attn.attn.sliding_window_size = 512
+    assert "sliding window" in draft_kv_only.unsupported_reason(window)
+    scaled = LlamaForCausalLMEagle3()
+    scaled.model.layers[0].self_attn.attn.k_scale = 0.5
+    assert "scaled" in draft_kv_only.unsupported_reason(scaled)
+
+
+def test_no_attention_backend_answers_what_the_graph_runner_asks():
+    backend = draft_kv_only.NoAttentionBackend(7)
+    assert backend.get_cuda_graph_seq_len_fill_value() == 7
+    assert backend.init_cuda_graph_state(64, 64) is None
+    assert backend.init_forward_metadata_replay_cuda_graph(bs=3, seq_lens=None) is None
+
+
+# -- the runtime proof ------------------------------------------------------------------------
+
+
+class GraphRunner:
+    """A graph runner whose replay stores given K/V at the batch's slots."""
+
+    def __init__(self, value):
+        self.value = value
+        self.replays = 0
+
+    def replay(self, fb):
+        self.replays += 1
+        fb.token_to_kv_pool.k[fb.out_cache_loc] = self.value
+        fb.token_to_kv_pool.v[fb.out_cache_loc] = -self.value
+        return "out"
+
+
+def kv_batch():
+    return types.SimpleNamespace(token_to_kv_pool=Pool(), out_cache_loc=torch.tensor([2, 5]))
+
+
+def test_sampled_replays_are_checked_against_the_full_draft_extend():
+    kv, full = GraphRunner(1.0), GraphRunner(1.0)
+    runner = draft_kv_only.KvOnlyRunner(kv, full, Radix(), sampled=lambda n: n % 2 == 1)
+    for _ in range(3):
+        assert kv.replay(kv_batch()) == "out"
+    assert (runner.count, runner.checks, runner.mismatches, runner.ok) == (3, 2, 0, True)
+    assert full.replays == 2  # only on the sampled replays
+
+
+def test_a_kv_mismatch_is_counted_and_turns_kv_only_off(caplog):
+    kv, full = GraphRunner(1.0), GraphRunner(2.0)
+    runner = draft_kv_only.KvOnlyRunner(kv, full, Radix(), sampled=lambda n: True)
+    kv.replay(kv_batch())
+    assert (runner.checks, runner.mismatches, runner.ok) == (1, 1, False)
+    assert "differ from the full draft extend" in caplog.text
+
+
+# -- OFF steps and the resume step in OffStepRunner ------------------------------------------
+
+
+def make_runner(kv_ok=True, kv_replays=True):
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.v2 = True
+    runner.early_seq_lens = False
+    runner._no_kv_only()
+    runner._draft_owner = types.SimpleNamespace()
+    runner.on_state, runner.off_state, runner.off_kv_state = "on", "off", "off-kv"
+    runner.kv_only = types.SimpleNamespace(count=0, ok=kv_ok)
+    runner.applied = []
+
+    def apply(state):
+        runner.applied.append(state)
+        runner.current = state
+
+    runner._apply = apply
+    runner.off_target_graph = types.SimpleNamespace(count=0)
+    runner.off_steps_cuda_graph = 0
+
+    def forward(batch):
+        runner.off_target_graph.count += 1
+        if runner.current == "off-kv" and kv_replays:
+            runner.kv_only.count += 1
+        return types.SimpleNamespace()
+
+    return runner, forward
+
+
+def test_gated_off_steps_run_kv_only_and_leave_the_draft_stale_until_a_resume_step():
+    runner, forward = make_runner()
+    assert runner.off_draft_extend == draft_kv_only.KV_ONLY
+    runner.run_off_step(forward, "b1")
+    runner.run_off_step(forward, "b2")
+    assert runner.applied == ["off-kv", "on", "off-kv", "on"] and runner.draft_stale
+    runner.run_off_step(forward, "b3", resume=True)
+    assert runner.applied[-2:] == ["off", "on"] and not runner.draft_stale
+    assert (runner.off_steps_cuda_graph, runner.resume_steps) == (2, 1)
+
+
+def test_after_a_failed_proof_off_steps_run_the_full_draft_extend():
+    runner, forward = make_runner(kv_ok=False)
+    assert runner.off_draft_extend == draft_kv_only.FULL
+    runner.run_off_step(forward, "b1")
+    assert runner.applied == ["off", "on"] and not runner.draft_stale
+
+
+def test_a_kv_only_step_that_fell_back_to_the_eager_full_draft_leaves_it_fresh():
+    runner, forward = make_runner(kv_replays=False)  # e.g. a batch larger than the graphs
+    runner.run_off_step(forward, "b1")
+    assert runner.applied == ["off-kv", "on"] and not runner.draft_stale
+
+
+def test_without_kv_only_the_runner_reports_why(monkeypatch):
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner._no_kv_only(f"{draft_kv_only.ENV_SWITCH}=0")
+    assert runner.off_draft_extend == draft_kv_only.FULL
+    assert runner.off_draft_extend_reason == "SPECCONSOLE_OFF_DRAFT_KV_ONLY=0"
+    monkeypatch.setenv(draft_kv_only.ENV_SWITCH, "0")
+    assert not draft_kv_only.enabled_by_env()
+    monkeypatch.setenv(draft_kv_only.ENV_SWITCH, "1")
+    assert draft_kv_only.enabled_by_env()
+    assert off_state.OFF_DRAFT_TOKENS == 1
