@@ -51,14 +51,15 @@ sys.exit(0 if ok else 1)
 PY
     ;;
   tp1)
-    # gate correctness at TP=1 on the 1B pair: v2-topk1 on GPU 0, the two v1 configs on GPU 1
-    # (all three on GPU 0 with one GPU); every OFF step's draft extend is KV-only here
+    # gate correctness at TP=1 on the 1B pair: v2-topk1 on GPU 0, the v1 configs on GPU 1 one after
+    # the other (TP1_GPU1_CONFIGS; two servers at --mem-fraction-static 0.4 do not fit one GPU);
+    # all three on GPU 0 with one GPU. Every OFF step's draft extend is KV-only here
     source .gpuwheels/B/env.sh
     m=/tmp/models/1b/p0.2
     if [ $(nvidia-smi -L | wc -l) -ge 2 ]; then
       CUDA_VISIBLE_DEVICES=0 python3 -m bench.gate_correctness --configs v2-topk1 --parallel 1 --mem-fraction 0.4 \
         --models $m --out "$R/gate-correctness-tp1-gpu0.json" --base-port 31000 &
-      CUDA_VISIBLE_DEVICES=1 python3 -m bench.gate_correctness --configs v1-topk1,v1-topk4 --parallel 2 --mem-fraction 0.4 \
+      CUDA_VISIBLE_DEVICES=1 python3 -m bench.gate_correctness --configs ${TP1_GPU1_CONFIGS:-v1-topk1,v1-topk4} --parallel 1 --mem-fraction 0.4 \
         --models $m --out "$R/gate-correctness-tp1-gpu1.json" --base-port 31100
       wait
     else

@@ -182,6 +182,22 @@ def enabled_by_env() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
+#: ``spec_info`` fields that a draft-extend graph replay reassigns (0.5.12
+#: ``eagle_draft_extend_cuda_graph_runner.py`` ``replay``: padded to the graph's batch size)
+REPLAY_FIELDS = ("positions", "num_correct_drafts", "num_accept_tokens", "extend_seq_lens_cpu",
+                 "extend_seq_lens_tensor")
+
+
+def _replay_fields(forward_batch: Any) -> dict:
+    info = forward_batch.spec_info
+    return {f: getattr(info, f) for f in REPLAY_FIELDS if hasattr(info, f)}
+
+
+def _set_replay_fields(forward_batch: Any, fields: dict) -> None:
+    for name, value in fields.items():
+        setattr(forward_batch.spec_info, name, value)
+
+
 class KvOnlyRunner:
     """Wraps the KV-only graph runner's ``replay``: counts replays and, on sampled replays
     (``sampled(n)``), proves the stored K/V against the full OFF draft-extend runner.
@@ -204,9 +220,18 @@ class KvOnlyRunner:
 
         def replay(forward_batch, *args, **kwargs):
             self.count += 1
+            check = self.sampled(self.count)
+            before = _replay_fields(forward_batch) if check else None
             out = original(forward_batch, *args, **kwargs)
-            if self.sampled(self.count):
-                self._check(forward_batch)
+            if check:
+                # a replay of a padded batch leaves spec_info fields padded (v2 keeps them so);
+                # the full replay must see the batch as the KV-only one did, the caller as left
+                after = _replay_fields(forward_batch)
+                _set_replay_fields(forward_batch, before)
+                try:
+                    self._check(forward_batch)
+                finally:
+                    _set_replay_fields(forward_batch, after)
             return out
 
         runner.replay = replay

@@ -224,7 +224,26 @@ class GraphRunner:
 
 
 def kv_batch():
-    return types.SimpleNamespace(token_to_kv_pool=Pool(), out_cache_loc=torch.tensor([2, 5]))
+    return types.SimpleNamespace(token_to_kv_pool=Pool(), out_cache_loc=torch.tensor([2, 5]),
+                                 spec_info=types.SimpleNamespace(num_correct_drafts=torch.zeros(2)))
+
+
+class PaddingGraphRunner(GraphRunner):
+    """Like SGLang's v2 replay of a padded batch: requires raw-size fields, leaves padded ones."""
+
+    def replay(self, fb):
+        assert fb.spec_info.num_correct_drafts.shape == (2,)
+        fb.spec_info.num_correct_drafts = torch.zeros(4)
+        return super().replay(fb)
+
+
+def test_the_full_replay_of_a_check_sees_the_batch_as_the_kv_only_replay_did():
+    kv, full = PaddingGraphRunner(1.0), PaddingGraphRunner(1.0)
+    runner = draft_kv_only.KvOnlyRunner(kv, full, Radix(), sampled=lambda n: True)
+    fb = kv_batch()
+    kv.replay(fb)
+    assert (runner.checks, runner.mismatches) == (1, 0)
+    assert fb.spec_info.num_correct_drafts.shape == (4,)  # as the KV-only replay left it
 
 
 def test_sampled_replays_are_checked_against_the_full_draft_extend():
