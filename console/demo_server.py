@@ -164,6 +164,11 @@ class GateSim:
     off_target_graph_replays: int = 0
     off_draft_extend_graph_replays: int = 0
     on_target_graph_replays: int = 0
+    #: OFF steps' KV-only draft-extend graph (server_patch/draft_kv_only.py), and the full OFF steps
+    #: that refresh the draft's top-k before the first speculative step after an OFF stretch
+    kv_only_graph_replays: int = 0
+    resume_steps: int = 0
+    draft_stale: bool = False
     last_switch: dict[str, Any] | None = None
     #: accept length sum, batches since the last off->on switch (the first FIRST_ON_STEPS only)
     since_on_sum: float = 0.0
@@ -289,14 +294,24 @@ class Simulation:
                 # OFF steps' draft extend, so it is only a little below the usual accept length
                 first = self.accept_now - 0.1 if self.gate.steps_since_on == 0 and self.gate.switches else None
                 self.gate.record_on(self.accept_now, steps, first)
-                if graph:
+                if graph and self.gate.draft_stale:  # the resume step: a full OFF step
+                    self.gate.draft_stale = False
+                    self.gate.resume_steps += 1
+                    self.gate.off_target_graph_replays += 1
+                    self.gate.off_draft_extend_graph_replays += 1
+                    self.gate.on_target_graph_replays += steps - 1
+                elif graph:
                     self.gate.on_target_graph_replays += steps
             else:
                 self.gate.steps_off += steps
                 if graph:
+                    checked = _sampled_checks(self.gate.kv_only_graph_replays)
                     self.gate.off_steps_graph += steps
                     self.gate.off_target_graph_replays += steps
-                    self.gate.off_draft_extend_graph_replays += steps
+                    self.gate.kv_only_graph_replays += steps
+                    # the sampled proof replays the full draft-extend graph after the KV-only one
+                    self.gate.off_draft_extend_graph_replays += _sampled_checks(self.gate.kv_only_graph_replays) - checked
+                    self.gate.draft_stale = True
             self.token_usage = min(1.0, (self.batch + self.waiting * 0.2) * 384 / 812_345 * 8)
 
     def _apply_pending(self) -> None:
@@ -346,8 +361,11 @@ class Simulation:
     def spec_gate(self) -> dict[str, Any]:
         """``internal_states[i].spec_gate`` exactly as the README describes it."""
         a, g = self.args, self.gate
-        # the real server checks the first 64 OFF steps, then every 256th (verify + draft extend)
-        checks = 2 * _sampled_checks(g.off_steps_graph)
+        # the real server checks the first 64 calls of each OFF backend, then every 256th: the
+        # target verify on every OFF (and resume) step, the draft extend's attention only where the
+        # full draft-extend graph ran (resume steps and the KV-only proof)
+        checks = _sampled_checks(g.off_target_graph_replays) + _sampled_checks(g.off_draft_extend_graph_replays)
+        kv_checks = _sampled_checks(g.kv_only_graph_replays)
         # v2 OFF steps publish seq_lens + 1 early (checked by the same sampling rule)
         early = self.spec_version == "v2"
         early_steps = g.off_steps_graph if early else 0
@@ -358,6 +376,8 @@ class Simulation:
                 "switches": g.switches, "decode_steps_on": g.steps_on, "decode_steps_off": g.steps_off,
                 "off_attention_checks": checks, "off_attention_mismatches": 0,
                 "off_early_seq_lens_checks": early_checks, "off_early_seq_lens_mismatches": 0,
+                "off_kv_only_checks": kv_checks, "off_kv_only_mismatches": 0,
+                "off_resume_steps": g.resume_steps,
             }
             for r in range(a.tp_size)
         ]
@@ -393,6 +413,12 @@ class Simulation:
             "off_draft_extend_attention": "triton-decode-kernel",
             "off_attention_checks": checks,
             "off_attention_mismatches": 0,
+            "off_draft_extend": "kv-only",
+            "off_draft_extend_reason": None,
+            "off_kv_only_graph_replays": g.kv_only_graph_replays,
+            "off_kv_only_checks": kv_checks,
+            "off_kv_only_mismatches": 0,
+            "off_resume_steps": g.resume_steps,
             "off_early_seq_lens": early,
             "off_early_seq_lens_steps": early_steps,
             "off_early_seq_lens_checks": early_checks,

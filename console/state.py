@@ -105,6 +105,12 @@ class GateState:
     off_draft_extend_attention: str | None = None
     off_attention_checks: int | None = None
     off_attention_mismatches: int | None = None
+    off_draft_extend: str | None = None
+    off_draft_extend_reason: str | None = None
+    off_kv_only_graph_replays: int | None = None
+    off_kv_only_checks: int | None = None
+    off_kv_only_mismatches: int | None = None
+    off_resume_steps: int | None = None
     off_early_seq_lens: bool | None = None
     off_early_seq_lens_steps: int | None = None
     off_early_seq_lens_checks: int | None = None
@@ -166,6 +172,12 @@ class GateState:
             off_draft_extend_attention=_str(data.get("off_draft_extend_attention")),
             off_attention_checks=_int(data.get("off_attention_checks")),
             off_attention_mismatches=_int(data.get("off_attention_mismatches")),
+            off_draft_extend=_str(data.get("off_draft_extend")),
+            off_draft_extend_reason=_str(data.get("off_draft_extend_reason")),
+            off_kv_only_graph_replays=_int(data.get("off_kv_only_graph_replays")),
+            off_kv_only_checks=_int(data.get("off_kv_only_checks")),
+            off_kv_only_mismatches=_int(data.get("off_kv_only_mismatches")),
+            off_resume_steps=_int(data.get("off_resume_steps")),
             off_early_seq_lens=_bool(data.get("off_early_seq_lens")),
             off_early_seq_lens_steps=_int(data.get("off_early_seq_lens_steps")),
             off_early_seq_lens_checks=_int(data.get("off_early_seq_lens_checks")),

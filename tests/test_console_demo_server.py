@@ -23,6 +23,8 @@ README_GATE_KEYS = {
     "off_cuda_graph", "off_steps_cuda_graph", "off_target_graph_replays", "off_draft_extend_graph_replays",
     "on_target_graph_replays", "off_target_attention", "off_draft_extend_attention", "off_attention_checks", "off_attention_mismatches",
     "off_early_seq_lens", "off_early_seq_lens_steps", "off_early_seq_lens_checks", "off_early_seq_lens_mismatches",
+    "off_draft_extend", "off_draft_extend_reason", "off_kv_only_graph_replays", "off_kv_only_checks",
+    "off_kv_only_mismatches", "off_resume_steps",
     "tp_rank", "tp_size", "ranks",
 }
 #: the keys of an accepted ``POST /set_internal_state`` answer (README)
@@ -73,7 +75,8 @@ def test_server_info_has_spec_gate_per_readme(server):
     assert set(gate["ranks"][0]) == {"tp_rank", "spec_enabled", "threshold", "hysteresis", "switches",
                                      "decode_steps_on", "decode_steps_off", "off_attention_checks",
                                      "off_attention_mismatches", "off_early_seq_lens_checks",
-                                     "off_early_seq_lens_mismatches"}
+                                     "off_early_seq_lens_mismatches", "off_kv_only_checks",
+                                     "off_kv_only_mismatches", "off_resume_steps"}
 
 
 def test_loads_shape(server):
@@ -201,6 +204,30 @@ def test_each_accepted_change_is_logged_in_order():
     assert gate_lines == ["spec_gate: threshold 32 -> 16", "spec_gate: threshold 16 -> 20",
                           "spec_gate: threshold 20 -> 24", "spec_gate: hysteresis 4 -> 2"]
     assert (sim.gate.threshold, sim.gate.hysteresis) == (24, 2)
+
+
+def test_an_off_stretch_runs_kv_only_and_one_resume_step_on_the_way_back():
+    """As server_patch: OFF steps replay the KV-only draft-extend graph (the full one only for the
+    sampled proof), and the first batch after the switch back is one full OFF step."""
+    sim, _ = _sim()
+    now = time.monotonic()
+    sim.set_internal_state({"server_args": {"speculative_disable_batch_threshold": 1, "speculative_disable_hysteresis": 0}})
+    for i in range(3):
+        sim.tick(now + i)
+    off = sim.spec_gate()
+    assert off["spec_enabled"] is False and off["decode_steps_off"] > 0
+    assert off["off_kv_only_graph_replays"] == off["off_steps_cuda_graph"] == off["decode_steps_off"]
+    assert off["off_draft_extend_graph_replays"] == off["off_kv_only_checks"] > 0
+    assert off["off_resume_steps"] == 0
+    sim.set_internal_state({"server_args": {"speculative_disable_batch_threshold": 32}})
+    for i in range(3, 6):
+        sim.tick(now + i)
+    on = sim.spec_gate()
+    assert on["spec_enabled"] is True and on["off_resume_steps"] == 1
+    assert on["off_target_graph_replays"] == on["off_steps_cuda_graph"] + 1
+    assert on["off_draft_extend_graph_replays"] == on["off_kv_only_checks"] + 1
+    steps_on_after = on["decode_steps_on"] - off["decode_steps_on"]
+    assert on["on_target_graph_replays"] - off["on_target_graph_replays"] == steps_on_after - 1
 
 
 @pytest.mark.parametrize("body,reason", [

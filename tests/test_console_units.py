@@ -643,6 +643,11 @@ def test_switch_rate_and_gate_warnings():
                                         "off_early_seq_lens_mismatches": 1})
     assert ("OFF-step early seq_lens differed on 1 checked steps (see log)"
             in gate_warnings(st.ConsoleSnapshot(gate=early_bad)))
+    assert not any("KV-only" in w for w in warnings)
+    kv_bad = st.GateState.from_json({**GATE, "off_draft_extend": "full", "off_kv_only_checks": 3,
+                                     "off_kv_only_mismatches": 1})
+    assert ("OFF-step KV-only draft K/V differed on 1 checked steps (see log)"
+            in gate_warnings(st.ConsoleSnapshot(gate=kv_bad)))
 
 
 # -- fresh-user findings ---------------------------------------------------------------------
@@ -723,6 +728,25 @@ def test_details_say_when_the_next_batch_is_prepared_after_an_off_step():
     assert "next batch prepared during the OFF verify, 64 checked, 0 wrong" in text(
         off_early_seq_lens=True, off_early_seq_lens_checks=64, off_early_seq_lens_mismatches=0)
     assert "next batch prepared after the OFF verify" in text(off_early_seq_lens=False)
+
+
+def test_details_say_what_an_off_step_draft_extend_computes():
+    from console.widgets.spec_panel import detail_lines
+
+    d = {k: None for k in ("label", "value", "dim", "ok", "alarm", "pending")}
+
+    def text(**gate):
+        snap = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, **gate}), sample_seen=True)
+        return "\n".join(t.plain for t in detail_lines(snap, d, 120))
+
+    assert "OFF draft extend" not in text()  # a server without the field (older patch)
+    assert "OFF draft extend kv-only, 64 checked, 0 wrong, 3 resume steps" in text(
+        off_draft_extend="kv-only", off_kv_only_checks=64, off_kv_only_mismatches=0, off_resume_steps=3)
+    assert "OFF draft extend full (SPECCONSOLE_OFF_DRAFT_KV_ONLY=0)" in text(
+        off_draft_extend="full", off_draft_extend_reason="SPECCONSOLE_OFF_DRAFT_KV_ONLY=0")
+    assert "draft extend 5 + KV-only 900; ON target" in text(
+        off_target_graph_replays=905, off_draft_extend_graph_replays=5, off_kv_only_graph_replays=900,
+        on_target_graph_replays=10)
 
 
 def test_stale_values_while_the_server_is_down():

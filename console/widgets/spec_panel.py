@@ -174,6 +174,8 @@ def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
         out.append(f"OFF-step attention read wrong keys on {g.off_attention_mismatches} checked steps (see log)")
     if g.off_early_seq_lens_mismatches:
         out.append(f"OFF-step early seq_lens differed on {g.off_early_seq_lens_mismatches} checked steps (see log)")
+    if g.off_kv_only_mismatches:
+        out.append(f"OFF-step KV-only draft K/V differed on {g.off_kv_only_mismatches} checked steps (see log)")
     return out
 
 
@@ -271,6 +273,14 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         proof = (f", {fmt.num(g.off_attention_checks)} checked, {fmt.num(g.off_attention_mismatches)} wrong"
                  if "decode-kernel" in kernels else "")
         rows.append([_t(("OFF-step attention ", d["label"]), (kernels, d["value"]), (proof, d["dim"]))])
+    if g.off_draft_extend is not None:
+        # KV-only: OFF steps store only the draft's K/V; resume steps refresh its top-k (draft_kv_only)
+        if g.off_draft_extend == "kv-only":
+            proof = (f", {fmt.num(g.off_kv_only_checks)} checked, {fmt.num(g.off_kv_only_mismatches)} wrong, "
+                     f"{fmt.num(g.off_resume_steps)} resume steps")
+        else:
+            proof = f" ({g.off_draft_extend_reason})" if g.off_draft_extend_reason else ""
+        rows.append([_t(("OFF draft extend ", d["label"]), (g.off_draft_extend, d["value"]), (proof, d["dim"]))])
     if g.off_early_seq_lens is not None:
         # v2: does the scheduler prepare the next batch while an OFF verify runs (server_patch/off_state.py)
         when = "during the OFF verify" if g.off_early_seq_lens else "after the OFF verify"
@@ -281,7 +291,9 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         rows.append([_t(
             ("graph replays ", d["label"]),
             (f"OFF target {fmt.num(g.off_target_graph_replays)}, draft extend "
-             f"{fmt.num(g.off_draft_extend_graph_replays)}; ON target {fmt.num(g.on_target_graph_replays)}", d["value"]),
+             f"{fmt.num(g.off_draft_extend_graph_replays)}"
+             + (f" + KV-only {fmt.num(g.off_kv_only_graph_replays)}" if g.off_kv_only_graph_replays is not None else "")
+             + f"; ON target {fmt.num(g.on_target_graph_replays)}", d["value"]),
         )])
     overlap = {True: "on", False: "off", None: fmt.NA}[g.overlap]
     rows.append([
