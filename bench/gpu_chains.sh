@@ -20,7 +20,7 @@
 # tp1 (both GPUs, first): gate correctness at TP=1 for v2-topk1, v1-topk1 and v1-topk4 with the
 #   KV-only OFF draft extend (server_patch/draft_kv_only.py), ~4 min.
 # tp2 (both GPUs, right after chain0 when started by `start`): gate correctness at TP=2 for
-#   v2-topk1 and v1-topk1.
+#   v2-topk1, v1-topk1 and v1-topk4 (TP2_CONFIGS).
 # p05 (both GPUs, optional, last): always-on and the gate with the weak draft (p=0.5).
 # Earlier sessions' chains (parallel per-GPU chains, the OFF-step A/B with profiles) are in git history.
 set -uo pipefail
@@ -82,11 +82,12 @@ PY
   tp2)
     # both GPUs: started with setsid by `start-tp2`, results merged per config as each ends
     source .gpuwheels/B/env.sh
-    python3 -m bench.gate_correctness --tp 2 --configs v2-topk1,v1-topk1 --parallel 1 --mem-fraction 0.4 \
+    python3 -m bench.gate_correctness --tp 2 --configs ${TP2_CONFIGS:-v2-topk1,v1-topk1,v1-topk4} --parallel 1 --mem-fraction 0.4 \
       --models /tmp/models/1b/p0.2 --out "$R/gate-correctness-tp2.json" --base-port 31200
     touch "$R/tp2.done" ;;
   p05)
-    # optional, both GPUs after tp2: the weak draft (p=0.5); none does not depend on p (same target)
+    # optional, both GPUs after tp2: the weak draft (p=0.5); none does not depend on p (same target).
+    # Two runs at once: their rows at 1-8 requests (CPU-bound) are not a clean comparison
     source .gpuwheels/B/env.sh
     export OMP_NUM_THREADS=8
     m=/tmp/models/8b/p0.5
