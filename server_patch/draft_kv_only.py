@@ -179,6 +179,7 @@ def build_kv_only_graph_runner(full_runner: Any, worker_for_runner: Any, model: 
 
 
 def enabled_by_env() -> bool:
+    """False when ``SPECCONSOLE_OFF_DRAFT_KV_ONLY=0`` asks for the full OFF draft extend."""
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
@@ -202,9 +203,11 @@ class KvOnlyRunner:
     """Wraps the KV-only graph runner's ``replay``: counts replays and, on sampled replays
     (``sampled(n)``), proves the stored K/V against the full OFF draft-extend runner.
 
-    ``kv_layer_of(forward_batch)`` returns the draft's attention layer (whose ``layer_id``
-    indexes the draft KV pool). Counters: ``count`` (replays), ``checks``, ``mismatches``;
-    ``ok`` turns False at the first mismatch.
+    ``layer``: the draft's attention layer (its ``layer_id`` indexes the draft KV pool);
+    ``sampled(n)``: whether replay number n (1-based) is checked (``off_attention.sampled``: the
+    first 64, then every 256th). A check replays ``full_runner`` on the same batch and waits for
+    the GPU. Counters: ``count`` (replays), ``checks``, ``mismatches``; ``ok`` turns False at the
+    first mismatch.
     """
 
     def __init__(self, runner: Any, full_runner: Any, layer: Any, sampled: Callable[[int], bool]):
