@@ -715,15 +715,17 @@ def test_switch_rate_is_shown_only_when_the_gate_thrashes():
     assert f"switches 2 ({THRASH_PER_MIN:.0f}/min: thrashing)" in text(THRASH_PER_MIN)
 
 
-def test_details_say_when_the_next_batch_is_prepared_after_an_off_step():
+def _details(width=120, **gate):
+    """The spec panel's detail lines as plain text for a ``spec_gate`` of ``GATE`` + ``gate``."""
     from console.widgets.spec_panel import detail_lines
 
     d = {k: None for k in ("label", "value", "dim", "ok", "alarm", "pending")}
+    snap = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, **gate}), sample_seen=True)
+    return "\n".join(t.plain for t in detail_lines(snap, d, width))
 
-    def text(**gate):
-        snap = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, **gate}), sample_seen=True)
-        return "\n".join(t.plain for t in detail_lines(snap, d, 100))
 
+def test_details_say_when_the_next_batch_is_prepared_after_an_off_step():
+    text = _details
     assert "next batch prepared" not in text()  # a server without the field (older patch)
     assert "next batch prepared during the OFF verify, 64 checked, 0 wrong" in text(
         off_early_seq_lens=True, off_early_seq_lens_checks=64, off_early_seq_lens_mismatches=0)
@@ -731,14 +733,7 @@ def test_details_say_when_the_next_batch_is_prepared_after_an_off_step():
 
 
 def test_details_say_what_an_off_step_draft_extend_computes():
-    from console.widgets.spec_panel import detail_lines
-
-    d = {k: None for k in ("label", "value", "dim", "ok", "alarm", "pending")}
-
-    def text(**gate):
-        snap = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, **gate}), sample_seen=True)
-        return "\n".join(t.plain for t in detail_lines(snap, d, 120))
-
+    text = _details
     assert "OFF draft extend" not in text()  # a server without the field (older patch)
     assert "OFF draft extend kv-only, 64 checked, 0 wrong, 3 resume steps" in text(
         off_draft_extend="kv-only", off_kv_only_checks=64, off_kv_only_mismatches=0, off_resume_steps=3)
