@@ -327,3 +327,18 @@ def test_without_kv_only_the_runner_reports_why(monkeypatch):
     monkeypatch.setenv(draft_kv_only.ENV_SWITCH, "1")
     assert draft_kv_only.enabled_by_env()
     assert off_state.OFF_DRAFT_TOKENS == 1
+
+
+def test_gate_correctness_proof_needs_checks_on_every_rank_and_no_mismatch():
+    from bench.gate_correctness import _rank_proof
+
+    def proof(checks, mismatches, active=True):
+        rec = {}
+        ranks = [{"off_kv_only_checks": c, "off_kv_only_mismatches": m} for c, m in zip(checks, mismatches)]
+        _rank_proof(rec, {"ranks": ranks}, "off_kv_only", active=active)
+        return rec["off_kv_only_proof_ok"]
+
+    assert proof([92], [0]) is True
+    assert proof([90, 0], [0, 0]) is False  # one rank never checked
+    assert proof([90, 90], [0, 1]) is False
+    assert proof([0], [0], active=False) is True  # full draft extend: nothing to prove
