@@ -166,6 +166,7 @@ def resolve(argv: list[str]) -> AppConfig:
     except ConfigError as exc:
         parser.error(str(exc))
     console_defaults = file_cfg["console"] if file_cfg else {}
+    _check_file_values(parser, file_cfg)
     interval = getattr(args, "interval", None)
     where = "--interval"
     if interval is None:
@@ -193,7 +194,7 @@ def resolve(argv: list[str]) -> AppConfig:
         if not extra:
             mode_parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout)
-        _check_log_dir(mode_parser, base.log_dir, "--log-dir")
+        _check_log_dir(mode_parser, base.log_dir, _log_dir_where(args.log_dir))
         _check_server_api_key(mode_parser, extra)
         _check_server_address(mode_parser, extra)
         return launch_config(base, extra)
@@ -210,7 +211,7 @@ def resolve(argv: list[str]) -> AppConfig:
     if args.mode == "demo":
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
                        nvml=args.gpus, demo_args=extra)
-        _check_log_dir(mode_parser, base.log_dir, "--log-dir")
+        _check_log_dir(mode_parser, base.log_dir, _log_dir_where(args.log_dir))
         _check_server_api_key(mode_parser, extra)
         cfg = demo_config(base, port=args.port)
         _check_server_address(mode_parser, cfg.server_command or [], "demo server")
@@ -242,6 +243,22 @@ def resolve(argv: list[str]) -> AppConfig:
     return replace(base, mode="none", url=DEFAULT_URL, config_path=file_cfg["path"] if file_cfg else None)
 
 
+def _check_file_values(parser: argparse.ArgumentParser, file_cfg: dict | None) -> None:
+    """Refuse a config file's out-of-range interval or unknown theme even when a command-line
+    flag overrides it for this run (exits): a broken file is reported every time, not only on
+    the runs that happen to use it."""
+    if not file_cfg:
+        return
+    values, path = file_cfg["console"], file_cfg["path"]
+    interval = values.get("interval")
+    if interval is not None and (not math.isfinite(interval) or not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S):
+        parser.error(f"{path}: console.interval must be a number of seconds from {MIN_INTERVAL_S} to "
+                     f"{MAX_INTERVAL_S:g} (got {interval})")
+    theme = values.get("theme")
+    if theme is not None and theme not in themes.THEMES:
+        parser.error(f"{path}: console.theme: unknown theme {theme!r}; known: {', '.join(themes.THEMES)}")
+
+
 def _check_server_address(parser: argparse.ArgumentParser, server_args: list[str], where: str = "server") -> None:
     """Refuse a ``--port``/``--host`` in the server arguments the console could not watch (exits):
     the console would otherwise poll a default or impossible address forever."""
@@ -252,18 +269,29 @@ def _check_server_address(parser: argparse.ArgumentParser, server_args: list[str
         parser.error(f"{where} --host {host!r} is not a host name or IP address")
 
 
+def _log_dir_where(given: Path | None) -> str:
+    """How an error names the log directory: the flag, or the default's origin (``hint:`` part)."""
+    if given is not None:
+        return "--log-dir"
+    return ("default log directory|from $XDG_STATE_HOME (or ~/.local/state when unset); "
+            "choose another with --log-dir")
+
+
 def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str) -> None:
     """Refuse a log directory the console cannot write the server log into (exits 2 before the
-    screen opens); a missing one is created, as it would be at start."""
+    screen opens); a missing one is created, as it would be at start. ``where``: the flag, or
+    ``"what|hint"`` for a default (the hint ends the message)."""
     problem = writable_dir_problem(path)
     if problem is None:
         return
+    where, _, hint = where.partition("|")
+    hint = f". The {where} is {hint}" if hint else ""
     stage, reason = problem
     if stage == "file":
-        parser.error(f"{where} {path} is a file, not a directory")
+        parser.error(f"{where} {path} is a file, not a directory{hint}")
     if stage == "create":
-        parser.error(f"{where} {path}: cannot create it ({reason})")
-    parser.error(f"{where} {path}: cannot write a log file there ({reason})")
+        parser.error(f"{where} {path}: cannot create it ({reason}){hint}")
+    parser.error(f"{where} {path}: cannot write a log file there ({reason}){hint}")
 
 
 def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from console.state import GateState, LoadState, ServerSample, SetResult
+from console.state import NOT_JSON_REASON, GateState, LoadState, ServerSample, SetResult
 
 #: HTTP timeout per request, seconds
 DEFAULT_TIMEOUT_S = 5.0
@@ -107,7 +107,7 @@ def _reason(exc: BaseException, api_key_given: bool = False) -> str:
     if isinstance(exc, httpx.ProtocolError):
         return f"protocol error: {_first_line(exc)} (not an HTTP server, or an https:// one?)"
     if isinstance(exc, ValueError):
-        return "answer is not JSON (not an SGLang server?)"
+        return NOT_JSON_REASON
     return type(exc).__name__ + (f": {exc}" if str(exc) else "")
 
 

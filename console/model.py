@@ -251,13 +251,15 @@ class ConsoleModel:
             return f"{c.last_error}: threshold not changed"
         if c.reachable is False:
             why = f" ({c.last_error})" if c.last_error else ""
-            return f"server unreachable{why}: threshold not changed"
+            who = "server unreachable" if c.down_word == "unreachable" else c.down_word
+            return f"{who}{why}: threshold not changed"
         if self.sample is None:
             return "no answer from the server yet: threshold not changed"
         if self.gate is None:
             return "this server runs without the speculation gate (--speculative-disable-batch-threshold)"
         if self.gate.threshold is None:
-            return "spec_gate reports no threshold (not the gate's contract: a patched SGLang server?): threshold not changed"
+            return ("spec_gate has no threshold (it does not follow specconsole's contract: a server "
+                    "patched by another version?): threshold not changed")
         if threshold is None:
             return None
         return validate_threshold(threshold, self.snapshot_max_running(),
@@ -366,7 +368,8 @@ class ConsoleModel:
         self._inflight = None
         what = _describe(sent.get("threshold"), sent.get("hysteresis"))
         if delivered and st.answered_not_sglang(reason):  # it answered, but not with the contract's JSON
-            text = f"{what}: the server answered {reason}; not confirmed"
+            sep = " " if reason.startswith("HTTP ") else ", but its "
+            text = f"{what}: the server answered{sep}{reason}; not confirmed"
         elif delivered:
             text = f"{what}: no answer from server ({reason}); not confirmed"
         else:
@@ -415,7 +418,7 @@ class ConsoleModel:
             return []
         if all(live == want for _, _, want, live in parts):
             self._unanswered = None
-            text = ", ".join(f"{name} {old} -> {want}" for name, old, want, _ in parts)
+            text = ", ".join(_change(name, old, want) for name, old, want, _ in parts)
             text += " confirmed by spec_gate (applied, although the request was not answered as expected)"
             self.set_message(text, "ok")
             return [text]
@@ -452,9 +455,9 @@ class ConsoleModel:
             self.pending = None
             parts = []
             if p.threshold is not None:
-                parts.append(f"threshold {p.old_threshold} -> {p.threshold}")
+                parts.append(_change("threshold", p.old_threshold, p.threshold))
             if p.hysteresis is not None:
-                parts.append(f"hysteresis {p.old_hysteresis} -> {p.hysteresis}")
+                parts.append(_change("hysteresis", p.old_hysteresis, p.hysteresis))
             text = ", ".join(parts) + " confirmed by spec_gate"
             self.set_message(text, "ok")
             return [text]
@@ -499,6 +502,13 @@ class ConsoleModel:
             poll_delay_s=self.poll_delay_s,
             now=self.clock(),
         )
+
+
+def _change(name: str, old: int | None, new: int | None) -> str:
+    """``threshold 32 -> 33``; presses that cancel out (33 -> 34 -> 33) say so instead of ``33 -> 33``."""
+    if old == new:
+        return f"{name} back to {new}"
+    return f"{name} {old} -> {new}"
 
 
 def _targets(p: st.PendingChange) -> str:

@@ -313,10 +313,15 @@ class GpuPanelState:
     simulated: bool = False
 
 
+#: the failure reason of an answer whose body is not JSON (console.client)
+NOT_JSON_REASON = "answer is not JSON (not an SGLang server?)"
+
+
 def answered_not_sglang(reason: str | None) -> bool:
-    """A failure reason from :mod:`console.client` that is an HTTP answer (``HTTP 501 ...``), not
-    a missing one: something listens there, only not as the SGLang contract expects."""
-    return (reason or "").startswith("HTTP ")
+    """A failure reason from :mod:`console.client` that is an HTTP answer (``HTTP 501 ...``, or a
+    body that is not JSON), not a missing one: something listens there, only not as the SGLang
+    contract expects."""
+    return (reason or "").startswith("HTTP ") or reason == NOT_JSON_REASON
 
 
 @dataclass(frozen=True)

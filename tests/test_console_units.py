@@ -248,6 +248,18 @@ def test_change_is_shown_only_once_confirmed():
     assert m.pending is None and "still shows threshold 33" in msgs[0] and m.message_level == "error"
 
 
+def test_presses_that_cancel_out_are_confirmed_as_back_to_the_value():
+    now = [0.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    m.on_sample(_sample(threshold=33))
+    m.step_threshold(+1)
+    m.step_threshold(-1)  # while 34 is in flight
+    while (change := m.next_to_send()) is not None:
+        m.on_set_result(change, st.SetResult(True, None, change["threshold"], 4))
+    now[0] += 0.1
+    assert m.on_sample(_sample(threshold=33)) == ["threshold back to 33 confirmed by spec_gate"]
+
+
 def test_each_press_steps_the_target_and_is_sent_in_order():
     now = [0.0]
     m = ConsoleModel(clock=lambda: now[0])
@@ -362,6 +374,9 @@ def test_badge_states():
 
     assert connection_text(other) == ("no SGLang answer for 12 s (HTTP 404: no SGLang server at this URL)", "error")
     assert connection_text(down)[0] == "unreachable for 12 s"
+    html = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(
+        reachable=False, down_since=8.0, last_error=st.NOT_JSON_REASON))  # an HTML page answered
+    assert connection_text(html) == (f"no SGLang answer for 12 s ({st.NOT_JSON_REASON})", "error")
     auth = st.ConsoleSnapshot(sample_seen=True, connection=st.ConnectionState(
         reachable=False, down_since=8.0, last_error="HTTP 401 unauthorized: pass --api-key"))
     assert badge_state(auth) == ("NO ACCESS", "HTTP 401 unauthorized: pass --api-key", "-alarm")
@@ -1113,6 +1128,31 @@ def test_config_that_is_not_utf8_or_has_an_unknown_theme_names_the_file(tmp_path
     assert "specconsole.toml: console.theme: unknown theme 'neon'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("console, flag, why", [
+    ('theme = "neon"', ["--theme", "dark"], "console.theme: unknown theme 'neon'"),
+    ("interval = 0", ["--interval", "1"], "console.interval must be a number of seconds from 0.1"),
+])
+def test_a_bad_config_value_is_refused_even_when_a_flag_overrides_it(tmp_path, monkeypatch, capsys,
+                                                                      console, flag, why):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specconsole.toml").write_text(f"[console]\n{console}\n")
+    with pytest.raises(SystemExit) as exc:
+        cli.resolve([*flag, "demo"])
+    assert exc.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_an_unusable_default_log_dir_names_where_it_came_from(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_STATE_HOME", "/proc/nonexistent")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        cli.resolve(["demo"])
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "default log directory /proc/nonexistent/specconsole/logs: cannot create it" in last
+    assert "$XDG_STATE_HOME" in last and "choose another with --log-dir" in last
+
+
 def test_attach_log_that_is_a_directory_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.chdir(tmp_path)
@@ -1279,7 +1319,7 @@ def test_a_server_whose_spec_gate_has_no_threshold_gets_no_change_sent():
     m = ConsoleModel()
     m.on_sample(parse_server_info({"internal_states": [{"spec_gate": {"worker_class": "x"}}]}, None))
     for refused in (m.check_request(), m.check_request(5, 1), m.request_change(5, 1)[1], m.step_threshold(1)[1]):
-        assert "spec_gate reports no threshold" in refused
+        assert "spec_gate has no threshold (it does not follow specconsole's contract" in refused
     assert m.next_to_send() is None
 
 
@@ -1299,6 +1339,9 @@ def test_an_answer_that_is_not_json_is_one_line_without_the_page():
     m.request_change(40, None)
     [text] = m.on_set_failure(m.next_to_send(), answer_summary(html))
     assert text == "set threshold 40: the server answered HTTP 501 with an HTML page (not SGLang's JSON); not confirmed"
+    m.request_change(41, None)
+    [text] = m.on_set_failure(m.next_to_send(), st.NOT_JSON_REASON)
+    assert text == f"set threshold 41: the server answered, but its {st.NOT_JSON_REASON}; not confirmed"
 
 
 def test_the_threshold_dialog_checks_the_hysteresis_and_names_the_limit():
