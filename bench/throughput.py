@@ -31,6 +31,7 @@ import argparse
 import csv
 import json
 import math
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -576,7 +577,10 @@ def offcost(a: argparse.Namespace) -> None:
     if not rows:
         raise BenchError(f"no (none, gate-forced-off) pair at the same p_wrong and concurrency in "
                          f"{' '.join(map(str, a.csv))}; {a.out} not written")
-    cost = {"command": "python -m bench.throughput offcost " + " ".join(map(str, a.csv)), "note": a.note, "rows": rows}
+    command = f"python -m bench.throughput offcost {' '.join(map(str, a.csv))} --out {a.out}"
+    if a.note:
+        command += " --note " + shlex.quote(a.note)
+    cost = {"command": command, "note": a.note, "rows": rows}
     try:
         a.out.write_text(json.dumps(cost, indent=1) + "\n")
     except OSError as exc:

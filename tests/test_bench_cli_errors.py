@@ -128,6 +128,13 @@ def test_offcost_with_a_pair_still_writes_the_json(tmp_path, monkeypatch, capsys
     throughput.main()
     cost = json.loads((tmp_path / "cost.json").read_text())
     assert [(r["concurrency"], r["ratio"]) for r in cost["rows"]] == [(64, 0.95)]
+    # the recorded command is one that runs as written (fresh-user finding: it lacked --out)
+    assert cost["command"] == f"python -m bench.throughput offcost {path} --out {tmp_path / 'cost.json'}"
+    monkeypatch.setattr(sys, "argv", ["throughput", "offcost", str(path), "--out", str(tmp_path / "c2.json"),
+                                      "--note", "run's note"])
+    throughput.main()
+    again = json.loads((tmp_path / "c2.json").read_text())
+    assert again["command"].endswith(""" --note 'run'"'"'s note'""") and again["note"] == "run's note"
 
 
 # 6. --out that cannot be written ---------------------------------------------------------------
