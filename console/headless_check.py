@@ -66,6 +66,45 @@ async def _wait(pilot: Any, cond: Callable[[], bool], timeout: float) -> bool:
     return cond()
 
 
+#: seconds an answer must stay the same final one (not SGLang, no spec_gate, a spec_gate without a
+#: threshold) before the check stops waiting for the gate: more than a poll, far less than --timeout
+FINAL_ANSWER_S = 5.0
+
+
+def final_answer(model: Any) -> str | None:
+    """Why the server's current answer can never show a usable gate, or None while one may come
+    (no answer yet, still starting). ``model``: the app's :class:`console.model.ConsoleModel`."""
+    c, g = model.connection, model.gate
+    if g is not None and g.threshold is None:
+        return "the server's spec_gate has no threshold (it does not follow specconsole's contract)"
+    if c.reachable and model.sample is not None and g is None:
+        return "the server answers but has no spec_gate (started without --speculative-disable-batch-threshold?)"
+    if c.reachable is False and st.answered_not_sglang(c.last_error):
+        return c.last_error
+    return None
+
+
+async def _wait_for_gate(pilot: Any, model: Any, timeout: float) -> tuple[bool, str | None]:
+    """Wait up to ``timeout`` s for a spec_gate with a threshold; give up early when the answer
+    has been a final one (:func:`final_answer`) for ``FINAL_ANSWER_S``. Returns (seen, why not)."""
+    deadline = time.monotonic() + timeout
+    final_since = None
+    while time.monotonic() < deadline:
+        if model.gate is not None and model.gate.threshold is not None:
+            return True, None
+        why = final_answer(model)
+        now = time.monotonic()
+        if why is None:
+            final_since = None
+        elif final_since is None:
+            final_since = now
+        elif now - final_since >= FINAL_ANSWER_S:
+            return False, why
+        await pilot.pause(0.1)
+    seen = model.gate is not None and model.gate.threshold is not None
+    return seen, None if seen else final_answer(model)
+
+
 def _gate_dict(g: st.GateState | None) -> dict[str, Any] | None:
     return dataclasses.asdict(g) if g is not None else None
 
@@ -144,17 +183,14 @@ async def run_check(
 
     try:
         async with app.run_test(size=size) as pilot:
-            got_gate = await _wait(pilot, lambda: app.model.gate is not None and app.model.gate.threshold is not None,
-                                   ready_timeout or timeout)
+            got_gate, final_why = await _wait_for_gate(pilot, app.model, ready_timeout or timeout)
             await _wait(pilot, lambda: app.model.gpus.status != st.GPU_STARTING, 5.0)
             await _wait(pilot, lambda: app.model.worker_check().status != st.CHECK_UNVERIFIED or cfg.log_path is None, 5.0)
             result["before"] = observe(app)
             why = None
             if not got_gate:  # say why on the terminal, not only in observed.json
                 before_obs = result["before"]
-                why = (before_obs.get("last_error") or
-                       ("the server answers but has no spec_gate (started without --speculative-disable-batch-threshold?)"
-                        if before_obs.get("reachable") else "no answer from the server"))
+                why = final_why or before_obs.get("last_error") or "no answer from the server"
             step("spec_gate seen", got_gate, **({"why": why} if why else {}))
             _screenshot(app, out / "before.svg", result)
             if got_gate:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -1173,6 +1174,47 @@ def test_headless_check_says_why_spec_gate_was_not_seen(tmp_path, capsys):
     observed = json.loads((tmp_path / "hc" / "observed.json").read_text())
     assert code == 1 and observed["steps"][0] == {"step": "spec_gate seen", "ok": False, "why": "connection refused"}
     assert "after.svg" not in out  # only what was written is listed
+
+
+def _hc_model(reachable=True, sample=True, gate=None, last_error=None):
+    return types.SimpleNamespace(connection=st.ConnectionState(reachable=reachable, last_error=last_error),
+                                 sample=object() if sample else None, gate=gate)
+
+
+def test_headless_check_knows_answers_that_can_never_show_a_gate():
+    from console.headless_check import final_answer
+
+    assert final_answer(_hc_model(reachable=None, sample=False)) is None  # nothing yet
+    assert final_answer(_hc_model(reachable=False, sample=False, last_error="connection refused")) is None  # starting?
+    assert "has no spec_gate" in final_answer(_hc_model())
+    assert "spec_gate has no threshold" in final_answer(_hc_model(gate=st.GateState.from_json({**GATE, "threshold": "x"})))
+    assert final_answer(_hc_model(reachable=False, sample=False, last_error="HTTP 404: no SGLang server at this URL")) \
+        == "HTTP 404: no SGLang server at this URL"
+    assert final_answer(_hc_model(reachable=False, sample=False, last_error=st.NOT_JSON_REASON)) == st.NOT_JSON_REASON
+    assert final_answer(_hc_model(gate=st.GateState.from_json(GATE))) is None
+
+
+def test_headless_check_stops_waiting_once_the_answer_is_final(monkeypatch):
+    import asyncio
+
+    from console import headless_check
+
+    clock = [0.0]
+    monkeypatch.setattr(headless_check.time, "monotonic", lambda: clock[0])
+
+    class Pilot:
+        async def pause(self, s):
+            clock[0] += s
+
+    seen, why = asyncio.run(headless_check._wait_for_gate(Pilot(), _hc_model(), timeout=60))
+    assert not seen and "has no spec_gate" in why
+    assert clock[0] < 60 and clock[0] >= headless_check.FINAL_ANSWER_S  # gave up early, not at once
+    clock[0] = 0.0
+    seen, why = asyncio.run(headless_check._wait_for_gate(
+        Pilot(), _hc_model(reachable=False, sample=False, last_error="connection refused"), timeout=3))
+    assert (seen, why) == (False, None) and clock[0] >= 3  # refused: may still be starting, waits it out
+    seen, why = asyncio.run(headless_check._wait_for_gate(Pilot(), _hc_model(gate=st.GateState.from_json(GATE)), 60))
+    assert (seen, why) == (True, None)
 
 
 def test_absurd_numbers_from_a_broken_server_show_as_n_a_or_short():
