@@ -20,6 +20,18 @@ from typing import Callable
 
 #: at most this many bytes are read per call, so one call never stalls on a huge backlog
 READ_CHUNK = 1 << 20
+#: a "line" longer than this (a binary file, a runaway print) is passed on in pieces, so the
+#: partial line never holds more than this in memory
+MAX_LINE_BYTES = 1 << 20
+
+#: control characters (not tab) shown in caret notation, as ``less`` does: a binary file or an
+#: escape sequence must not reach the terminal (or Textual's layout) raw
+_CARET = {c: "^" + chr(c + 64) for c in range(32) if c != 9} | {127: "^?"}
+
+
+def visible(line: str) -> str:
+    """``line`` with control characters other than tab in caret notation (``\x1b`` -> ``^[``)."""
+    return line.translate(_CARET)
 
 
 class LogFollower:
@@ -60,8 +72,9 @@ class LogFollower:
             if start > 0:
                 self._scan_head(fh, start)
                 fh.seek(start)
-                fh.readline()  # drop the cut line
-                self._pos = fh.tell()
+                fh.readline()  # drop the cut line ...
+                # ... unless nothing follows it: a last line longer than the tail is shown cut
+                self._pos = fh.tell() if fh.tell() < st.st_size else start
         return True
 
     def _scan_head(self, fh, end: int) -> None:
@@ -119,4 +132,7 @@ class LogFollower:
         data = self._partial + data
         parts = data.split(b"\n")
         self._partial = parts.pop()
-        return [p.decode("utf-8", "replace").rstrip("\r") for p in parts]
+        if len(self._partial) > MAX_LINE_BYTES:
+            parts.append(self._partial)
+            self._partial = b""
+        return [visible(p.decode("utf-8", "replace").rstrip("\r")) for p in parts]

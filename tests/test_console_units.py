@@ -564,6 +564,25 @@ def test_log_follower_tail_of_a_big_file_keeps_facts(tmp_path):
     assert scanned[0].endswith("Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.")
 
 
+def test_log_follower_shows_control_bytes_in_caret_notation_and_long_lines_cut(tmp_path, monkeypatch):
+    from console import logfollow
+
+    path = tmp_path / "odd.log"
+    path.write_bytes(b"ok\tline\n\x1b[31mred\x1b[0m \x00\x07\x7f\n")
+    assert LogFollower(path).read_new() == ["ok\tline", "^[[31mred^[[0m ^@^G^?"]
+    # an existing file whose last line is longer than the tail: shown cut, not left out
+    path.write_bytes(b"first\n" + b"x" * 5000 + b"\n")
+    assert LogFollower(path, initial_tail_bytes=1000).read_new() == ["x" * 999]
+    # no newline at all: passed on in pieces of MAX_LINE_BYTES, not held in memory
+    monkeypatch.setattr(logfollow, "MAX_LINE_BYTES", 100)
+    path.write_bytes(b"y" * 250)
+    f = LogFollower(path)
+    assert f.read_new() == ["y" * 250]
+    with open(path, "ab") as fh:
+        fh.write(b"z" * 50)
+    assert f.read_new() == []  # 50 bytes: still a partial line
+
+
 # -- process group ---------------------------------------------------------------------------
 
 CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); {extra} time.sleep(60)"
