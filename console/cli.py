@@ -51,7 +51,8 @@ MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0  # poll period bounds (a longer one
 
 def _common() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS, help="no threshold changes")
+    p.add_argument("--readonly", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                   help="no threshold changes (--no-readonly: allow them, over the config file's readonly)")
     p.add_argument("--interval", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
                    help="seconds between polls of the server and NVML (0.1-3600, default 1)")
     p.add_argument("--theme", choices=list(themes.THEMES), default=argparse.SUPPRESS,

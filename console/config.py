@@ -167,6 +167,9 @@ def load_config(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: server.{key} applies only with server.attach ({instead})")
     if server.get("args") and server.get("attach"):
         raise ConfigError(f"{path}: server.args (launch) and server.attach (watch) exclude each other; keep one")
+    if "log_dir" in server and "attach" in server:
+        raise ConfigError(f"{path}: server.log_dir applies only with server.args (an attached server "
+                          "writes its own log: name it with server.log)")
     for key, typ, expected in (("interval", (int, float), "a number of seconds, e.g. 1.0"),
                                ("theme", str, 'a theme name in quotes, e.g. "dark"'),
                                ("readonly", bool, "true or false")):

@@ -74,13 +74,20 @@ FINAL_ANSWER_S = 5.0
 def final_answer(model: Any) -> str | None:
     """Why the server's current answer can never show a usable gate, or None while one may come
     (no answer yet, still starting). ``model``: the app's :class:`console.model.ConsoleModel`."""
-    c, g = model.connection, model.gate
+    c, g, p = model.connection, model.gate, getattr(model, "process", None)
+    if p is not None and p.phase in (st.PHASE_CRASHED, st.PHASE_STOPPED):
+        last = f"; last log line: {p.last_lines[-1]}" if p.last_lines else ""
+        if p.error:
+            return f"the server was not started: {p.error}"
+        return f"the server exited (code {p.exit_code}){last}"
     if g is not None and g.threshold is None:
-        return "the server's spec_gate has no threshold (it does not follow specconsole's contract)"
+        return ("the server's spec_gate has no usable threshold (missing or not an integer: it does "
+                "not follow specconsole's contract)")
     if c.reachable and model.sample is not None and g is None:
         return "the server answers but has no spec_gate (started without --speculative-disable-batch-threshold?)"
-    if c.reachable is False and st.answered_not_sglang(c.last_error):
-        return c.last_error
+    if c.reachable is False and (st.answered_not_sglang(c.last_error)
+                                 or (c.last_error or "").startswith(("protocol error", "TLS error"))):
+        return c.last_error  # something listens there, only not as an SGLang server would answer
     return None
 
 

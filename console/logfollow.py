@@ -29,8 +29,16 @@ MAX_LINE_BYTES = 1 << 20
 _CARET = {c: "^" + chr(c + 64) for c in range(32) if c != 9} | {127: "^?"}
 
 
+#: characters of a line that are kept (a log line is a few hundred); the rest is counted, so the
+#: pane, the line classifier and search never work on megabytes of one line
+MAX_LINE_CHARS = 8192
+
+
 def visible(line: str) -> str:
-    """``line`` with control characters other than tab in caret notation (``\x1b`` -> ``^[``)."""
+    """``line`` with control characters other than tab in caret notation (ESC -> ``^[``), cut to
+    ``MAX_LINE_CHARS`` characters (``… [N more characters]``)."""
+    if len(line) > MAX_LINE_CHARS:
+        line = f"{line[:MAX_LINE_CHARS]}… [{len(line) - MAX_LINE_CHARS:,} more characters]"
     return line.translate(_CARET)
 
 

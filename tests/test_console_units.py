@@ -581,6 +581,19 @@ def test_log_follower_shows_control_bytes_in_caret_notation_and_long_lines_cut(t
     with open(path, "ab") as fh:
         fh.write(b"z" * 50)
     assert f.read_new() == []  # 50 bytes: still a partial line
+    # a line longer than MAX_LINE_CHARS is cut and says how much is left out
+    path.write_text("w" * (logfollow.MAX_LINE_CHARS + 1234) + "\n")
+    [line] = LogFollower(path).read_new()
+    assert line == "w" * logfollow.MAX_LINE_CHARS + "… [1,234 more characters]"
+
+
+def test_classifying_a_long_word_stays_linear():
+    """``\\w+Error\\b`` rescanned a long word from every position (a 2.5 MB line froze the app); a
+    100 KB word now classifies in milliseconds (a regression would take ~10 s here)."""
+    assert logparse.classify("y" * 100_000) == logparse.PLAIN
+    assert logparse.classify("x" * 100_000 + "Error") == logparse.ERROR
+    for line in ("[t] ValueError: bad", "ConnectionResetError: peer", "an Error here"):
+        assert logparse.classify(line) == logparse.ERROR, line
 
 
 # -- process group ---------------------------------------------------------------------------
@@ -1127,6 +1140,7 @@ def _config_error(tmp_path, monkeypatch, capsys, text: str) -> str:
     ('args = ["--model-path", "M"]\napi_key = "k"', "server.api_key applies only with server.attach"),
     ('api_key = "k"', "server.api_key applies only with server.attach"),
     ('log = "/tmp/x.log"', "server.log applies only with server.attach"),
+    ('attach = "127.0.0.1:1"\nlog_dir = "logs"', "server.log_dir applies only with server.args"),
     ('args = ["--model-path", "M", "--port", "abc"]', "server.args --port must be a number from 1 to 65535"),
     ("args = []", "server.args is empty"),
 ])
@@ -1160,6 +1174,16 @@ def test_a_bad_config_value_is_refused_even_when_a_flag_overrides_it(tmp_path, m
     with pytest.raises(SystemExit) as exc:
         cli.resolve([*flag, "demo"])
     assert exc.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_the_config_files_readonly_can_be_lifted_from_the_command_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specconsole.toml").write_text("[console]\nreadonly = true\n")
+    assert cli.resolve(["demo"]).readonly is True
+    assert cli.resolve(["--no-readonly", "demo"]).readonly is False
+    (tmp_path / "specconsole.toml").write_text("")
+    assert cli.resolve(["--readonly", "demo"]).readonly is True
 
 
 def test_an_unusable_default_log_dir_names_where_it_came_from(tmp_path, monkeypatch, capsys):
@@ -1206,11 +1230,19 @@ def test_headless_check_knows_answers_that_can_never_show_a_gate():
     assert final_answer(_hc_model(reachable=None, sample=False)) is None  # nothing yet
     assert final_answer(_hc_model(reachable=False, sample=False, last_error="connection refused")) is None  # starting?
     assert "has no spec_gate" in final_answer(_hc_model())
-    assert "spec_gate has no threshold" in final_answer(_hc_model(gate=st.GateState.from_json({**GATE, "threshold": "x"})))
+    assert "spec_gate has no usable threshold" in final_answer(_hc_model(gate=st.GateState.from_json({**GATE, "threshold": "x"})))
     assert final_answer(_hc_model(reachable=False, sample=False, last_error="HTTP 404: no SGLang server at this URL")) \
         == "HTTP 404: no SGLang server at this URL"
     assert final_answer(_hc_model(reachable=False, sample=False, last_error=st.NOT_JSON_REASON)) == st.NOT_JSON_REASON
     assert final_answer(_hc_model(gate=st.GateState.from_json(GATE))) is None
+    assert final_answer(_hc_model(reachable=False, sample=False, last_error="protocol error: connection closed "
+                                  "without an HTTP answer (an https:// server?)")).startswith("protocol error")
+    crashed = _hc_model(reachable=False, sample=False, last_error="connection refused")
+    crashed.process = st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1,
+                                      last_lines=("needs SGLang 0.5.12: No module named 'orjson'",))
+    assert final_answer(crashed) == "the server exited (code 1); last log line: needs SGLang 0.5.12: No module named 'orjson'"
+    crashed.process = st.ProcessState(phase=st.PHASE_CRASHED, error="port 30000 is taken")
+    assert final_answer(crashed) == "the server was not started: port 30000 is taken"
 
 
 def test_headless_check_stops_waiting_once_the_answer_is_final(monkeypatch):
