@@ -367,42 +367,53 @@ def same_label(value: Any, label: Any) -> bool:
     return str(value) == str(label)
 
 
-def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
-    """The threshold N that maximises the mean of (gate tok/s / best static tok/s) over the swept
-    concurrencies, among the N whose mean TPOT at the lowest concurrency is within 5% of always-on.
+def threshold_scores(rows: List[Dict[str, Any]], p: float) -> List[Dict[str, Any]]:
+    """Every swept threshold N of ``p``: ``{threshold, score, concurrencies, tpot_ok, tpot_ratio}``.
 
-    ``rows`` as from :func:`read_rows`: ``gate-n<N>`` rows (threshold N) against ``none``/``always``
-    rows of the same ``p_wrong`` and concurrency. Returns ``{threshold, score, concurrencies}``, or
-    None when there is no ``gate-n*`` row for ``p``, no N has a static row at any of its
-    concurrencies, or every N fails the TPOT rule (:func:`why_no_recommendation` says which)."""
+    ``score``: mean of (gate tok/s / best static tok/s) over the swept concurrencies that have a
+    static row (None if none has); ``tpot_ok``: the mean TPOT at the lowest swept concurrency is
+    within 5% of always-on's there (``tpot_ratio`` = gate / always TPOT, None without an always
+    row). ``rows`` as from :func:`read_rows`: ``gate-n<N>`` rows against ``none``/``always`` rows
+    of the same ``p_wrong`` and concurrency."""
     pick = [r for r in rows if same_label(r["p_wrong"], p)]
-    static = {}
+    static: Dict[int, Dict[str, Any]] = {}
     for r in pick:
         if r["config"] in ("none", "always"):
-            c = int(r["concurrency"])
-            static.setdefault(c, {})[r["config"]] = r
-    cands = {}
+            static.setdefault(int(r["concurrency"]), {})[r["config"]] = r
+    cands: Dict[int, List[Dict[str, Any]]] = {}
     for r in pick:
         if r["config"].startswith("gate-n"):
             cands.setdefault(int(r["threshold"]), []).append(r)
-    best = None
+    out = []
     for n, rs in sorted(cands.items()):
         cs = sorted(int(r["concurrency"]) for r in rs)
         lo = next(r for r in rs if int(r["concurrency"]) == cs[0])
         always_lo = static.get(cs[0], {}).get("always")
-        if always_lo and float(lo["mean_tpot_ms"]) > 1.05 * float(always_lo["mean_tpot_ms"]):
-            continue
+        tpot_ratio = float(lo["mean_tpot_ms"]) / float(always_lo["mean_tpot_ms"]) if always_lo else None
         ratios = []
         for r in rs:
-            s = static.get(int(r["concurrency"]), {})
-            top = max(float(x["output_tok_s"]) for x in s.values()) if s else None
+            st = static.get(int(r["concurrency"]), {})
+            top = max(float(x["output_tok_s"]) for x in st.values()) if st else None
             if top:
                 ratios.append(float(r["output_tok_s"]) / top)
-        if not ratios:  # nothing to compare this N with
+        out.append({"threshold": n, "score": round(sum(ratios) / len(ratios), 4) if ratios else None,
+                    "concurrencies": cs, "tpot_ok": tpot_ratio is None or tpot_ratio <= 1.05,
+                    "tpot_ratio": round(tpot_ratio, 3) if tpot_ratio is not None else None})
+    return out
+
+
+def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
+    """The threshold N that maximises the mean of (gate tok/s / best static tok/s) over the swept
+    concurrencies, among the N whose mean TPOT at the lowest concurrency is within 5% of always-on
+    (:func:`threshold_scores`). Returns ``{threshold, score, concurrencies}``, or None when there
+    is no ``gate-n*`` row for ``p``, no N has a static row at any of its concurrencies, or every N
+    fails the TPOT rule (:func:`why_no_recommendation` says which)."""
+    best = None
+    for t in threshold_scores(rows, p):
+        if not t["tpot_ok"] or t["score"] is None:
             continue
-        score = sum(ratios) / len(ratios)
-        if best is None or score > best["score"]:
-            best = {"threshold": n, "score": round(score, 4), "concurrencies": cs}
+        if best is None or t["score"] > best["score"]:
+            best = {"threshold": t["threshold"], "score": t["score"], "concurrencies": t["concurrencies"]}
     return best
 
 
@@ -516,6 +527,17 @@ def summarize(a: argparse.Namespace) -> None:
             both = "none" in d and "always" in d
             ratio = f"{d['gate'] / max(d['none'], d['always']):.3f}" if "gate" in d and both else "n/a"
             print(f"| {c} | {d.get('none', 'n/a')} | {d.get('always', 'n/a')} | {d.get('gate', 'n/a')} | {ratio} |")
+        forced = {int(r["concurrency"]): float(r["output_tok_s"]) for r in rows
+                  if same_label(r["p_wrong"], p) and r["config"] == "gate-forced-off"}
+        if forced:  # the OFF step against no speculation (offcost writes the same as JSON)
+            print("gate forced off: " + ", ".join(
+                f"{c} req {forced[c]} tok/s" + (f" ({forced[c] / by[c]['none']:.3f}x none)" if "none" in by.get(c, {}) else "")
+                for c in sorted(forced)))
+        for t in threshold_scores(rows, p):
+            tpot = f", TPOT at {t['concurrencies'][0]} req {t['tpot_ratio']:.2f}x always-on" if t["tpot_ratio"] else ""
+            refused = "" if t["tpot_ok"] else " (refused: TPOT over 1.05x always-on)"
+            score = f"{t['score']:.4f}" if t["score"] is not None else "n/a"
+            print(f"sweep N={t['threshold']}: mean gate / best static {score} at {t['concurrencies']} req{tpot}{refused}")
         best = recommend(rows, p)
         print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")
         measured = {r["config"] for r in rows if same_label(r["p_wrong"], p)}  # not another run's JSON

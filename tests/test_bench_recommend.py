@@ -146,3 +146,17 @@ def test_gate_over_best_static_needs_both_static_configs(tmp_path, capsys, monke
     out = summarize_output(rows, tmp_path / "throughput.csv", monkeypatch, capsys)
     assert "| 1 | 200.0 | n/a | 380.0 | n/a |" in out  # not 1.900 against none alone
     assert "| 16 | 2800.0 | 2400.0 | 2700.0 | 0.964 |" in out
+
+
+def test_summarize_prints_every_swept_thresholds_score_and_the_forced_off_rows(tmp_path, capsys, monkeypatch):
+    rows = STATIC + [
+        row("gate-n4", 1, 368, 2.7, 4), row("gate-n4", 16, 2750, 5.8, 4),
+        row("gate-n8", 1, 300, 3.0, 8), row("gate-n8", 16, 2800, 5.7, 8),  # TPOT at 1: 1.11x always-on
+        row("gate-forced-off", 16, 2660, 6.0, 1),
+    ]
+    out = summarize_output(rows, tmp_path / "t.csv", monkeypatch, capsys)
+    assert "gate forced off: 16 req 2660.0 tok/s (0.950x none)" in out
+    n4 = (368 / 370 + 2750 / 2800) / 2
+    assert f"sweep N=4: mean gate / best static {n4:.4f} at [1, 16] req, TPOT at 1 req 1.00x always-on\n" in out
+    assert "sweep N=8: mean gate / best static" in out and "1.11x always-on (refused: TPOT over 1.05x always-on)" in out
+    assert "recommended threshold: {'threshold': 4," in out

@@ -783,6 +783,10 @@ def test_details_say_when_the_next_batch_is_prepared_after_an_off_step():
 def test_details_say_what_an_off_step_draft_extend_computes():
     text = _details
     assert "OFF draft extend" not in text()  # a server without the field (older patch)
+    assert "OFF draft extend kv-only, 1 checked, 0 wrong, 1 resume step\n" in text(
+        off_draft_extend="kv-only", off_kv_only_checks=1, off_kv_only_mismatches=0, off_resume_steps=1) + "\n"
+    assert "replayed by 5,310 OFF steps + 1 resume" in text(off_cuda_graph=True, off_steps_cuda_graph=5310,
+                                                             off_resume_steps=1)
     assert "OFF draft extend kv-only, 64 checked, 0 wrong, 3 resume steps" in text(
         off_draft_extend="kv-only", off_kv_only_checks=64, off_kv_only_mismatches=0, off_resume_steps=3)
     assert "OFF draft extend full (SPECCONSOLE_OFF_DRAFT_KV_ONLY=0)" in text(

@@ -264,7 +264,8 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     rows.append([_t(
         ("OFF-step CUDA graph ", d["label"]),
         ({True: "captured", False: "not captured", None: fmt.NA}[g.off_cuda_graph], d["value"]),
-        (f", replayed by {fmt.num(g.off_steps_cuda_graph)} steps", d["dim"]),
+        (f", replayed by {fmt.num(g.off_steps_cuda_graph)} OFF steps"
+         + (f" + {fmt.num(g.off_resume_steps)} resume" if g.off_resume_steps else ""), d["dim"]),
     )])
     if g.off_target_attention is not None:
         kernels = g.off_target_attention
@@ -277,7 +278,7 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         # KV-only: OFF steps store only the draft's K/V; resume steps refresh its top-k (draft_kv_only)
         if g.off_draft_extend == "kv-only":
             proof = (f", {fmt.num(g.off_kv_only_checks)} checked, {fmt.num(g.off_kv_only_mismatches)} wrong, "
-                     f"{fmt.num(g.off_resume_steps)} resume steps")
+                     f"{fmt.num(g.off_resume_steps)} resume step{'' if g.off_resume_steps == 1 else 's'}")
         else:
             proof = f" ({g.off_draft_extend_reason})" if g.off_draft_extend_reason else ""
         rows.append([_t(("OFF draft extend ", d["label"]), (g.off_draft_extend, d["value"]), (proof, d["dim"]))])
