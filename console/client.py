@@ -210,8 +210,11 @@ class ServerClient:
             ServerUnreachable: ``/server_info`` did not answer with JSON.
         """
         info = await self._get_json("/server_info")
+        # "HTTP 200: ..." reads as an answer that is not SGLang's (state.answered_not_sglang)
         if not isinstance(info, dict):
-            raise ServerUnreachable("/server_info is not a JSON object")
+            raise ServerUnreachable("HTTP 200: /server_info is not a JSON object (not an SGLang server?)")
+        if "internal_states" not in info:  # every SGLang 0.5.x /server_info has it
+            raise ServerUnreachable("HTTP 200: /server_info has no internal_states (not an SGLang server?)")
         loads = None
         if self._loads_supported:
             try:

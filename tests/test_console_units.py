@@ -139,6 +139,13 @@ async def test_client_unreachable_reasons():
     with pytest.raises(ServerUnreachable, match="HTTP 500"):
         await client.set_gate(threshold=3)
     await client.aclose()
+    # JSON, but not SGLang's /server_info: an answer from something else, not "no gate"
+    for body, says in (({}, "has no internal_states"), ([1, 2], "is not a JSON object")):
+        client = ServerClient("http://x:1", transport=httpx.MockTransport(lambda r, b=body: httpx.Response(200, json=b)))
+        with pytest.raises(ServerUnreachable, match=says) as exc:
+            await client.poll()
+        assert st.answered_not_sglang(str(exc.value))
+        await client.aclose()
 
 
 # -- log parsing -----------------------------------------------------------------------------
