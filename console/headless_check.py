@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -188,6 +189,17 @@ async def run_check(
         result["steps"].append({"step": name, "ok": ok, **extra})
         progress(f"{name}: {'ok' if ok else 'FAILED'}" + (f" ({extra['why']})" if not ok and extra.get("why") else ""))
 
+    # SIGTERM / SIGHUP (e.g. `timeout`): cancel the check, so that the server it started is
+    # stopped and observed.json still says what was seen (the default action would do neither)
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    handled = []
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            loop.add_signal_handler(sig, lambda s=sig: (result.__setitem__("interrupted", s.name), task.cancel()))
+            handled.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform
+            pass
+
     try:
         async with app.run_test(size=size) as pilot:
             got_gate, final_why = await _wait_for_gate(pilot, app.model, ready_timeout or timeout)
@@ -239,8 +251,10 @@ async def run_check(
                 step("server process group stopped", not left, pgid=pgid, left=left)
                 result["ok"] = result["ok"] and not left
     finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
         app.shutdown_server()
-    (out / "observed.json").write_text(json.dumps(result, indent=2, default=str))
+        (out / "observed.json").write_text(json.dumps(result, indent=2, default=str))
     return result
 
 
@@ -310,10 +324,14 @@ def main(argv: list[str] | None = None) -> int:
 
         nvml_module = SimulatedNvml(seed=0)
     ready_timeout = max(args.timeout, 600.0) if args.launch else args.timeout
-    result = asyncio.run(run_check(
-        cfg, args.out, size=(cols, rows), timeout=args.timeout, restore=not args.no_restore,
-        nvml_module=nvml_module, ready_timeout=ready_timeout, progress=lambda s: print(s, flush=True),
-    ))
+    try:
+        result = asyncio.run(run_check(
+            cfg, args.out, size=(cols, rows), timeout=args.timeout, restore=not args.no_restore,
+            nvml_module=nvml_module, ready_timeout=ready_timeout, progress=lambda s: print(s, flush=True),
+        ))
+    except asyncio.CancelledError:  # SIGTERM / SIGHUP: the server is stopped, observed.json written
+        print(f"interrupted; wrote {args.out / 'observed.json'}")
+        return 1
     written = [args.out / n for n in ("observed.json", "before.svg", "after.svg") if (args.out / n).exists()]
     print("wrote " + ", ".join(map(str, written)))
     print("OK" if result["ok"] else "FAILED")

@@ -1497,3 +1497,42 @@ async def test_headless_check_restores_the_threshold_when_a_screenshot_cannot_be
                                             nvml_module=SimulatedNvml(seed=0), ready_timeout=20)
     assert result["confirmed"] is True and result["restored"] is True
     assert result["ok"] is False and "after.svg" in result["screenshot_errors"][0]
+
+
+def test_headless_check_stopped_by_sigterm_stops_its_server_and_writes_what_it_saw(tmp_path):
+    """Fresh-user finding: `timeout 300 python -m console.headless_check --launch ...` left
+    nothing in --out (and the default SIGTERM action would leave the launched server running)."""
+    out = tmp_path / "hc"
+    port = cli.free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "console.headless_check", "--demo", "--out", str(out),
+                             "--timeout", "60", "--", "--startup-seconds", "60", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not _demo_servers(port):
+        time.sleep(0.1)
+    assert _demo_servers(port), "the demo server was never started"
+    proc.send_signal(signal.SIGTERM)
+    text = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 1 and "interrupted" in text
+    observed = json.loads((out / "observed.json").read_text())
+    assert observed["interrupted"] == "SIGTERM" and observed["ok"] is False
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _demo_servers(port):
+        time.sleep(0.1)
+    assert not _demo_servers(port)  # the demo server it started is gone
+
+
+def _demo_servers(port: int) -> list[int]:
+    """PIDs of demo servers started for ``port`` (from /proc: Linux, as CI)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"console.demo_server" in args and str(port).encode() in args:
+            pids.append(int(d))
+    return pids
