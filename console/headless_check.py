@@ -72,6 +72,10 @@ async def _wait(pilot: Any, cond: Callable[[], bool], timeout: float) -> bool:
 FINAL_ANSWER_S = 5.0
 
 
+#: without max_running_requests, a threshold above this cannot be a decode batch size
+MAX_PLAUSIBLE_THRESHOLD = 1 << 20
+
+
 def final_answer(model: Any) -> str | None:
     """Why the server's current answer can never show a usable gate, or None while one may come
     (no answer yet, still starting). ``model``: the app's :class:`console.model.ConsoleModel`."""
@@ -84,6 +88,11 @@ def final_answer(model: Any) -> str | None:
     if g is not None and g.threshold is None:
         return ("the server's spec_gate has no usable threshold (missing or not an integer: it does "
                 "not follow specconsole's contract)")
+    if g is not None and g.threshold > (g.max_running_requests or MAX_PLAUSIBLE_THRESHOLD):
+        # the gate refuses N above max running requests: a server reporting one is not the gate
+        return (f"the server's spec_gate threshold {g.threshold} is above "
+                f"{'its max running requests ' + str(g.max_running_requests) if g.max_running_requests else 'any batch size'}"
+                " (it does not follow specconsole's contract)")
     if c.reachable and model.sample is not None and g is None:
         return "the server answers but has no spec_gate (started without --speculative-disable-batch-threshold?)"
     if c.reachable is False and (st.answered_not_sglang(c.last_error)
@@ -98,9 +107,9 @@ async def _wait_for_gate(pilot: Any, model: Any, timeout: float) -> tuple[bool, 
     deadline = time.monotonic() + timeout
     final_since = None
     while time.monotonic() < deadline:
-        if model.gate is not None and model.gate.threshold is not None:
-            return True, None
         why = final_answer(model)
+        if why is None and model.gate is not None and model.gate.threshold is not None:
+            return True, None
         now = time.monotonic()
         if why is None:
             final_since = None
@@ -109,8 +118,9 @@ async def _wait_for_gate(pilot: Any, model: Any, timeout: float) -> tuple[bool, 
         elif now - final_since >= FINAL_ANSWER_S:
             return False, why
         await pilot.pause(0.1)
-    seen = model.gate is not None and model.gate.threshold is not None
-    return seen, None if seen else final_answer(model)
+    why = final_answer(model)
+    seen = why is None and model.gate is not None and model.gate.threshold is not None
+    return seen, why
 
 
 def _gate_dict(g: st.GateState | None) -> dict[str, Any] | None:
