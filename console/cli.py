@@ -167,23 +167,18 @@ def resolve(argv: list[str]) -> AppConfig:
     except ConfigError as exc:
         parser.error(str(exc))
     console_defaults = file_cfg["console"] if file_cfg else {}
-    _check_file_values(parser, file_cfg)
+    _check_file_values(parser, file_cfg)  # the file's own values, whatever the flags say
     interval = getattr(args, "interval", None)
-    where = "--interval"
     if interval is None:
         interval = console_defaults.get("interval", 1.0)
-        where = f"{file_cfg['path']}: console.interval" if file_cfg and "interval" in console_defaults else where
-    if not math.isfinite(interval) or not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:
-        parser.error(f"{where} must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} (got {interval})")
+    elif not _interval_ok(interval):
+        parser.error(f"--interval {_INTERVAL_RULE} (got {interval})")
+    # --theme is one of argparse's choices and the file's theme was checked above
     base = AppConfig(
         readonly=getattr(args, "readonly", console_defaults.get("readonly", False)),
         interval_s=float(interval),
         theme=getattr(args, "theme", console_defaults.get("theme", themes.DEFAULT_THEME)),
     )
-    if base.theme not in themes.THEMES:
-        where = (f"{file_cfg['path']}: console.theme" if getattr(args, "theme", None) is None and file_cfg
-                 else "--theme")
-        parser.error(f"{where}: unknown theme {base.theme!r}; known: {', '.join(themes.THEMES)}")
 
     mode_parser = parser.mode_parsers.get(args.mode, parser)
     stop_timeout = getattr(args, "stop_timeout", 0)
@@ -195,7 +190,7 @@ def resolve(argv: list[str]) -> AppConfig:
         if not extra:
             mode_parser.error("launch needs the server arguments after --, e.g. specconsole launch -- --model-path M ...")
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout)
-        _check_log_dir(mode_parser, base.log_dir, _log_dir_where(args.log_dir))
+        _check_log_dir_option(mode_parser, base.log_dir, args.log_dir)
         _check_server_api_key(mode_parser, extra)
         _check_server_address(mode_parser, extra)
         return launch_config(base, extra)
@@ -212,7 +207,7 @@ def resolve(argv: list[str]) -> AppConfig:
     if args.mode == "demo":
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
                        nvml=args.gpus, demo_args=extra)
-        _check_log_dir(mode_parser, base.log_dir, _log_dir_where(args.log_dir))
+        _check_log_dir_option(mode_parser, base.log_dir, args.log_dir)
         _check_server_api_key(mode_parser, extra)
         cfg = demo_config(base, port=args.port)
         _check_server_address(mode_parser, cfg.server_command or [], "demo server")
@@ -244,6 +239,14 @@ def resolve(argv: list[str]) -> AppConfig:
     return replace(base, mode="none", url=DEFAULT_URL, config_path=file_cfg["path"] if file_cfg else None)
 
 
+_INTERVAL_RULE = f"must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g}"
+
+
+def _interval_ok(seconds: float) -> bool:
+    """A poll period the console accepts (from ``--interval`` or the config file)."""
+    return math.isfinite(seconds) and MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S
+
+
 def _check_file_values(parser: argparse.ArgumentParser, file_cfg: dict | None) -> None:
     """Refuse a config file's out-of-range interval or unknown theme even when a command-line
     flag overrides it for this run (exits): a broken file is reported every time, not only on
@@ -252,9 +255,8 @@ def _check_file_values(parser: argparse.ArgumentParser, file_cfg: dict | None) -
         return
     values, path = file_cfg["console"], file_cfg["path"]
     interval = values.get("interval")
-    if interval is not None and (not math.isfinite(interval) or not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S):
-        parser.error(f"{path}: console.interval must be a number of seconds from {MIN_INTERVAL_S} to "
-                     f"{MAX_INTERVAL_S:g} (got {interval})")
+    if interval is not None and not _interval_ok(interval):
+        parser.error(f"{path}: console.interval {_INTERVAL_RULE} (got {interval})")
     theme = values.get("theme")
     if theme is not None and theme not in themes.THEMES:
         parser.error(f"{path}: console.theme: unknown theme {theme!r}; known: {', '.join(themes.THEMES)}")
@@ -270,23 +272,23 @@ def _check_server_address(parser: argparse.ArgumentParser, server_args: list[str
         parser.error(f"{where} --host {host!r} is not a host name or IP address")
 
 
-def _log_dir_where(given: Path | None) -> str:
-    """How an error names the log directory: the flag, or the default's origin (``hint:`` part)."""
+def _check_log_dir_option(parser: argparse.ArgumentParser, path: Path, given: Path | None) -> None:
+    """:func:`_check_log_dir` naming ``--log-dir`` when it was ``given``, else the default and
+    where it came from."""
     if given is not None:
-        return "--log-dir"
-    return ("default log directory|from $XDG_STATE_HOME (or ~/.local/state when unset); "
-            "choose another with --log-dir")
+        _check_log_dir(parser, path, "--log-dir")
+    else:
+        _check_log_dir(parser, path, "default log directory", hint=(
+            ". The default log directory is from $XDG_STATE_HOME (or ~/.local/state when unset); "
+            "choose another with --log-dir"))
 
 
-def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str) -> None:
+def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str, hint: str = "") -> None:
     """Refuse a log directory the console cannot write the server log into (exits 2 before the
-    screen opens); a missing one is created, as it would be at start. ``where``: the flag, or
-    ``"what|hint"`` for a default (the hint ends the message)."""
+    screen opens); a missing one is created, as it would be at start. ``hint`` ends the message."""
     problem = writable_dir_problem(path)
     if problem is None:
         return
-    where, _, hint = where.partition("|")
-    hint = f". The {where} is {hint}" if hint else ""
     stage, reason = problem
     if stage == "file":
         parser.error(f"{where} {path} is a file, not a directory{hint}")
