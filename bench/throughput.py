@@ -408,8 +408,13 @@ def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
     (:func:`threshold_scores`). Returns ``{threshold, score, concurrencies}``, or None when there
     is no ``gate-n*`` row for ``p``, no N has a static row at any of its concurrencies, or every N
     fails the TPOT rule (:func:`why_no_recommendation` says which)."""
+    return best_threshold(threshold_scores(rows, p))
+
+
+def best_threshold(scores: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """:func:`recommend`'s pick among :func:`threshold_scores` already computed."""
     best = None
-    for t in threshold_scores(rows, p):
+    for t in scores:
         if not t["tpot_ok"] or t["score"] is None:
             continue
         if best is None or t["score"] > best["score"]:
@@ -533,12 +538,13 @@ def summarize(a: argparse.Namespace) -> None:
             print("gate forced off: " + ", ".join(
                 f"{c} req {forced[c]} tok/s" + (f" ({forced[c] / by[c]['none']:.3f}x none)" if "none" in by.get(c, {}) else "")
                 for c in sorted(forced)))
-        for t in threshold_scores(rows, p):
+        scores = threshold_scores(rows, p)
+        for t in scores:
             tpot = f", TPOT at {t['concurrencies'][0]} req {t['tpot_ratio']:.2f}x always-on" if t["tpot_ratio"] else ""
             refused = "" if t["tpot_ok"] else " (refused: TPOT over 1.05x always-on)"
             score = f"{t['score']:.4f}" if t["score"] is not None else "n/a"
             print(f"sweep N={t['threshold']}: mean gate / best static {score} at {t['concurrencies']} req{tpot}{refused}")
-        best = recommend(rows, p)
+        best = best_threshold(scores)
         print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")
         measured = {r["config"] for r in rows if same_label(r["p_wrong"], p)}  # not another run's JSON
         loads = [t for t in all_loads if same_label(t["p_wrong"], p) and t["config"] in measured]

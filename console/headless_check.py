@@ -104,11 +104,14 @@ def final_answer(model: Any) -> str | None:
 async def _wait_for_gate(pilot: Any, model: Any, timeout: float) -> tuple[bool, str | None]:
     """Wait up to ``timeout`` s for a spec_gate with a threshold; give up early when the answer
     has been a final one (:func:`final_answer`) for ``FINAL_ANSWER_S``. Returns (seen, why not)."""
+    def usable(why: str | None) -> bool:
+        return why is None and model.gate is not None and model.gate.threshold is not None
+
     deadline = time.monotonic() + timeout
     final_since = None
     while time.monotonic() < deadline:
         why = final_answer(model)
-        if why is None and model.gate is not None and model.gate.threshold is not None:
+        if usable(why):
             return True, None
         now = time.monotonic()
         if why is None:
@@ -119,8 +122,7 @@ async def _wait_for_gate(pilot: Any, model: Any, timeout: float) -> tuple[bool, 
             return False, why
         await pilot.pause(0.1)
     why = final_answer(model)
-    seen = why is None and model.gate is not None and model.gate.threshold is not None
-    return seen, why
+    return usable(why), why
 
 
 def _gate_dict(g: st.GateState | None) -> dict[str, Any] | None:
