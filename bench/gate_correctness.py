@@ -6,8 +6,9 @@ SGLang 0.5.12 server on the synthetic pair and checks, against the oracle chain:
 A. forced ON (threshold = max running requests): outputs exact, accept length measured;
 B. forced OFF (threshold 1): outputs exact, every OFF step replayed the OFF CUDA graph and
    no ON target graph ran;
-C. recovery: a long request runs 200+ OFF steps, then speculation turns on: the accept length
-   of the first ON steps;
+C. recovery: four long requests run 200+ OFF steps, then speculation turns on: the accept length
+   of the first ON steps, which must equal the oracle's for a current draft state
+   (bench/recovery_oracle.py);
 D. switching: the threshold flips between 1 and max every few ms under load until at least
    ``--switches`` switches happened; outputs exact;
 E. load crossing: threshold 8 / hysteresis 2 with a load that ramps 1 -> 32 -> 1 requests;
@@ -26,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict
 
-from bench.oracle_check import check_many, check_one, make_prompts
+from bench.oracle_check import check_batch, check_many, check_one, make_prompts
+from bench.recovery_oracle import check_recovery, recovery_prompts
 from bench.server_harness import (
     eagle3_args,
     record_failure,
@@ -47,7 +49,6 @@ CONFIGS = {
     "v1-topk4": dict(topk=4, num_steps=3, num_draft_tokens=8, overlap=False, expect="EAGLEWorker"),
 }
 MAX_RR = 64
-RECOVERY_REQUESTS = 4  # phase C: requests whose first ON batches after 200+ OFF steps are measured
 T = "speculative_disable_batch_threshold"
 H = "speculative_disable_hysteresis"
 
@@ -118,20 +119,21 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         )
         oks.append(ok)
 
-        # C. recovery after 200+ OFF steps; several requests, so that the accept length of the
-        # first ON batches is a mean over RECOVERY_REQUESTS requests, not one request's luck
+        # C. recovery after 200+ OFF steps, four requests at one position (bench/recovery_oracle.py)
         set_gate(url, **{T: 1})
-        prompts = make_prompts(vocab, RECOVERY_REQUESTS, 32, 3)
+        prompts = recovery_prompts(vocab)
         box: Dict[str, Any] = {}
-        t = threading.Thread(target=lambda: box.update(r=check_many(url, oracle, prompts, 900, len(prompts))))
-        start_off = spec_gate(url)["decode_steps_off"]
+        # one batched request: prefilled together, so all four are at one position when ON starts
+        t = threading.Thread(target=lambda: box.update(r=check_batch(url, oracle, prompts, 900)))
+        g0 = spec_gate(url)
+        start_off, start_resume = g0["decode_steps_off"], g0.get("off_resume_steps", 0)
         t.start()
         _wait_steps(url, "decode_steps_off", start_off + 220)
         on_before = spec_gate(url)["decode_steps_on"]
         set_gate(url, **{T: MAX_RR})
         t.join()
         g = spec_gate(url)
-        recovery_ok, _ = box["r"]
+        recovery_ok, recovery_res = box["r"]
         rec["phases"]["C_recovery"] = {
             "oracle_match": recovery_ok, "requests": len(prompts),
             "off_steps_before_on": spec_gate(url)["decode_steps_off"] - start_off,
@@ -139,8 +141,14 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
             "accept_length_first_on_steps": g.get("accept_length_since_on"),
             "accept_length_first_on_step": g.get("accept_length_first_on_step"),
             "steps_counted": g.get("steps_since_on"),
+            "resume_steps": g.get("off_resume_steps", 0) - start_resume,
+            "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in recovery_res],
         }
+        # exact: what a current draft state accepts at these positions (the mean above scatters)
+        rec["phases"]["C_recovery"].update(check_recovery(
+            oracle, rec["phases"]["C_recovery"], cfg["num_steps"], rec["phases"]["C_recovery"]["resume_steps"]))
         rec["accept_length_after_on"] = g.get("accept_length_since_on")
+        rec["accept_length_after_on_oracle"] = rec["phases"]["C_recovery"]["accept_length_first_on_steps_oracle"]
         oks.append(recovery_ok)
 
         # D. switching by flipping the threshold under load

@@ -5,6 +5,7 @@
 #   bash bench/gpu_chains.sh start          tp1, then chain0 on GPU 0, then tp2 if there are two GPUs,
 #                                           with setsid (it outlives the call; all.done at the end)
 #   bash bench/gpu_chains.sh kernels        the GPU kernel-equivalence test of the OFF attention (seconds)
+#   bash bench/gpu_chains.sh start-tp1      the TP=1 gate correctness alone
 #   bash bench/gpu_chains.sh start-tp2      the TP=2 gate correctness alone (start runs it after chain0)
 #   bash bench/gpu_chains.sh start-p05      always-on + gate with the p=0.5 pair, one GPU each (last)
 #   bash bench/gpu_chains.sh wait SECONDS [DONE-FILES]
@@ -51,13 +52,16 @@ sys.exit(0 if ok else 1)
 PY
     ;;
   tp1)
-    # gate correctness at TP=1 on the 1B pair: v2-topk1 on GPU 0, the v1 configs on GPU 1 one after
-    # the other (TP1_GPU1_CONFIGS; two servers at --mem-fraction-static 0.4 do not fit one GPU);
-    # all three on GPU 0 with one GPU. Every OFF step's draft extend is KV-only here
+    # gate correctness at TP=1 on the 1B pair: TP1_GPU0_CONFIGS (v2-topk1) on GPU 0, at once
+    # (--mem-fraction-static 0.25 each when several: two at 0.4 do not fit one GPU), and the
+    # TP1_GPU1_CONFIGS (both v1 configs) on GPU 1 one after the other; all three on GPU 0 with one
+    # GPU. Every OFF step's draft extend is KV-only here
     source .gpuwheels/B/env.sh
     m=/tmp/models/1b/p0.2
     if [ $(nvidia-smi -L | wc -l) -ge 2 ]; then
-      CUDA_VISIBLE_DEVICES=0 python3 -m bench.gate_correctness --configs v2-topk1 --parallel 1 --mem-fraction 0.4 \
+      g0=${TP1_GPU0_CONFIGS:-v2-topk1}; n0=$(echo "$g0" | tr ',' '\n' | wc -l)
+      CUDA_VISIBLE_DEVICES=0 python3 -m bench.gate_correctness --configs $g0 --parallel $n0 \
+        --mem-fraction $([ "$n0" -eq 1 ] && echo 0.4 || echo 0.25) \
         --models $m --out "$R/gate-correctness-tp1-gpu0.json" --base-port 31000 &
       CUDA_VISIBLE_DEVICES=1 python3 -m bench.gate_correctness --configs ${TP1_GPU1_CONFIGS:-v1-topk1,v1-topk4} --parallel 1 --mem-fraction 0.4 \
         --models $m --out "$R/gate-correctness-tp1-gpu1.json" --base-port 31100
@@ -97,6 +101,9 @@ PY
   start-p05)
     mkdir -p "$R"; setsid bash bench/gpu_chains.sh p05 >"$R/p05.log" 2>&1 </dev/null &
     sleep 2; echo "started p05" ;;
+  start-tp1)
+    mkdir -p "$R"; setsid bash bench/gpu_chains.sh tp1 >"$R/tp1.log" 2>&1 </dev/null &
+    sleep 2; echo "started tp1" ;;
   start-tp2)
     mkdir -p "$R"; setsid bash bench/gpu_chains.sh tp2 >"$R/tp2.log" 2>&1 </dev/null &
     sleep 2; echo "started tp2" ;;

@@ -17,7 +17,24 @@ def make_prompts(vocab: int, n: int, length: int, seed: int) -> List[List[int]]:
 
 def check_one(url: str, oracle: Any, prompt: List[int], max_new_tokens: int) -> Dict[str, Any]:
     """One greedy request; ``match`` is True iff the output ids equal the oracle chain."""
-    out = generate(url, prompt, max_new_tokens)
+    return check_output(oracle, prompt, generate(url, prompt, max_new_tokens), max_new_tokens)
+
+
+def check_batch(url: str, oracle: Any, prompts: List[List[int]], max_new_tokens: int) -> Tuple[bool, List[Dict[str, Any]]]:
+    """``prompts`` as one batched ``/generate`` (a list of ``input_ids``): SGLang 0.5.12 hands
+    pre-tokenized batches to the scheduler as one message (tokenizer_manager.py
+    ``_send_batch_request``), so they are prefilled together and decode in lockstep. Returns
+    (all matched, per-request results in prompt order)."""
+    outs = generate(url, prompts, max_new_tokens)
+    if not isinstance(outs, list) or len(outs) != len(prompts):
+        raise ValueError(f"batched /generate returned {type(outs).__name__}, not {len(prompts)} outputs")
+    results = [check_output(oracle, p, o, max_new_tokens) for p, o in zip(prompts, outs)]
+    return all(r["match"] for r in results), results
+
+
+def check_output(oracle: Any, prompt: List[int], out: Dict[str, Any], max_new_tokens: int) -> Dict[str, Any]:
+    """One ``/generate`` answer against the oracle chain of ``prompt``: ``match``, the index of the
+    first wrong token (None if all right), ``n_tokens`` and SGLang's per-request spec counters."""
     got = out.get("output_ids") or []
     want = oracle.chain(prompt[-1], max_new_tokens)
     first_bad = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)

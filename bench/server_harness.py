@@ -157,8 +157,9 @@ def stop_server(server: Server, timeout_s: float = 30) -> Optional[int]:
     return server.proc.returncode
 
 
-def generate(url: str, input_ids: List[int], max_new_tokens: int, timeout_s: float = 300) -> Dict[str, Any]:
-    """Greedy ``/generate`` on token ids; returns SGLang's JSON (``output_ids``, ``meta_info``)."""
+def generate(url: str, input_ids: Any, max_new_tokens: int, timeout_s: float = 300) -> Any:
+    """Greedy ``/generate`` on token ids (one list, or a list of lists for a batch); returns SGLang's
+    JSON (``output_ids``, ``meta_info``; a list of those for a batch)."""
     payload = {
         "input_ids": input_ids,
         "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},

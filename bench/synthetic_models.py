@@ -366,10 +366,7 @@ class Oracle:
         key = last
         accept = []
         while len(tokens) < max_new_tokens:
-            n, k = 0, key
-            while n < num_steps and k not in self._corrupted_set:
-                n += 1
-                k = self.pi[k]
+            n = self.accepted_drafts(key, num_steps)
             tokens.extend(self.chain(tokens[-1], n + 1))
             accept.append(n + 1)
             for _ in range(n + 1):
@@ -382,6 +379,37 @@ class Oracle:
             "mean_accept_length": (sum(accept) / len(accept)) if accept else float("nan"),
             "sglang_spec_accept_length": (max_new_tokens / len(accept)) if accept else float("nan"),
         }
+
+    def accepted_drafts(self, key: int, num_steps: int) -> int:
+        """Draft tokens the target accepts in one chain-drafting round (topk 1, ``num_steps`` steps)
+        whose first draft step has memory key ``key`` (the second-to-last committed token, see
+        ``draft_chain``): the leading steps whose keys are not corrupted, ``0..num_steps``."""
+        n, k = 0, self._check_word(key)
+        while n < num_steps and k not in self._corrupted_set:
+            n += 1
+            k = self.pi[k]
+        return n
+
+    def accept_lengths_from(self, prompt: Sequence[int], committed: int, num_rounds: int,
+                            num_steps: int) -> list[int]:
+        """Accept lengths (bonus token included) of ``num_rounds`` verify rounds of a perfect draft
+        state that start once ``committed`` (>= 1) output tokens of ``prompt`` exist.
+
+        This is what speculation must reach when it resumes after OFF steps: each OFF step commits
+        one token of the chain, so a request that made ``committed`` tokens without speculation
+        drafts from key ``seq[-2]`` of ``prompt + chain(prompt[-1], committed)``. For topk > 1 the
+        same holds with the synthetic draft (a corrupted key's other top-k branches are noise).
+        Raises ValueError if ``committed < 1`` or ``num_rounds``/``num_steps < 1``.
+        """
+        if committed < 1 or num_rounds < 1 or num_steps < 1:
+            raise ValueError("committed, num_rounds and num_steps must be >= 1")
+        seq = [self._check_word(prompt[-1])] + self.chain(prompt[-1], committed)
+        out = []
+        for _ in range(num_rounds):
+            n = self.accepted_drafts(seq[-2], num_steps)
+            out.append(n + 1)
+            seq.extend(self.chain(seq[-1], n + 1))
+        return out
 
     # -- prompts ------------------------------------------------------------------------------
     def random_prompts(self, num_prompts: int, length: int, seed: int = 0) -> list[list[int]]:
