@@ -118,7 +118,7 @@ def read_log(path: Path) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.decode_log", description=__doc__.splitlines()[0])
     ap.add_argument("log", type=Path, help="a server log (plain or .gz)")
     ap.add_argument("--start", help="window opens after the first line containing this")
     ap.add_argument("--end", help="window closes at the next line containing this")

@@ -235,7 +235,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.gate_correctness", description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=Path, required=True, help="dir from bench.synthetic_models")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--tp", type=int, default=1)

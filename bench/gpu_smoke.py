@@ -71,7 +71,7 @@ def run_one(p: float, overlap: bool, root: Path, port: int, log_dir: Path, mem_f
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu_smoke", description=__doc__.splitlines()[0])
     ap.add_argument("--models-root", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--parallel", type=int, default=4)

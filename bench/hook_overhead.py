@@ -132,7 +132,7 @@ def measure(sizes: List[int], steps: int, repeat: int) -> Dict[str, Any]:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.hook_overhead", description=__doc__.splitlines()[0])
     ap.add_argument("--bs", default="1,64", help="decode batch sizes (requests), comma-separated")
     ap.add_argument("--steps", type=int, default=20_000, help="decode steps per timing")
     ap.add_argument("--repeat", type=int, default=5, help="timings per variant; the best is kept")

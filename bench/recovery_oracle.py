@@ -13,7 +13,8 @@ Assumes the recovery phase's requests were prefilled in one batch (they then sha
 
 ``python -m bench.recovery_oracle FILE [--models DIR | --vocab V --p-wrong P --seed S]`` adds the
 prediction to each entry of a ``bench.gate_correctness`` JSON list written before phase C recorded
-it, and prints one line per entry.
+it, and prints one line per entry. Exit status 0 when every checked entry equals the prediction, 1
+when one does not or none could be checked, 2 for a file or oracle it cannot read.
 """
 
 from __future__ import annotations
@@ -98,15 +99,21 @@ def annotate(entries: List[Dict[str, Any]], oracle: Any, configs: Dict[str, Dict
     server_patch runs resume steps in).
     """
     lines = []
-    for e in entries:
-        phase = e.get("phases", {}).get("C_recovery")
-        if not phase or e.get("config") not in configs:
-            lines.append(f"{e.get('config')} tp={e.get('tp')}: no recovery phase, skipped")
+    for i, e in enumerate(entries):
+        phases = e.get("phases") if isinstance(e, dict) else None
+        phase = phases.get("C_recovery") if isinstance(phases, dict) else None
+        if not isinstance(phase, dict) or e.get("config") not in configs:
+            name = f"{e.get('config')} tp={e.get('tp')}" if isinstance(e, dict) else f"entry {i}"
+            lines.append(f"{name}: no recovery phase of a known config, skipped")
             continue
         resume = phase.get("resume_steps")
         if resume is None:
             resume = 1 if e.get("off_draft_extend") == "kv-only" else 0
-        res = check_recovery(oracle, phase, configs[e["config"]]["num_steps"], resume)
+        try:
+            res = check_recovery(oracle, phase, configs[e["config"]]["num_steps"], resume)
+        except (KeyError, TypeError, ValueError) as exc:  # a hand-edited or truncated record
+            lines.append(f"{e['config']} tp={e.get('tp')}: malformed C_recovery ({type(exc).__name__}: {exc}), skipped")
+            continue
         phase.update(res)
         e["accept_length_after_on_oracle"] = res["accept_length_first_on_steps_oracle"]
         lines.append(
@@ -132,7 +139,7 @@ def oracle_from_maps(vocab: int, p_wrong: float, seed: int) -> Any:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.recovery_oracle", description=__doc__.splitlines()[0])
     ap.add_argument("file", type=Path, help="a bench.gate_correctness JSON list (rewritten in place)")
     ap.add_argument("--models", type=Path, help="the pair's dir (its oracle.json)")
     ap.add_argument("--vocab", type=int, default=8192, help="without --models: the pair's word count")
@@ -142,18 +149,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     from bench.gate_correctness import CONFIGS, write_json
 
-    if a.models is not None:
-        from bench.synthetic_models import Oracle
+    try:
+        if a.models is not None:
+            from bench.synthetic_models import Oracle
 
-        oracle = Oracle.load(a.models / "oracle.json")
-    else:
-        oracle = oracle_from_maps(a.vocab, a.p_wrong, a.seed)
-    entries = json.loads(a.file.read_text())
+            oracle = Oracle.load(a.models / "oracle.json")
+        else:
+            oracle = oracle_from_maps(a.vocab, a.p_wrong, a.seed)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        ap.error(f"no oracle: {type(exc).__name__}: {exc}")
+    try:
+        entries = json.loads(a.file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        ap.error(f"cannot read {a.file}: {type(exc).__name__}: {exc}")
+    if not isinstance(entries, list):
+        ap.error(f"{a.file}: not a JSON list of bench.gate_correctness entries")
     for line in annotate(entries, oracle, CONFIGS):
         print(line)
     if not a.dry_run:
         write_json(a.file, entries)
-    return 0
+    verdicts = [e["phases"]["C_recovery"].get("recovery_matches_oracle") for e in entries
+                if isinstance(e, dict) and isinstance(e.get("phases"), dict)
+                and isinstance(e["phases"].get("C_recovery"), dict)]
+    checked = [v for v in verdicts if v is not None]
+    if not checked:
+        print("no entry could be checked", file=sys.stderr)
+        return 1
+    return 0 if all(checked) else 1
 
 
 if __name__ == "__main__":

@@ -545,7 +545,10 @@ def summarize(a: argparse.Namespace) -> None:
             score = f"{t['score']:.4f}" if t["score"] is not None else "n/a"
             print(f"sweep N={t['threshold']}: mean gate / best static {score} at {t['concurrencies']} req{tpot}{refused}")
         best = best_threshold(scores)
-        print("recommended threshold:", best if best else f"none ({why_no_recommendation(rows, p)})")
+        print("recommended threshold:",
+              f"N = {best['threshold']} (mean gate / best static {best['score']:.4f} at "
+              f"{', '.join(map(str, best['concurrencies']))} req)" if best
+              else f"none ({why_no_recommendation(rows, p)})")
         measured = {r["config"] for r in rows if same_label(r["p_wrong"], p)}  # not another run's JSON
         loads = [t for t in all_loads if same_label(t["p_wrong"], p) and t["config"] in measured]
         if loads:
@@ -655,7 +658,7 @@ def _check_out(parser: argparse.ArgumentParser, out: Path, inputs: List[Path]) -
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="benchmark one configuration on its own SGLang server (GPU machine)",
                        description="Benchmark one configuration on its own SGLang server; append rows to "

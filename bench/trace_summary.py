@@ -114,7 +114,7 @@ def _is_blocking_copy(event: Dict[str, Any]) -> bool:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.trace_summary", description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path, nargs="+", help="Chrome trace(s) from SGLang's /start_profile")
     ap.add_argument("--gap-us", type=float, default=20.0, help="GPU idle longer than this counts as a gap (us)")
     ap.add_argument("--top", type=int, default=TOP_GPU, help="GPU activities listed by total time (default: %(default)s)")

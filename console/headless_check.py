@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from console import state as st
 from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S
-from console.config import AppConfig, default_log_dir, writable_dir_problem
+from console.config import AppConfig, ConfigError, default_log_dir, normalize_url, writable_dir_problem
 
 MIN_COLS, MIN_ROWS = 80, 24  # the README's smallest supported terminal
 MAX_COLS, MAX_ROWS = 1000, 500  # a screenshot larger than any terminal (99999x99999 ate GBs)
@@ -314,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     if not math.isfinite(args.interval) or not MIN_INTERVAL_S <= args.interval <= MAX_INTERVAL_S:
         parser.error(f"--interval must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} "
                      f"(got {args.interval:g})")
+    if args.url:
+        try:  # the same check as `specconsole attach`: a typo fails now, not after --timeout
+            args.url = normalize_url(args.url)
+        except ConfigError as exc:
+            parser.error(str(exc))
     _check_out_dir(parser, Path(args.out), args.out)  # a str until here: Path("") would read as "."
     args.out = Path(args.out)
     if args.gpus is None:

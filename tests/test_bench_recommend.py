@@ -77,7 +77,7 @@ def test_an_operators_own_pair_is_grouped_by_its_label(tmp_path, capsys, monkeyp
     assert throughput.recommend(rows, "prod-70b")["threshold"] == 8
     assert throughput.recommend(rows, 0.2) is None
     out = summarize_output(rows, tmp_path / "throughput.csv", monkeypatch, capsys)
-    assert "p_wrong=prod-70b" in out and "'threshold': 8" in out
+    assert "p_wrong=prod-70b" in out and "recommended threshold: N = 8 (" in out
 
 
 def test_run_needs_a_draft_with_an_own_target(monkeypatch, capsys):
@@ -159,4 +159,4 @@ def test_summarize_prints_every_swept_thresholds_score_and_the_forced_off_rows(t
     n4 = (368 / 370 + 2750 / 2800) / 2
     assert f"sweep N=4: mean gate / best static {n4:.4f} at [1, 16] req, TPOT at 1 req 1.00x always-on\n" in out
     assert "sweep N=8: mean gate / best static" in out and "1.11x always-on (refused: TPOT over 1.05x always-on)" in out
-    assert "recommended threshold: {'threshold': 4," in out
+    assert f"recommended threshold: N = 4 (mean gate / best static {n4:.4f} at 1, 16 req)\n" in out

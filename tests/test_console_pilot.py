@@ -293,7 +293,8 @@ async def test_log_filter_search_and_pause(make_app):
         await pilot.pause(0.2)
         assert view.search == "decode batch" and view.match_rows()
         assert view.follow is False  # jumping to a match pauses following
-        assert "PAUSED" in str(app.main_screen.query_one("#log-panel").border_title)
+        assert "PAUSED (+" in str(app.main_screen.query_one("#log-panel").border_title)
+        assert "new below)" in str(app.main_screen.query_one("#log-panel").border_title)
         await pilot.press("p")
         assert view.follow is True
         assert app.focused is view
@@ -552,6 +553,20 @@ async def test_repeated_refusals_do_not_pile_up_and_n_minus_h_1_is_warned(make_a
         assert "DEMO simulated" in lines[0] and "connected" in lines[0]  # the header is not covered
         assert "Load · requests" in lines[1] and "running 2" in lines[2]
         assert "N-H = 1: once off, never back on" in "\n".join(lines)
+
+
+async def test_a_standing_alarm_is_above_the_last_outcome_on_a_short_panel(make_app):
+    """Fresh-user finding: at 100x30 a refusal message pushed "N-H = 1" below the panel's fold."""
+    app = make_app(["--load", "fixed:2", "--speculative-disable-batch-threshold", "40",
+                    "--speculative-disable-hysteresis", "39"])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        app.post_message(events.Key("minus", "-"))
+        await wait_for(pilot, lambda: "refused" in (app.model.message or ""), what="the refusal")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "N-H = 1: once off, never back on" in text and "threshold 39 refused" in text
+        assert text.index("N-H = 1") < text.index("threshold 39 refused")
 
 
 async def test_notices_follow_the_server_after_a_freeze(tmp_path):

@@ -1488,6 +1488,22 @@ def test_headless_check_refuses_bad_options_before_starting_anything(tmp_path, c
     assert not (tmp_path / "out").exists() or "--out" not in argv[-2:]  # nothing started
 
 
+@pytest.mark.parametrize("url,says", [
+    ("ftp://x", "use http:// or https://"),
+    ("not a url", "is not a host name or IP address"),
+    ("http://127.0.0.1:99999", "port 99999 is out of range"),
+    ("http://user:pw@127.0.0.1:30000", "no user:password@"),
+])
+def test_headless_check_refuses_a_bad_url_at_once_as_attach_does(tmp_path, capsys, url, says):
+    """It waited the whole --timeout (60 s) and then blamed the server ('no answer')."""
+    from console import headless_check
+
+    with pytest.raises(SystemExit) as exc:
+        headless_check.main(["--url", url, "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 async def test_headless_check_restores_the_threshold_when_a_screenshot_cannot_be_written(tmp_path):
     """A screenshot that fails (after.svg made a directory after the start-up check) fails the
     check but does not leave the server at the changed threshold (it did: 33 instead of 32)."""

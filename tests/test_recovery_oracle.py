@@ -110,7 +110,7 @@ def test_annotate_infers_the_resume_step_and_flags_a_shifted_entry():
     assert lines[3].endswith("NOT equal") and "skipped" in lines[4]
 
 
-def test_cli_rewrites_unless_dry_run(tmp_path, capsys):
+def test_cli_rewrites_unless_dry_run_and_its_exit_status_is_the_verdict(tmp_path, capsys):
     o = oracle_from_maps(8192, 0.2, 0)
     f = tmp_path / "gc.json"
     f.write_text(json.dumps([_entry(o, "v1-topk1", 238)]))
@@ -119,6 +119,40 @@ def test_cli_rewrites_unless_dry_run(tmp_path, capsys):
     assert f.read_text() == before and "equal" in capsys.readouterr().out
     assert main([str(f)]) == 0
     assert json.loads(f.read_text())[0]["phases"]["C_recovery"]["recovery_matches_oracle"] is True
+    # one entry off the prediction fails the whole file (it exited 0 before)
+    f.write_text(json.dumps([_entry(o, "v1-topk1", 238), _entry(o, "v2-topk1", 238, shift=-1)]))
+    assert main([str(f), "--dry-run"]) == 1
+    # nothing checkable is not a pass
+    f.write_text("[]")
+    assert main([str(f)]) == 1
+
+
+@pytest.mark.parametrize("content,says", [
+    (b"", "cannot read"), (b'[{"config": ', "cannot read"), (b"\xff\xfe[", "cannot read"),
+    (b"{}", "not a JSON list"), (b'"x"', "not a JSON list"),
+])
+def test_cli_refuses_an_unreadable_file_in_one_line(tmp_path, capsys, content, says):
+    f = tmp_path / "gc.json"
+    f.write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        main([str(f)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and says in err and "Traceback" not in err
+
+
+def test_cli_skips_malformed_entries_and_refuses_a_bad_oracle(tmp_path, capsys):
+    o = oracle_from_maps(8192, 0.2, 0)
+    bad = _entry(o, "v1-topk1", 238)
+    bad["phases"]["C_recovery"]["accept_length_first_on_step"] = "1.25"
+    f = tmp_path / "gc.json"
+    f.write_text(json.dumps([1, bad, {"config": "v1-topk1", "phases": []}]))
+    assert main([str(f), "--dry-run"]) == 1
+    out = capsys.readouterr().out
+    assert "entry 0" in out and "malformed C_recovery (TypeError" in out and out.count("skipped") == 3
+    for argv in (["--vocab", "0"], ["--p-wrong", "2"], ["--models", str(tmp_path / "nowhere")]):
+        with pytest.raises(SystemExit) as exc:
+            main([str(f), *argv])
+        assert exc.value.code == 2 and "no oracle" in capsys.readouterr().err
 
 
 def test_check_batch_sends_one_request_and_checks_each_output(monkeypatch, o02):

@@ -90,7 +90,7 @@ class LogPanel(Vertical):
             return
         v = views.first()
         parts = [self.base_title]
-        parts.append("following" if v.follow else f"PAUSED (+{v.new_while_paused} new)")
+        parts.append("following" if v.follow else f"PAUSED (+{v.new_while_paused} new below)")
         parts.append(f"{len(v.shown)}/{len(v.entries)} lines")
         self.border_title = " · ".join(parts)
         indicator = self.query_one("#log-filters", Static)

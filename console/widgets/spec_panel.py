@@ -1,8 +1,8 @@
 """The speculation panel: a large SPEC ON / SPEC OFF badge with its reason, then the details.
 
 Details, most important first: the worker class and how it is known, threshold and hysteresis
-(with a pending target), the last threshold-control outcome, switches and accept length,
-alarms, then decode steps, last switch, CUDA graph facts, per-TP-rank states and the worker
+(with a pending target), alarms, the last threshold-control outcome, switches and accept length,
+then decode steps, last switch, CUDA graph facts, per-TP-rank states and the worker
 check detail. Parts that do not fit side by side go under each other and long ones wrap
 (nothing is cut off); the details scroll inside the panel (Tab to it, then ↑ ↓ PgUp PgDn).
 The batch size here is the gate's own: the last decode batch from ``spec_gate``.
@@ -229,11 +229,13 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     if p is not None and p.hysteresis is not None and p.hysteresis != g.hysteresis:
         hys.append(f" → {p.hysteresis} pending", d["pending"])
     rows.append([thr, hys])
-    rows.extend(message)
+    # standing alarms before the last control outcome: that one is also a notice and a log line,
+    # and on a short panel it pushed "N-H = 1: never back on" below the fold
     if s.worker.status == st.CHECK_MISMATCH:
         rows.append([Text("⚠ " + s.worker.detail, d["alarm"])])
     for warning in gate_warnings(s):
         rows.append([Text("⚠ " + warning, d["alarm"])])
+    rows.extend(message)
     sw = _t(("switches ", d["label"]), (fmt.num(g.switches), d["value"]))
     if s.switches_per_min is not None and s.switches_per_min >= THRASH_PER_MIN:
         sw.append(f" ({s.switches_per_min:.0f}/min: thrashing)", d["alarm"])
