@@ -119,6 +119,23 @@ async def test_a_hysteresis_not_below_the_threshold_is_refused_in_the_dialog(mak
         assert (gate["threshold"], gate["hysteresis"]) == (32, 4)
 
 
+async def test_threshold_typed_in_one_burst_is_the_one_sent(make_app):
+    """Fresh-user finding: keys that arrive in one read (fast typing over ssh, tmux send-keys) lost
+    their order in Textual's Input (32, End BSpace BSpace 2 0 Enter sent a wrong number)."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ThresholdDialog", what="dialog")
+        await pilot.pause(0.1)
+        for key, char in [("end", None), ("backspace", None), ("backspace", None), ("2", "2"), ("0", "0"),
+                          ("enter", None)]:
+            app.post_message(events.Key(key, char))
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ != "ThresholdDialog", what="dialog closed")
+        await wait_for(pilot, lambda: app.model.gate.threshold == 20, what="threshold 20 confirmed")
+        assert (await server_gate(app.cfg.url))["threshold"] == 20
+
+
 async def test_out_of_range_threshold_is_refused_before_sending(make_app):
     app = make_app(["--load", "fixed:8", "--max-running-requests", "32"])
     async with app.run_test(size=SIZE) as pilot:

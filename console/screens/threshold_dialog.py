@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
 from console.model import validate_hysteresis, validate_threshold
+from console.widgets.ordered_input import OrderedInput
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,10 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
                         id="threshold-help")
             with Horizontal(classes="field"):
                 yield Label("threshold N (req)", classes="field-label")
-                yield Input(str(self.threshold if self.threshold is not None else ""), id="threshold-input")
+                yield OrderedInput(str(self.threshold if self.threshold is not None else ""), id="threshold-input")
             with Horizontal(classes="field"):
                 yield Label("hysteresis H (req)", classes="field-label")
-                yield Input(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input")
+                yield OrderedInput(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input")
             yield Label("", id="threshold-error")
             with Horizontal(id="threshold-buttons"):
                 yield Button("Send", id="send", variant="primary")

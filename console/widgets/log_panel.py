@@ -14,6 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Static
 
 from console.widgets.log_view import LogView, filter_terms
+from console.widgets.ordered_input import OrderedInput
 
 PROMPTS = {
     "search": "search (n / N next / previous match, empty clears)",
@@ -22,7 +23,7 @@ PROMPTS = {
 }
 
 
-class LogPrompt(Input):
+class LogPrompt(OrderedInput):
     """The prompt; Escape closes it without applying."""
 
     BINDINGS = [Binding("escape", "close", "Cancel", show=True)]
