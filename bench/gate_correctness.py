@@ -149,6 +149,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
             oracle, rec["phases"]["C_recovery"], cfg["num_steps"], rec["phases"]["C_recovery"]["resume_steps"]))
         rec["accept_length_after_on"] = g.get("accept_length_since_on")
         rec["accept_length_after_on_oracle"] = rec["phases"]["C_recovery"]["accept_length_first_on_steps_oracle"]
+        rec["recovery_matches_oracle"] = rec["phases"]["C_recovery"]["recovery_matches_oracle"]
         oks.append(recovery_ok)
 
         # D. switching by flipping the threshold under load
@@ -262,7 +263,8 @@ def main() -> None:
                 "config", "tp", "worker_class", "oracle_match", "switches", "ranks_agree",
                 "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
                 "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok",
-                "accept_length_before_off", "accept_length_after_on", "error")}), flush=True)
+                "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
+                "recovery_matches_oracle", "error")}), flush=True)
 
 
 def _rank_proof(rec: Dict[str, Any], gate: Dict[str, Any], key: str, active: bool) -> None:

@@ -91,8 +91,9 @@ def check_recovery(oracle: Any, phase: Dict[str, Any], num_steps: int,
 
 
 def annotate(entries: List[Dict[str, Any]], oracle: Any, configs: Dict[str, Dict[str, Any]]) -> List[str]:
-    """Add ``check_recovery``'s fields to each entry's ``C_recovery`` phase and
-    ``accept_length_after_on_oracle`` to the entry (in place); return one summary line per entry.
+    """Add ``check_recovery``'s fields to each entry's ``C_recovery`` phase, and
+    ``accept_length_after_on_oracle`` and ``recovery_matches_oracle`` to the entry (in place);
+    return one summary line per entry.
 
     Entries written before phase C counted resume steps are taken to have had one exactly when
     the KV-only OFF draft extend ran (``off_draft_extend == "kv-only"``, the only case
@@ -116,6 +117,7 @@ def annotate(entries: List[Dict[str, Any]], oracle: Any, configs: Dict[str, Dict
             continue
         phase.update(res)
         e["accept_length_after_on_oracle"] = res["accept_length_first_on_steps_oracle"]
+        e["recovery_matches_oracle"] = res["recovery_matches_oracle"]
         lines.append(
             f"{e['config']} tp={e.get('tp')}: committed {res['committed_at_on']}, first ON step "
             f"{phase.get('accept_length_first_on_step')} (oracle {res['accept_length_first_on_step_oracle']}), "

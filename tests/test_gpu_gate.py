@@ -40,5 +40,6 @@ def test_gate_keeps_greedy_output_exact_on_every_worker_path(models, config, tmp
     assert min(rec["off_resume_steps"]) > 0
     assert rec["switches"] >= 100
     assert rec["phases"]["F_runtime_change"]["delay_steps"] == 0
-    # the draft stays warm across 200+ OFF steps: first ON steps within 0.5 of the ON baseline
-    assert rec["accept_length_after_on"] >= rec["accept_length_before_off"] - 0.5
+    # the draft stays warm across 200+ OFF steps: the first ON steps accept exactly what a current
+    # draft state accepts at that position (bench/recovery_oracle.py), not just "about as much"
+    assert rec["recovery_matches_oracle"] is True, rec["phases"]["C_recovery"]

@@ -107,6 +107,7 @@ def test_annotate_infers_the_resume_step_and_flags_a_shifted_entry():
     lines = annotate(entries, o, CONFIGS)
     assert [e["phases"].get("C_recovery", {}).get("recovery_matches_oracle") for e in entries] == [True, True, True, False, None]
     assert entries[0]["accept_length_after_on_oracle"] == entries[0]["phases"]["C_recovery"]["accept_length_first_on_steps"]
+    assert [e.get("recovery_matches_oracle") for e in entries] == [True, True, True, False, None]
     assert lines[3].endswith("NOT equal") and "skipped" in lines[4]
 
 
