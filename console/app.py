@@ -33,6 +33,7 @@ from console import logparse, portcheck
 from console import state as st
 from console.client import Backoff, ServerClient, ServerUnreachable
 from console.config import AppConfig, redact_args, server_host_port
+from console.keyorder import KeyOrderMixin
 from console.logfollow import LogFollower
 from console.model import ConsoleModel
 from console.nvml import NvmlReader
@@ -60,7 +61,7 @@ NOTICE_TIMEOUT_S = 4.0
 CONTROL = "control"
 
 
-class SpecConsoleApp(App[int]):
+class SpecConsoleApp(KeyOrderMixin, App[int]):
     """specconsole. ``App.run()`` returns 0 (or the exit code asked for) and leaves the terminal clean.
 
     Args:
@@ -579,6 +580,7 @@ class SpecConsoleApp(App[int]):
             ThresholdDialog(threshold, hysteresis, self.model.snapshot_max_running()),
             self._after_dialog,
         )
+        self.hold_keys()  # the keys typed after `t` are for the dialog's field, once it has the focus
 
     def _after_dialog(self, req: ThresholdRequest | None) -> None:
         if req is not None:
@@ -677,6 +679,7 @@ class SpecConsoleApp(App[int]):
         return self.main_screen.query_one(LogPanel)
 
     def action_log_prompt(self, kind: str) -> None:
+        self.hold_keys()  # the keys typed after `/` are the search text, not hotkeys
         self._log_panel().open_prompt(kind)
 
     def action_next_match(self, direction: int) -> None:

@@ -708,3 +708,59 @@ async def test_a_filter_that_fits_one_screen_and_then_clear_returns_to_the_same_
         view.include = ""
         await pilot.pause()
         assert _top_line(view).startswith("line 300 ")
+
+
+def _burst(app: SpecConsoleApp, *keys: str) -> None:
+    """Queue ``keys`` at the app at once, as one read from the terminal delivers them (ssh lag,
+    a paste, ``tmux send-keys``): none is handled before all are queued."""
+    for key in keys:
+        char = key if len(key) == 1 else {"minus": "-", "plus": "+", "slash": "/", "question_mark": "?"}.get(key)
+        app.post_message(events.Key(key, char))
+
+
+async def test_keys_typed_after_slash_are_the_search_not_hotkeys(make_app):
+    """Second fresh-user pass: `/ - - Enter` (a search for "--") stepped the live threshold twice."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        _burst(app, "slash", "minus", "minus", "enter")
+        await wait_for(pilot, lambda: app.main_screen.query_one(LogView).search == "--", what="search --")
+        await pilot.pause(0.3)
+        assert app.model.pending is None and (await server_gate(app.cfg.url))["threshold"] == 32
+        assert "request threshold" not in app.cfg.log_path.read_text()
+
+
+async def test_a_burst_that_opens_the_dialog_and_tabs_sets_both_fields(make_app):
+    """Second fresh-user pass: `t End BSpace BSpace 2 0 Tab End BSpace 3 Enter` applied N 23 (H 4)
+    or cleared both fields; typed one key at a time it gives N 20, H 3."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        _burst(app, "t", "end", "backspace", "backspace", "2", "0", "tab", "end", "backspace", "3", "enter")
+        await wait_for(pilot, lambda: (app.model.gate.threshold, app.model.gate.hysteresis) == (20, 3),
+                       what="N 20, H 3 confirmed")
+        gate = await server_gate(app.cfg.url)
+        assert (gate["threshold"], gate["hysteresis"]) == (20, 3)
+
+
+async def test_hotkeys_in_a_burst_act_in_order_and_reach_the_screen_on_top(make_app):
+    """`- - ?` then `q`: two steps, the help screen, and `q` closes the help (it used to reach the
+    main screen's `q` and quit); a held key is replayed even if no focus change comes."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        _burst(app, "minus", "minus", "question_mark", "q")
+        await wait_for(pilot, lambda: app.model.gate.threshold == 30, what="threshold 30")
+        await pilot.pause(0.3)
+        assert app.is_running and app.screen is app.main_screen  # help opened and closed by q
+        assert app.app_hotkey_bindings("minus", "-")  # the log has the focus: "-" is the app's
+        app.hold_keys()
+        _burst(app, "plus")
+        await pilot.pause(0.1)
+        assert app.model.pending is None  # held
+        await wait_for(pilot, lambda: app.model.gate.threshold == 31, what="held + replayed after HOLD_MAX_S")
+        await pilot.press("slash")
+        await pilot.pause(0.2)
+        # the prompt consumes typed text: "-" and "/" are not hotkeys there, End is the prompt's own
+        assert app.app_hotkey_bindings("minus", "-") == app.app_hotkey_bindings("slash", "/") == []
+        assert app.app_hotkey_bindings("end") == []
