@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     if not math.isfinite(args.interval) or not MIN_INTERVAL_S <= args.interval <= MAX_INTERVAL_S:
         parser.error(f"--interval must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} "
                      f"(got {args.interval:g})")
-    if args.url:
+    if args.url is not None:  # "" too: it is a bad URL, not a missing --launch
         try:  # the same check as `specconsole attach`: a typo fails now, not after --timeout
             args.url = normalize_url(args.url)
         except ConfigError as exc:
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     base = AppConfig(interval_s=args.interval, log_dir=args.log_dir or default_log_dir(), nvml=args.gpus)
     from console.cli import demo_config, launch_config
 
-    if args.url:
+    if args.url is not None:
         cfg = dataclasses.replace(base, mode="attach", url=args.url, log_path=args.log, api_key=args.api_key)
     elif args.demo:
         cfg = demo_config(base, extra=server_args or ["--startup-seconds", "0.5"])

@@ -744,8 +744,8 @@ async def test_a_burst_that_opens_the_dialog_and_tabs_sets_both_fields(make_app)
 
 
 async def test_hotkeys_in_a_burst_act_in_order_and_reach_the_screen_on_top(make_app):
-    """`- - ?` then `q`: two steps, the help screen, and `q` closes the help (it used to reach the
-    main screen's `q` and quit); a held key is replayed even if no focus change comes."""
+    """`- - ?` then `q`: two steps, the help screen, and `q` closes the help (not the app); a held
+    key is replayed even if no focus change comes."""
     app = make_app(["--load", "fixed:8"])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")

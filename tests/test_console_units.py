@@ -1493,6 +1493,7 @@ def test_headless_check_refuses_bad_options_before_starting_anything(tmp_path, c
     ("not a url", "is not a host name or IP address"),
     ("http://127.0.0.1:99999", "port 99999 is out of range"),
     ("http://user:pw@127.0.0.1:30000", "no user:password@"),
+    ("", "has no host"),
 ])
 def test_headless_check_refuses_a_bad_url_at_once_as_attach_does(tmp_path, capsys, url, says):
     """It waited the whole --timeout (60 s) and then blamed the server ('no answer')."""

@@ -180,3 +180,20 @@ def test_check_batch_sends_one_request_and_checks_each_output(monkeypatch, o02):
     monkeypatch.setattr(oracle_check, "generate", lambda *a: {"output_ids": []})
     with pytest.raises(ValueError, match="not 3 outputs"):
         oracle_check.check_batch("http://x", o02, prompts, 6)
+
+
+def test_cli_an_unmeasured_or_unchecked_entry_is_not_a_pass(tmp_path, capsys):
+    """Second fresh-user pass: a null accept length printed 'NOT equal', exited 0 and wiped the
+    stored prediction; an entry that cannot be checked must not pass on a stale verdict either."""
+    o = oracle_from_maps(8192, 0.2, 0)
+    good, unmeasured = _entry(o, "v1-topk1", 238), _entry(o, "v2-topk1", 244)
+    unmeasured["phases"]["C_recovery"]["accept_length_first_on_step"] = None
+    f = tmp_path / "gc.json"
+    f.write_text(json.dumps([good, unmeasured]))
+    assert main([str(f)]) == 1
+    assert "not measured" in capsys.readouterr().out
+    phase = json.loads(f.read_text())[1]["phases"]["C_recovery"]
+    assert phase["recovery_matches_oracle"] is None and phase["accept_length_first_on_steps_oracle"] is not None
+    stale = {"config": "v1-topk1", "tp": 1, "recovery_matches_oracle": True, "phases": {"C_recovery": "x"}}
+    f.write_text(json.dumps([good, stale]))
+    assert main([str(f), "--dry-run"]) == 1

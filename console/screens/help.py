@@ -13,7 +13,7 @@ HELP = r"""# specconsole — keys
 | key | what it does |
 |---|---|
 | `+` / `=` | threshold + 1 req: each press steps the pending target and sends it; shown as `→ N pending` until `spec_gate` confirms N |
-| `-` | threshold - 1 req (refused before sending outside [1, max running requests] or at the hysteresis) |
+| `-` | threshold - 1 req (refused before sending outside [1, max running requests] or at/below the hysteresis) |
 | `t` | set threshold and hysteresis exactly (plain integers) |
 | `/` | search the log; `n` / `N` next / previous match |
 | `f` | show only log lines containing … (`a\|b`: a or b) |
