@@ -35,6 +35,12 @@ def log_texts(app: SpecConsoleApp) -> str:
     return "\n".join(app.main_screen.query_one(LogView).visible_texts())
 
 
+async def open_threshold_dialog(pilot, app: SpecConsoleApp) -> None:
+    """Press ``t`` and wait until the threshold dialog is the screen."""
+    await pilot.press("t")
+    await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ThresholdDialog", what="dialog")
+
+
 @pytest.fixture
 def make_app(tmp_path):
     apps: list[SpecConsoleApp] = []
@@ -100,8 +106,7 @@ async def test_a_hysteresis_not_below_the_threshold_is_refused_in_the_dialog(mak
     app = make_app(["--load", "fixed:8"])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
-        await pilot.press("t")
-        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ThresholdDialog", what="dialog")
+        await open_threshold_dialog(pilot, app)
         await pilot.pause(0.1)
         help_label = app.screen.query_one("#threshold-help")  # not cut at the dialog's edge (it was)
         lines = str(help_label.render()).splitlines()
@@ -125,8 +130,7 @@ async def test_threshold_typed_in_one_burst_is_the_one_sent(make_app):
     app = make_app(["--load", "fixed:8"])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
-        await pilot.press("t")
-        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ThresholdDialog", what="dialog")
+        await open_threshold_dialog(pilot, app)
         await pilot.pause(0.1)
         for key, char in [("end", None), ("backspace", None), ("backspace", None), ("2", "2"), ("0", "0"),
                           ("enter", None)]:
@@ -146,8 +150,7 @@ async def test_out_of_range_threshold_is_refused_before_sending(make_app):
         assert "refused: above max running requests 32" in (app.model.message or "")
         assert "refused" in screen_text(app)
         # the exact-value dialog refuses 0 and keeps the dialog open
-        await pilot.press("t")
-        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ThresholdDialog", what="dialog")
+        await open_threshold_dialog(pilot, app)
         app.screen.query_one("#threshold-input").value = "0"
         await pilot.press("enter")
         await pilot.pause(0.2)
