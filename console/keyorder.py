@@ -1,20 +1,26 @@
 """Keys typed in one burst act in the order typed, wherever they land.
 
 Over a laggy ssh link (or a paste, or ``tmux send-keys``) several keys arrive in one read. Textual
-8.2 forwards each key to the focused widget as it arrives, but runs the app's own bindings only
-when the key has bubbled back up to the app, after the keys behind it were already forwarded.
-In the console that made ``/ - -`` (meant: search for ``--``) step the live threshold twice: the
-search prompt was not focused yet when the ``-`` keys were forwarded, and they came back up as
-the app's ``-`` binding. Two rules fix the order:
+8.2 forwards each key to the focused widget as it arrives, but resolves key *bindings* only when
+the key has bubbled back up to the app -- after the keys behind it were already forwarded, and in
+whatever screen is on top by then. In the console that made ``/ - -`` (meant: search for ``--``)
+step the live threshold twice, and ``Enter t 5`` submit the dialog that ``t`` had opened in
+the meantime. The rules here:
 
-* an app hotkey runs when the app receives the key (before the next key is looked at), when no
-  focused widget or screen binds or consumes that key and no modal screen is up -- exactly the
-  keys that would have bubbled up to the same binding anyway;
-* an action that moves the focus to where the next keys must go (a prompt, a dialog) holds the
-  keys that follow until that focus has happened (or ``HOLD_MAX_S`` passed), then replays them.
+* While the focus is not on a text field, a key's binding (focused widget, its ancestors, the
+  screen, the app unless a modal screen is up; Textual's own search order) runs when the key
+  arrives, before the next key is looked at. A key with no binding is forwarded as before, and if
+  it bubbles back up unconsumed it is dropped: its bindings were already resolved, and resolving
+  them again later would hand it to whatever screen is on top by then.
+* In a text field (``Input``) keys are forwarded as before: typed text must reach the field in
+  order, and the console's fields (``console.widgets.ordered_input``) run their own editing keys in
+  the same order.
+* An action that moves the focus into a text field (the search prompt, the threshold dialog)
+  holds the keys that follow until a text field has the focus (or ``HOLD_MAX_S`` passed), then
+  replays them.
 
-Focus moves inside a screen that are bound to keys (``Tab`` in the threshold dialog) are
-priority bindings of that screen, so they also run on arrival.
+Priority bindings (``ctrl+c``, ``Tab`` in the threshold dialog) keep Textual's handling: they run
+on arrival anyway.
 """
 
 from __future__ import annotations
@@ -22,24 +28,25 @@ from __future__ import annotations
 from typing import Any
 
 from textual import events
+from textual.widgets import Input
 
-#: the longest keys are held for a focus that does not come (then they are replayed anyway)
+#: the longest keys are held for a text field that does not get the focus (then they are replayed)
 HOLD_MAX_S = 0.5
+#: set on a key whose bindings were resolved on arrival (none applied): dropped if it bubbles back
+_RESOLVED = "_specconsole_bindings_resolved"
 
 
 class KeyOrderMixin:
-    """For a ``textual.app.App`` subclass (list it first): in-order hotkeys and the key hold.
-
-    Uses Textual's binding chain (``Screen._modal_binding_chain``, Textual 8.2), which already
-    drops the bindings a focused ``Input`` consumes (printable keys); ``tests/test_key_order.py``
-    pins the behaviour.
+    """For a ``textual.app.App`` subclass (list it first): bindings resolved in arrival order, and
+    the key hold. Uses Textual 8.2's ``Screen._modal_binding_chain`` (the chain Textual's own
+    ``App._check_bindings`` walks); tests/test_console_pilot.py pins the behaviour.
     """
 
     _held_keys: list[events.Key] | None = None
     _hold_generation = 0
 
     def hold_keys(self) -> None:
-        """Hold the keys that arrive from now on until the focus moves (or ``HOLD_MAX_S``)."""
+        """Hold the keys that arrive from now on until a text field has the focus (or ``HOLD_MAX_S``)."""
         if self._held_keys is None:
             self._held_keys = []
             self._hold_generation += 1
@@ -57,32 +64,35 @@ class KeyOrderMixin:
             self.release_held_keys()
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
-        """A widget took the focus: the keys held for it can go."""
-        if self._held_keys is not None:
+        """A text field took the focus: the keys held for it can go."""
+        if self._held_keys is not None and isinstance(event.widget, Input):
             self.release_held_keys()
 
-    def app_hotkey_bindings(self, key: str, character: str | None = None) -> list[Any]:
-        """The app's own non-priority bindings for ``key`` that a key press would reach, or []
-        when a modal screen is up or the focused widget, an ancestor or the screen binds or
-        consumes the key (they get it first, as without this module). ``character`` is the
-        key's text (``-`` for ``minus``): an ``Input`` consumes every printable one."""
-        focused = self.focused  # type: ignore[attr-defined]
-        if focused is not None and focused.check_consume_key(key, character):
-            return []  # typed text (Textual's own chain filter misses "minus", "plus", "slash")
-        chain = self.screen._modal_binding_chain  # type: ignore[attr-defined]  # focused ... screen, app
-        if not chain or chain[-1][0] is not self:
-            return []  # a modal screen: only its own bindings apply
-        for _node, bindings in chain[:-1]:
-            if bindings.key_to_bindings.get(key):
-                return []
-        return [b for b in chain[-1][1].key_to_bindings.get(key, ()) if not b.priority]
+    def bindings_on_arrival(self, key: str) -> list[tuple[Any, Any]] | None:
+        """``(namespace, binding)`` pairs that ``key`` would reach, in Textual's search order,
+        when they are to be resolved on arrival; None when Textual's own handling applies (a text
+        field has the focus, or the key has a priority binding)."""
+        if isinstance(self.focused, Input):  # type: ignore[attr-defined]
+            return None
+        chain = self.screen._modal_binding_chain  # type: ignore[attr-defined]  # focused ... screen[, app]
+        found = [(node, b) for node, bindings in chain for b in bindings.key_to_bindings.get(key, ())]
+        if any(b.priority for _node, b in found):
+            return None
+        return found
 
     async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Key) and not event.is_forwarded:
-            if self._held_keys is not None:
-                self._held_keys.append(event)
-                return
-            for binding in self.app_hotkey_bindings(event.key, event.character):
-                if await self.run_action(binding.action):  # type: ignore[attr-defined]
-                    return  # done in arrival order; not forwarded to bubble back later
+        if isinstance(event, events.Key):
+            if event.is_forwarded:
+                if getattr(event, _RESOLVED, False):
+                    return  # came back up unconsumed; its bindings were resolved on arrival
+            else:
+                if self._held_keys is not None:
+                    self._held_keys.append(event)
+                    return
+                found = self.bindings_on_arrival(event.key)
+                if found is not None:
+                    for namespace, binding in found:
+                        if await self.run_action(binding.action, namespace):  # type: ignore[attr-defined]
+                            return
+                    setattr(event, _RESOLVED, True)
         await super().on_event(event)  # type: ignore[misc]
