@@ -799,3 +799,18 @@ async def test_tab_then_slash_in_a_burst_opens_a_working_prompt(make_app):
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
         _burst(app, "tab", "slash", "a", "b", "enter")
         await wait_for(pilot, lambda: app.main_screen.query_one(LogView).search == "ab", what="search ab")
+
+
+async def test_end_then_home_in_a_burst_ends_paused_at_the_top(make_app):
+    """Third keyboard pass: `End Home` in one burst showed PAUSED but left the view at the bottom
+    (End's second, deferred scroll to the end ran after Home)."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        view = app.main_screen.query_one(LogView)
+        await wait_for(pilot, lambda: len(view.shown) > 40, timeout=30, what="a log longer than the pane")
+        view.focus()
+        await pilot.press("home")
+        _burst(app, "end", "home")
+        await pilot.pause(0.8)  # Home's smooth scroll and End's deferred one, if any, have run
+        # near the top, not at the bottom (a line or two down at most: new lines keep arriving)
+        assert view.follow is False and view.scroll_y < view.max_scroll_y / 4, (view.scroll_y, view.max_scroll_y)

@@ -123,7 +123,12 @@ class LogView(ScrollView, can_focus=True):
     def _to_end(self) -> None:
         """Scroll to the last line now and again after the next layout (sizes may be stale)."""
         self.scroll_end(animate=False, immediate=True, x_axis=False)
-        self.call_after_refresh(self.scroll_end, animate=False, immediate=True, x_axis=False)
+        self.call_after_refresh(self._end_if_following)
+
+    def _end_if_following(self) -> None:
+        # not when a Home/Up/PgUp came in between (End Home in one burst ended at the bottom)
+        if self.follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def on_resize(self) -> None:
         if self.follow:
