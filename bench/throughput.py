@@ -370,8 +370,9 @@ def same_label(value: Any, label: Any) -> bool:
 def threshold_scores(rows: List[Dict[str, Any]], p: float) -> List[Dict[str, Any]]:
     """Every swept threshold N of ``p``: ``{threshold, score, concurrencies, tpot_ok, tpot_ratio}``.
 
-    ``score``: mean of (gate tok/s / best static tok/s) over the swept concurrencies that have a
-    static row (None if none has); ``tpot_ok``: the mean TPOT at the lowest swept concurrency is
+    ``score``: mean of (gate tok/s / best static tok/s) over the swept concurrencies that have
+    both a ``none`` and an ``always`` row (None if none has: the better of one alone is not the
+    best static configuration); ``tpot_ok``: the mean TPOT at the lowest swept concurrency is
     within 5% of always-on's there (``tpot_ratio`` = gate / always TPOT, None without an always
     row). ``rows`` as from :func:`read_rows`: ``gate-n<N>`` rows against ``none``/``always`` rows
     of the same ``p_wrong`` and concurrency."""
@@ -393,9 +394,8 @@ def threshold_scores(rows: List[Dict[str, Any]], p: float) -> List[Dict[str, Any
         ratios = []
         for r in rs:
             st = static.get(int(r["concurrency"]), {})
-            top = max(float(x["output_tok_s"]) for x in st.values()) if st else None
-            if top:
-                ratios.append(float(r["output_tok_s"]) / top)
+            if len(st) == 2:  # both none and always: "best static" against one alone misleads
+                ratios.append(float(r["output_tok_s"]) / max(float(x["output_tok_s"]) for x in st.values()))
         out.append({"threshold": n, "score": round(sum(ratios) / len(ratios), 4) if ratios else None,
                     "concurrencies": cs, "tpot_ok": tpot_ratio is None or tpot_ratio <= 1.05,
                     "tpot_ratio": round(tpot_ratio, 3) if tpot_ratio is not None else None})
@@ -406,7 +406,7 @@ def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
     """The threshold N that maximises the mean of (gate tok/s / best static tok/s) over the swept
     concurrencies, among the N whose mean TPOT at the lowest concurrency is within 5% of always-on
     (:func:`threshold_scores`). Returns ``{threshold, score, concurrencies}``, or None when there
-    is no ``gate-n*`` row for ``p``, no N has a static row at any of its concurrencies, or every N
+    is no ``gate-n*`` row for ``p``, no N has both static rows at any of its concurrencies, or every N
     fails the TPOT rule (:func:`why_no_recommendation` says which)."""
     return best_threshold(threshold_scores(rows, p))
 
@@ -428,9 +428,10 @@ def why_no_recommendation(rows: List[Dict[str, Any]], p: Any) -> str:
     swept = sorted({int(r["concurrency"]) for r in pick if r["config"].startswith("gate-n")})
     if not swept:
         return "no gate-n* sweep rows: run --config gate --recommend"
-    static = {int(r["concurrency"]) for r in pick if r["config"] in ("none", "always")}
-    if not static & set(swept):
-        return f"no none/always rows at the swept concurrencies {swept}"
+    have = {c: {r["config"] for r in pick if int(r["concurrency"]) == c and r["config"] in ("none", "always")}
+            for c in swept}
+    if not any(len(v) == 2 for v in have.values()):
+        return f"no none and always rows at the same swept concurrency {swept}"
     return "no threshold keeps the mean TPOT at the lowest swept concurrency within 5% of always-on"
 
 
