@@ -218,6 +218,11 @@ async def run_check(
             await _wait(pilot, lambda: app.model.gpus.status != st.GPU_STARTING, 5.0)
             await _wait(pilot, lambda: app.model.worker_check().status != st.CHECK_UNVERIFIED or cfg.log_path is None, 5.0)
             result["before"] = observe(app)
+            wc = result["before"]["worker_check"]
+            if cfg.log_path is not None and wc.get("status") != st.CHECK_VERIFIED:
+                # not a failure (the live class is known), but a --log that proves nothing must show
+                progress(f"note: worker class not cross-checked with {cfg.log_path}: "
+                         f"{wc.get('status')}{' (' + wc['detail'] + ')' if wc.get('detail') else ''}")
             why = None
             if not got_gate:  # say why on the terminal, not only in observed.json
                 before_obs = result["before"]

@@ -1230,6 +1230,26 @@ def test_headless_check_says_why_spec_gate_was_not_seen(tmp_path, capsys):
     assert "after.svg" not in out  # only what was written is listed
 
 
+async def test_headless_check_says_when_its_log_proves_nothing(tmp_path):
+    """Second fresh-user pass: `--log /nonexistent` printed a plain OK; the check still passes (the
+    live worker class is known) but now says the log did not confirm it."""
+    from console import headless_check
+    from console_support import DemoServer
+
+    srv = DemoServer(tmp_path, ["--load", "fixed:2"]).wait_ready()
+    try:
+        lines: list[str] = []
+        cfg = AppConfig(mode="attach", url=srv.url, log_path=tmp_path / "nope.log", interval_s=0.2,
+                        log_dir=tmp_path, nvml="sim")
+        result = await headless_check.run_check(cfg, tmp_path / "hc", size=(100, 30), timeout=10,
+                                                restore=True, progress=lines.append)
+    finally:
+        srv.stop()
+    assert result["ok"] is True
+    assert any(x.startswith(f"note: worker class not cross-checked with {tmp_path / 'nope.log'}: unverified")
+               for x in lines), lines
+
+
 def _hc_model(reachable=True, sample=True, gate=None, last_error=None):
     return types.SimpleNamespace(connection=st.ConnectionState(reachable=reachable, last_error=last_error),
                                  sample=object() if sample else None, gate=gate)
