@@ -12,15 +12,16 @@ the meantime. The rules here:
   arrives, before the next key is looked at. A key with no binding is forwarded as before, and if
   it bubbles back up unconsumed it is dropped: its bindings were already resolved, and resolving
   them again later would hand it to whatever screen is on top by then.
-* In a text field (``Input``) keys are forwarded as before: typed text must reach the field in
-  order, and the console's fields (``console.widgets.ordered_input``) run their own editing keys in
-  the same order.
+* In a text field (``Input``) the keys it takes -- typed text and its own editing keys -- are
+  forwarded as before: they must reach the field in order, and the console's fields
+  (``console.widgets.ordered_input``) run their editing keys in that order. Any other key
+  (``Tab`` to the next field, ``Escape``) is resolved on arrival as above, so that the keys
+  typed after a ``Tab`` land in the next field.
 * An action that moves the focus into a text field (the search prompt, the threshold dialog)
   holds the keys that follow until a text field has the focus (or ``HOLD_MAX_S`` passed), then
   replays them.
 
-Priority bindings (``ctrl+c``, ``Tab`` in the threshold dialog) keep Textual's handling: they run
-on arrival anyway.
+Priority bindings (``ctrl+c``, ``ctrl+p``) keep Textual's handling: they run on arrival anyway.
 """
 
 from __future__ import annotations
@@ -68,11 +69,13 @@ class KeyOrderMixin:
         if self._held_keys is not None and isinstance(event.widget, Input):
             self.release_held_keys()
 
-    def bindings_on_arrival(self, key: str) -> list[tuple[Any, Any]] | None:
-        """``(namespace, binding)`` pairs that ``key`` would reach, in Textual's search order,
-        when they are to be resolved on arrival; None when Textual's own handling applies (a text
-        field has the focus, or the key has a priority binding)."""
-        if isinstance(self.focused, Input):  # type: ignore[attr-defined]
+    def bindings_on_arrival(self, key: str, character: str | None = None) -> list[tuple[Any, Any]] | None:
+        """``(namespace, binding)`` pairs that ``key`` (typed as ``character``) would reach, in
+        Textual's search order, when they are to be resolved on arrival; None when Textual's own
+        handling applies (the focused text field takes the key, or it has a priority binding)."""
+        focused = self.focused  # type: ignore[attr-defined]
+        if isinstance(focused, Input) and (focused.check_consume_key(key, character)
+                                           or key in focused._bindings.key_to_bindings):
             return None
         chain = self.screen._modal_binding_chain  # type: ignore[attr-defined]  # focused ... screen[, app]
         found = [(node, b) for node, bindings in chain for b in bindings.key_to_bindings.get(key, ())]
@@ -89,7 +92,7 @@ class KeyOrderMixin:
                 if self._held_keys is not None:
                     self._held_keys.append(event)
                     return
-                found = self.bindings_on_arrival(event.key)
+                found = self.bindings_on_arrival(event.key, event.character)
                 if found is not None:
                     for namespace, binding in found:
                         if await self.run_action(binding.action, namespace):  # type: ignore[attr-defined]

@@ -85,13 +85,7 @@ def parse_request(
 class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
     """Two inputs; Enter sends, Escape cancels. Dismisses with a request or None."""
 
-    BINDINGS = [
-        Binding("escape", "cancel", "Cancel"),
-        # priority: the focus moves when Tab arrives, so the keys typed after it land in the next
-        # field even when they arrive in the same burst (console/keyorder.py)
-        Binding("tab", "app.focus_next", "Next field", show=False, priority=True),
-        Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
-    ]
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, threshold: int | None, hysteresis: int | None, max_running_requests: int | None) -> None:
         super().__init__()
