@@ -136,7 +136,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         recovery_ok, recovery_res = box["r"]
         rec["phases"]["C_recovery"] = {
             "oracle_match": recovery_ok, "requests": len(prompts),
-            "off_steps_before_on": spec_gate(url)["decode_steps_off"] - start_off,
+            "off_steps_before_on": g["decode_steps_off"] - start_off,
             "on_steps_after": g["decode_steps_on"] - on_before,
             "accept_length_first_on_steps": g.get("accept_length_since_on"),
             "accept_length_first_on_step": g.get("accept_length_first_on_step"),

@@ -69,8 +69,8 @@ def check_recovery(oracle: Any, phase: Dict[str, Any], num_steps: int,
                    resume_steps: int) -> Dict[str, Any]:
     """The prediction for one ``C_recovery`` phase record and whether the measurement equals it.
 
-    ``phase`` needs ``off_steps_before_on``, ``steps_since_on`` (or ``steps_counted``),
-    ``accept_length_first_on_step`` and ``accept_length_first_on_steps``. Returns
+    ``phase`` needs ``off_steps_before_on`` and ``steps_counted`` (spec_gate's ``steps_since_on``);
+    ``accept_length_first_on_step`` and ``accept_length_first_on_steps`` are the measurements. Returns
     ``{"committed_at_on", "accept_length_first_on_step_oracle",
     "accept_length_first_on_steps_oracle", "recovery_matches_oracle"}``: the predictions are None
     when the phase counted no ON step, the verdict also when a measurement is missing.

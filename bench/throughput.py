@@ -377,10 +377,7 @@ def threshold_scores(rows: List[Dict[str, Any]], p: float) -> List[Dict[str, Any
     row). ``rows`` as from :func:`read_rows`: ``gate-n<N>`` rows against ``none``/``always`` rows
     of the same ``p_wrong`` and concurrency."""
     pick = [r for r in rows if same_label(r["p_wrong"], p)]
-    static: Dict[int, Dict[str, Any]] = {}
-    for r in pick:
-        if r["config"] in ("none", "always"):
-            static.setdefault(int(r["concurrency"]), {})[r["config"]] = r
+    static = _static_rows(pick)
     cands: Dict[int, List[Dict[str, Any]]] = {}
     for r in pick:
         if r["config"].startswith("gate-n"):
@@ -400,6 +397,15 @@ def threshold_scores(rows: List[Dict[str, Any]], p: float) -> List[Dict[str, Any
                     "concurrencies": cs, "tpot_ok": tpot_ratio is None or tpot_ratio <= 1.05,
                     "tpot_ratio": round(tpot_ratio, 3) if tpot_ratio is not None else None})
     return out
+
+
+def _static_rows(pick: List[Dict[str, Any]]) -> Dict[int, Dict[str, Any]]:
+    """``{concurrency: {"none": row, "always": row}}`` (either may be missing) of one p's rows."""
+    static: Dict[int, Dict[str, Any]] = {}
+    for r in pick:
+        if r["config"] in ("none", "always"):
+            static.setdefault(int(r["concurrency"]), {})[r["config"]] = r
+    return static
 
 
 def recommend(rows: List[Dict[str, Any]], p: float) -> Optional[Dict[str, Any]]:
@@ -428,9 +434,8 @@ def why_no_recommendation(rows: List[Dict[str, Any]], p: Any) -> str:
     swept = sorted({int(r["concurrency"]) for r in pick if r["config"].startswith("gate-n")})
     if not swept:
         return "no gate-n* sweep rows: run --config gate --recommend"
-    have = {c: {r["config"] for r in pick if int(r["concurrency"]) == c and r["config"] in ("none", "always")}
-            for c in swept}
-    if not any(len(v) == 2 for v in have.values()):
+    static = _static_rows(pick)
+    if not any(len(static.get(c, {})) == 2 for c in swept):
         return f"no none and always rows at the same swept concurrency {swept}"
     return "no threshold keeps the mean TPOT at the lowest swept concurrency within 5% of always-on"
 
