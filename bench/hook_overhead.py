@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from server_patch import scheduler_hooks as sh
-from server_patch.gate import GateConfig, SpecGate
+from server_patch.contract import GateConfig
+from server_patch.gate import SpecGate
 
 
 class _Mode:

@@ -40,6 +40,7 @@ from console.config import (
 )
 from console.process import default_server_command, demo_server_command
 from console.state import PHASE_CRASHED
+from server_patch import contract
 
 #: escape sequences that switch off every mouse-tracking mode and bracketed paste, show the cursor
 TERMINAL_RESET = "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?2004l\x1b[?25h"
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "watch it, and stop the whole group on quit, SIGTERM or SIGHUP.",
         epilog="Everything after -- goes to the server, e.g. specconsole launch -- --model-path M "
                "--speculative-algorithm EAGLE3 --speculative-draft-model-path D "
-               "--speculative-disable-batch-threshold 32",
+               f"{contract.THRESHOLD_FLAG} 32",
     )
     launch.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
                         help="where the server log goes (default " + LOG_DIR_HELP + ")")
@@ -127,8 +128,8 @@ def demo_config(base: AppConfig, port: int | None = None, extra: list[str] | Non
     log_path = _log_file(base.log_dir, "demo")
     server_args = [
         "--port", str(port),
-        "--speculative-disable-batch-threshold", "32",
-        "--speculative-disable-hysteresis", "4",
+        contract.THRESHOLD_FLAG, "32",
+        contract.HYSTERESIS_FLAG, "4",
         *extra,
     ]
     return replace(

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from console.state import NOT_JSON_REASON, GateState, LoadState, ServerSample, SetResult
+from server_patch import contract
 
 #: HTTP timeout per request, seconds
 DEFAULT_TIMEOUT_S = 5.0
@@ -118,9 +119,7 @@ def parse_server_info(info: dict[str, Any], loads: dict[str, Any] | None) -> Ser
     """
     gate = None
     states = info.get("internal_states")
-    dp = 1
     if isinstance(states, list) and states:
-        dp = len(states)
         first = states[0]
         if isinstance(first, dict) and isinstance(first.get("spec_gate"), dict):
             gate = GateState.from_json(first["spec_gate"])
@@ -135,7 +134,6 @@ def parse_server_info(info: dict[str, Any], loads: dict[str, Any] | None) -> Ser
         load=load,
         simulated=bool(sim),
         simulated_note=sim.get("note") if isinstance(sim, dict) else None,
-        dp_size=dp,
     )
 
 
@@ -147,13 +145,9 @@ def parse_set_result(data: Any) -> SetResult:
     def _int(v: Any) -> int | None:
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
-    return SetResult(
-        updated=data["updated"],
-        reason=data.get("reason") if isinstance(data.get("reason"), str) else None,
-        threshold=_int(data.get("threshold")),
-        hysteresis=_int(data.get("hysteresis")),
-        decode_step=_int(data.get("decode_step")),
-    )
+    reason = data.get("reason")
+    return SetResult(updated=data["updated"], reason=reason if isinstance(reason, str) else None,
+                     **{key: _int(data.get(key)) for key in contract.SET_ANSWER_KEYS[2:]})
 
 
 class ServerClient:
@@ -239,9 +233,9 @@ class ServerClient:
         """
         args: dict[str, int] = {}
         if threshold is not None:
-            args["speculative_disable_batch_threshold"] = threshold
+            args[contract.THRESHOLD_KEY] = threshold
         if hysteresis is not None:
-            args["speculative_disable_hysteresis"] = hysteresis
+            args[contract.HYSTERESIS_KEY] = hysteresis
         try:
             resp = await self._client.post("/set_internal_state", json={"server_args": args})
         except httpx.HTTPError as exc:

@@ -54,11 +54,11 @@ from typing import Any, TextIO
 from urllib.parse import parse_qs, urlparse
 
 from console import throughput
+from server_patch import contract
+from server_patch.contract import GateConfig, GateConfigError
+from server_patch.gate import SpecGate
 
 SGLANG_VERSION = "0.5.12"
-THRESHOLD_KEY = "speculative_disable_batch_threshold"
-HYSTERESIS_KEY = "speculative_disable_hysteresis"
-GATE_KEYS = {THRESHOLD_KEY, HYSTERESIS_KEY}
 NOTE = "simulated server; " + throughput.SOURCE_NOTE
 
 _SCHEDULER_CODE = """
@@ -86,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=3)
     p.add_argument("--speculative-eagle-topk", type=int, default=1)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=4)
-    p.add_argument("--speculative-disable-batch-threshold", type=int, default=None)
-    p.add_argument("--speculative-disable-hysteresis", type=int, default=0)
+    p.add_argument(contract.THRESHOLD_FLAG, dest=contract.THRESHOLD_KEY, type=int, default=None)
+    p.add_argument(contract.HYSTERESIS_FLAG, dest=contract.HYSTERESIS_KEY, type=int,
+                   default=contract.DEFAULT_HYSTERESIS)
     p.add_argument("--max-running-requests", type=int, default=96)
     p.add_argument("--cuda-graph-max-bs", type=int, default=96)
     p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
@@ -149,72 +150,85 @@ def load_at(levels: list[float], phase_s: float, t: float, ramp_frac: float = 0.
     return cur
 
 
-@dataclass
-class GateSim:
-    """The gate as server_patch implements it (README): N, H, on/off with hysteresis, counters."""
+class SimulatedRunner:
+    """The counters of server_patch's OFF-step runner (``off_state.OffStepRunner``), kept one
+    simulated decode step at a time: OFF steps replay the OFF target graph and the KV-only draft
+    extend graph (the sampled proof replays the full draft-extend graph too), the first ON step
+    after OFF steps is a resume step (a full OFF step), ON steps replay the ON target graph; all
+    only while the batch fits ``--cuda-graph-max-bs``. Attributes are named as the spec_gate
+    fields (``contract.SPEC_GATE_FIELDS``)."""
 
-    enabled: bool
-    threshold: int
-    hysteresis: int
-    spec_on: bool = True
-    switches: int = 0
-    steps_on: int = 0
-    steps_off: int = 0
-    off_steps_graph: int = 0
-    off_target_graph_replays: int = 0
-    off_draft_extend_graph_replays: int = 0
-    on_target_graph_replays: int = 0
-    #: OFF steps' KV-only draft-extend graph (server_patch/draft_kv_only.py), and the full OFF steps
-    #: that refresh the draft's top-k before the first speculative step after an OFF stretch
-    kv_only_graph_replays: int = 0
-    resume_steps: int = 0
-    draft_stale: bool = False
-    last_switch: dict[str, Any] | None = None
-    #: accept length sum, batches since the last off->on switch (the first FIRST_ON_STEPS only)
-    since_on_sum: float = 0.0
-    steps_since_on: int = 0
-    first_on: float | None = None
+    off_cuda_graph = True
+    off_target_attention = off_draft_extend_attention = "triton-decode-kernel"
+    off_draft_extend = "kv-only"
+    off_draft_extend_reason = None
+    off_attention_mismatches = off_kv_only_mismatches = off_early_seq_lens_mismatches = 0
 
-    #: ON batches measured after each off->on switch (as server_patch's gate)
-    FIRST_ON_STEPS = 16
+    def __init__(self, early_seq_lens: bool) -> None:
+        self.off_early_seq_lens = early_seq_lens  # v2: the next batch is prepared during the OFF verify
+        self.off_steps_cuda_graph = 0
+        self.off_target_graph_replays = 0
+        self.off_draft_extend_graph_replays = 0
+        self.on_target_graph_replays = 0
+        self.off_kv_only_graph_replays = 0
+        self.off_resume_steps = 0
+        self.draft_stale = False
 
-    def record_on(self, accept_length: float, batches: int, first: float | None = None) -> None:
-        """``batches`` ON decode batches with this accept length (``first``: the first one's, if new)."""
-        if self.steps_since_on == 0:
-            self.first_on = first if first is not None else accept_length
-        n = min(batches, self.FIRST_ON_STEPS - self.steps_since_on)
-        if n > 0:
-            if self.steps_since_on == 0 and first is not None:
-                self.since_on_sum += first + accept_length * (n - 1)
-            else:
-                self.since_on_sum += accept_length * n
-            self.steps_since_on += n
+    def step(self, on: bool, graph: bool) -> None:
+        """One decode step with speculation ``on`` or off; ``graph``: the batch has a CUDA graph."""
+        if not graph:
+            return
+        if on and self.draft_stale:  # the resume step: a full OFF step
+            self.draft_stale = False
+            self.off_resume_steps += 1
+            self.off_target_graph_replays += 1
+            self.off_draft_extend_graph_replays += 1
+        elif on:
+            self.on_target_graph_replays += 1
+        else:
+            self.off_steps_cuda_graph += 1
+            self.off_target_graph_replays += 1
+            self.off_kv_only_graph_replays += 1
+            if contract.sampled(self.off_kv_only_graph_replays):
+                self.off_draft_extend_graph_replays += 1  # the proof replays the full draft extend
+            self.draft_stale = True
 
     @property
-    def accept_length_since_on(self) -> float | None:
-        """Mean accept length of the first (up to 16) ON batches after the last off->on switch."""
-        return self.since_on_sum / self.steps_since_on if self.steps_since_on else None
+    def off_attention_checks(self) -> int:
+        # each OFF backend checks its first calls, then every 256th: the target verify on every
+        # OFF (and resume) step, the draft extend where the full draft-extend graph ran
+        return (contract.sampled_count(self.off_target_graph_replays)
+                + contract.sampled_count(self.off_draft_extend_graph_replays))
 
-    def decide(self, batch_size: int, step: int) -> str | None:
-        """Apply the rule to one decode batch; returns ``"on"``/``"off"`` when it switches."""
-        if not self.enabled or batch_size <= 0:
-            return None
-        if self.spec_on and batch_size >= self.threshold:
-            self.spec_on = False
-        elif not self.spec_on and batch_size < self.threshold - self.hysteresis:
-            self.spec_on = True
-            self.since_on_sum, self.steps_since_on, self.first_on = 0.0, 0, None
-        else:
-            return None
-        self.switches += 1
-        direction = "on" if self.spec_on else "off"
-        self.last_switch = {"step": step, "direction": direction, "batch_size": batch_size}
-        return direction
+    @property
+    def off_kv_only_checks(self) -> int:
+        return contract.sampled_count(self.off_kv_only_graph_replays)
+
+    @property
+    def off_early_seq_lens_steps(self) -> int:
+        return self.off_steps_cuda_graph if self.off_early_seq_lens else 0
+
+    @property
+    def off_early_seq_lens_checks(self) -> int:
+        return contract.sampled_count(self.off_early_seq_lens_steps)
 
 
-def _sampled_checks(steps: int) -> int:
-    """Checks the real server makes in ``steps`` OFF steps: steps 1-64, then every 256th."""
-    return min(steps, 64) + steps // 256
+@dataclass
+class Identity:
+    """What a real server's spec_gate says about the server itself (worker, parameters, limits)."""
+
+    worker_class: str
+    spec_version: str
+    overlap: bool
+    speculative_algorithm: str
+    topk: int
+    num_steps: int
+    num_draft_tokens: int
+    max_running_requests: int
+    cuda_graph_max_bs: int
+    tp_size: int
+    tp_rank: int = 0
+    sglang_version: str = SGLANG_VERSION
 
 
 def _round(value: float | None) -> float | None:
@@ -222,7 +236,12 @@ def _round(value: float | None) -> float | None:
 
 
 class Simulation:
-    """State of the simulated server; all public methods are thread-safe."""
+    """State of the simulated server; all public methods are thread-safe.
+
+    The gate is server_patch's own :class:`~server_patch.gate.SpecGate`, fed one simulated
+    decode batch at a time; changes go through the contract's validation
+    (:func:`server_patch.contract.parse_update`), as on a real server.
+    """
 
     def __init__(self, args: argparse.Namespace, log: LogWriter) -> None:
         self.args = args
@@ -230,18 +249,22 @@ class Simulation:
         self.lock = threading.Lock()
         self.rng = random.Random(args.seed)
         self.levels = parse_levels(args.load)
-        self.overlap = not args.disable_overlap_schedule
-        self.worker_class = args.worker_class or ("EAGLEWorkerV2" if self.overlap else "EAGLEWorker")
-        self.spec_version = "v2" if self.worker_class.endswith("V2") else "v1"
-        self.gate = GateSim(
-            enabled=args.speculative_disable_batch_threshold is not None,
-            threshold=args.speculative_disable_batch_threshold or 0,
-            hysteresis=args.speculative_disable_hysteresis or 0,
-        )
+        overlap = not args.disable_overlap_schedule
+        worker_class = args.worker_class or ("EAGLEWorkerV2" if overlap else "EAGLEWorker")
+        self.identity = Identity(
+            worker_class=worker_class, spec_version="v2" if worker_class.endswith("V2") else "v1",
+            overlap=overlap, speculative_algorithm=args.speculative_algorithm, topk=args.speculative_eagle_topk,
+            num_steps=args.speculative_num_steps, num_draft_tokens=args.speculative_num_draft_tokens,
+            max_running_requests=args.max_running_requests, cuda_graph_max_bs=args.cuda_graph_max_bs,
+            tp_size=args.tp_size)
+        threshold = getattr(args, contract.THRESHOLD_KEY)
+        self.gate = (SpecGate(GateConfig(threshold, getattr(args, contract.HYSTERESIS_KEY)))
+                     if threshold is not None else None)
+        self.runner = SimulatedRunner(early_seq_lens=self.identity.spec_version == "v2")
         #: accepted changes not applied yet, in the order they were accepted
-        self.pending: list[dict[str, int]] = []
+        self.pending: list[GateConfig] = []
         self.pending_at = 0.0
-        self.step = 0
+        self.step = 0  # decode batches so far
         self.steps_per_tick = 1
         self.batch = 0
         self.waiting = 0
@@ -252,10 +275,41 @@ class Simulation:
         self.t0 = time.monotonic()
         self.ready = False
 
+    @property
+    def overlap(self) -> bool:
+        return self.identity.overlap
+
+    @property
+    def worker_class(self) -> str:
+        return self.identity.worker_class
+
+    @property
+    def spec_version(self) -> str:
+        return self.identity.spec_version
+
+    @property
+    def spec_on(self) -> bool:
+        """Speculation on for the last decode batch (always, without the gate)."""
+        return self.gate is None or self.gate.spec_enabled
+
     # -- simulation ------------------------------------------------------------------------
 
+    def _log_ranks(self, line: str) -> None:
+        for r in range(self.args.tp_size):  # every TP rank's scheduler logs it
+            self.log(line, tp=r)
+
+    def _decode_step(self) -> bool:
+        """One decode batch of ``self.batch`` requests through the gate; True when it runs ON."""
+        self.step += 1
+        if self.gate is None:
+            return True
+        switch = self.gate.decide(self.batch)
+        if switch is not None:
+            self._log_ranks(contract.switch_line(switch.direction, switch.batch_size, self.gate.config))
+        return self.gate.spec_enabled
+
     def tick(self, now: float) -> None:
-        """Advance by one decode batch at wall time ``now`` (monotonic seconds)."""
+        """Advance by one tick (``--tick`` seconds of decode batches) at wall time ``now`` (monotonic s)."""
         a = self.args
         with self.lock:
             if self.pending and now >= self.pending_at:
@@ -266,17 +320,10 @@ class Simulation:
             target = max(0, int(round(target)))
             self.batch = min(target, a.max_running_requests)
             self.waiting = target - self.batch
-            direction = self.gate.decide(self.batch, self.step)
-            if direction == "off":
-                for r in range(a.tp_size):
-                    self.log(f"spec_gate: speculation off (batch {self.batch} >= {self.gate.threshold})", tp=r)
-            elif direction == "on":
-                for r in range(a.tp_size):
-                    self.log(f"spec_gate: speculation on (batch {self.batch} < {self.gate.threshold - self.gate.hysteresis})", tp=r)
-            on = self.gate.spec_on
             if self.batch == 0:
                 self.tput = 0.0
                 return
+            on = self._decode_step()
             noise = 1.0 + self.rng.uniform(-0.02, 0.02)
             self.tput = throughput.gen_throughput(self.batch, on) * noise
             steps_per_s = self.tput / self.batch
@@ -285,45 +332,32 @@ class Simulation:
                 self.accept_recent = self.accept_now
                 steps_per_s /= self.accept_now
             steps = max(1, int(round(steps_per_s * a.tick)))
-            self.step += steps
             self.steps_per_tick = steps
             graph = self.batch <= a.cuda_graph_max_bs
-            if on:
-                self.gate.steps_on += steps
-                # the first ON batch after OFF steps: the draft's KV was kept current by the
-                # OFF steps' draft extend, so it is only a little below the usual accept length
-                first = self.accept_now - 0.1 if self.gate.steps_since_on == 0 and self.gate.switches else None
-                self.gate.record_on(self.accept_now, steps, first)
-                if graph and self.gate.draft_stale:  # the resume step: a full OFF step
-                    self.gate.draft_stale = False
-                    self.gate.resume_steps += 1
-                    self.gate.off_target_graph_replays += 1
-                    self.gate.off_draft_extend_graph_replays += 1
-                    self.gate.on_target_graph_replays += steps - 1
-                elif graph:
-                    self.gate.on_target_graph_replays += steps
-            else:
-                self.gate.steps_off += steps
-                if graph:
-                    checked = _sampled_checks(self.gate.kv_only_graph_replays)
-                    self.gate.off_steps_graph += steps
-                    self.gate.off_target_graph_replays += steps
-                    self.gate.kv_only_graph_replays += steps
-                    # the sampled proof replays the full draft-extend graph after the KV-only one
-                    self.gate.off_draft_extend_graph_replays += _sampled_checks(self.gate.kv_only_graph_replays) - checked
-                    self.gate.draft_stale = True
+            for k in range(steps):
+                if k:
+                    on = self._decode_step()
+                self._run_step(on, graph)
             self.token_usage = min(1.0, (self.batch + self.waiting * 0.2) * 384 / 812_345 * 8)
+
+    def _run_step(self, on: bool, graph: bool) -> None:
+        """The decode batch just decided, run ON (a speculative verify) or OFF."""
+        self.runner.step(on, graph)
+        if on and self.gate is not None and self.accept_now is not None:
+            accept = self.accept_now
+            # the first ON batch after OFF steps: the OFF steps' draft extend kept the draft's KV
+            # current, so it is only a little below the usual accept length
+            if self.gate.steps_since_on == 0 and self.gate.switches:
+                accept -= 0.1
+            self.gate.record_accept(self.batch, max(0, round(self.batch * (accept - 1.0))))
 
     def _apply_pending(self) -> None:
         """Apply the accepted changes one by one, in order, logging each (as every TP rank does)."""
-        for change in self.pending:
-            for key, attr in ((THRESHOLD_KEY, "threshold"), (HYSTERESIS_KEY, "hysteresis")):
-                if key in change:
-                    old, new = getattr(self.gate, attr), change[key]
-                    setattr(self.gate, attr, new)
-                    if old != new:
-                        for r in range(self.args.tp_size):
-                            self.log(f"spec_gate: {attr} {old} -> {new}", tp=r)
+        for new in self.pending:
+            old = self.gate.update(new)
+            for key in ("threshold", "hysteresis"):
+                if getattr(old, key) != getattr(new, key):
+                    self._log_ranks(contract.change_line(key, getattr(old, key), getattr(new, key)))
         self.pending = []
 
     def current_values(self) -> tuple[int | None, int | None]:
@@ -331,21 +365,21 @@ class Simulation:
         with self.lock:
             return self._current()
 
+    def _effective_config(self) -> GateConfig | None:
+        if self.gate is None:
+            return None
+        return self.pending[-1] if self.pending else self.gate.config
+
     def _current(self) -> tuple[int | None, int | None]:
-        g = self.gate
-        if not g.enabled:
-            return None, None
-        t, h = g.threshold, g.hysteresis
-        for change in self.pending:
-            t, h = change.get(THRESHOLD_KEY, t), change.get(HYSTERESIS_KEY, h)
-        return t, h
+        cfg = self._effective_config()
+        return (None, None) if cfg is None else (cfg.threshold, cfg.hysteresis)
 
     def decode_line(self) -> str | None:
         """SGLang's periodic ``Decode batch`` line for the current state (None when idle)."""
         with self.lock:
             if self.batch == 0:
                 return None
-            on = self.gate.spec_on
+            on = self.spec_on
             al = self.accept_now if on and self.accept_now else 1.0
             rate = (al - 1.0) / max(1, self.args.speculative_num_steps)
             tokens = self.batch * 384
@@ -359,74 +393,12 @@ class Simulation:
     # -- HTTP views ------------------------------------------------------------------------
 
     def spec_gate(self) -> dict[str, Any]:
-        """``internal_states[i].spec_gate`` exactly as the README describes it."""
-        a, g = self.args, self.gate
-        # the real server checks the first 64 calls of each OFF backend, then every 256th: the
-        # target verify on every OFF (and resume) step, the draft extend's attention only where the
-        # full draft-extend graph ran (resume steps and the KV-only proof)
-        checks = _sampled_checks(g.off_target_graph_replays) + _sampled_checks(g.off_draft_extend_graph_replays)
-        kv_checks = _sampled_checks(g.kv_only_graph_replays)
-        # v2 OFF steps publish seq_lens + 1 early (checked by the same sampling rule)
-        early = self.spec_version == "v2"
-        early_steps = g.off_steps_graph if early else 0
-        early_checks = _sampled_checks(early_steps)
-        ranks = [
-            {
-                "tp_rank": r, "spec_enabled": g.spec_on, "threshold": g.threshold, "hysteresis": g.hysteresis,
-                "switches": g.switches, "decode_steps_on": g.steps_on, "decode_steps_off": g.steps_off,
-                "off_attention_checks": checks, "off_attention_mismatches": 0,
-                "off_early_seq_lens_checks": early_checks, "off_early_seq_lens_mismatches": 0,
-                "off_kv_only_checks": kv_checks, "off_kv_only_mismatches": 0,
-                "off_resume_steps": g.resume_steps,
-            }
-            for r in range(a.tp_size)
-        ]
-        return {
-            "worker_class": self.worker_class,
-            "spec_version": self.spec_version,
-            "overlap": self.overlap,
-            "sglang_version": SGLANG_VERSION,
-            "speculative_algorithm": a.speculative_algorithm,
-            "topk": a.speculative_eagle_topk,
-            "num_steps": a.speculative_num_steps,
-            "num_draft_tokens": a.speculative_num_draft_tokens,
-            "spec_enabled": g.spec_on,
-            "threshold": g.threshold,
-            "hysteresis": g.hysteresis,
-            "max_running_requests": a.max_running_requests,
-            "cuda_graph_max_bs": a.cuda_graph_max_bs,
-            "last_decode_batch_size": self.batch,
-            "decode_steps_on": g.steps_on,
-            "decode_steps_off": g.steps_off,
-            "switches": g.switches,
-            "last_switch": g.last_switch,
-            "accept_length_recent": round(self.accept_recent, 3) if self.accept_recent is not None else None,
-            "accept_length_since_on": _round(g.accept_length_since_on),
-            "accept_length_first_on_step": _round(g.first_on),
-            "steps_since_on": g.steps_since_on,
-            "off_cuda_graph": True,
-            "off_steps_cuda_graph": g.off_steps_graph,
-            "off_target_graph_replays": g.off_target_graph_replays,
-            "off_draft_extend_graph_replays": g.off_draft_extend_graph_replays,
-            "on_target_graph_replays": g.on_target_graph_replays,
-            "off_target_attention": "triton-decode-kernel",
-            "off_draft_extend_attention": "triton-decode-kernel",
-            "off_attention_checks": checks,
-            "off_attention_mismatches": 0,
-            "off_draft_extend": "kv-only",
-            "off_draft_extend_reason": None,
-            "off_kv_only_graph_replays": g.kv_only_graph_replays,
-            "off_kv_only_checks": kv_checks,
-            "off_kv_only_mismatches": 0,
-            "off_resume_steps": g.resume_steps,
-            "off_early_seq_lens": early,
-            "off_early_seq_lens_steps": early_steps,
-            "off_early_seq_lens_checks": early_checks,
-            "off_early_seq_lens_mismatches": 0,
-            "tp_rank": 0,
-            "tp_size": a.tp_size,
-            "ranks": ranks,
-        }
+        """``internal_states[i].spec_gate`` as a real server reports it (``contract.spec_gate_status``
+        over the same kinds of sources: identity, the SpecGate, the OFF-step runner's counters)."""
+        status = contract.spec_gate_status(self.identity, self.gate, self.runner)
+        status["last_decode_batch_size"] = self.batch
+        status["ranks"] = [{**contract.rank_entry(status), "tp_rank": r} for r in range(self.args.tp_size)]
+        return status
 
     def server_info(self) -> dict[str, Any]:
         """``GET /server_info``: server args, version, internal_states (+ ``simulated``)."""
@@ -436,7 +408,7 @@ class Simulation:
                 "last_gen_throughput": round(self.tput, 2),
                 "avg_spec_accept_length": self.accept_recent,
             }
-            if self.gate.enabled:
+            if self.gate is not None:
                 state["spec_gate"] = self.spec_gate()
             return {
                 "model_path": a.model_path,
@@ -498,7 +470,7 @@ class Simulation:
     def rejection(self, reason: str) -> dict[str, Any]:
         """The contract's rejection answer with the values in force."""
         thr, hys = self.current_values()
-        return {"updated": False, "reason": reason, "threshold": thr, "hysteresis": hys}
+        return contract.set_answer(False, reason, thr, hys)
 
     def handle_post(self, raw: bytes) -> tuple[int, dict[str, Any]]:
         """``POST /set_internal_state`` from the raw body: ``(HTTP status, answer)``.
@@ -526,47 +498,34 @@ class Simulation:
         after the delay).
         """
         with self.lock:
-            g = self.gate
             cur_t, cur_h = self._current()
 
             def reject(reason: str, args: Any) -> dict[str, Any]:
-                if g.enabled:
-                    for r in range(self.args.tp_size):
-                        self.log(f"spec_gate: rejected {args!r}: {reason}", tp=r)
-                return {"updated": False, "reason": reason, "threshold": cur_t, "hysteresis": cur_h}
+                if self.gate is not None:
+                    self._log_ranks(contract.rejected_line(args, reason))
+                return contract.set_answer(False, reason, cur_t, cur_h)
 
             if self.body_error(body):
                 return reject(self.body_error(body) or "", body)
             sa = body["server_args"]
-            keys = set(sa)
-            if not keys & GATE_KEYS:
-                return {"updated": False, "reason": "demo server: only the speculation gate keys can be set",
-                        "threshold": cur_t, "hysteresis": cur_h}
-            if not g.enabled:
-                return reject("speculation gate not enabled (start with --speculative-disable-batch-threshold)", sa)
-            if keys - GATE_KEYS:
-                return reject(f"gate keys cannot be mixed with other keys: {sorted(keys - GATE_KEYS)}", sa)
-            new_t, new_h = sa.get(THRESHOLD_KEY, cur_t), sa.get(HYSTERESIS_KEY, cur_h)
-            for name, val in (("threshold", new_t), ("hysteresis", new_h)):
-                if isinstance(val, _BigInt):
-                    return reject(f"{name} {val!r} is out of range", sa)
-                if isinstance(val, bool) or not isinstance(val, int):
-                    return reject(f"{name} must be an integer, got {val!r}", sa)
-            if new_t < 1:
-                return reject("threshold must be >= 1", sa)
-            if new_t > self.args.max_running_requests:
-                return reject(f"threshold {new_t} > max_running_requests {self.args.max_running_requests}", sa)
-            if new_h < 0:
-                return reject("hysteresis must be >= 0", sa)
-            if new_h >= new_t:
-                return reject(f"hysteresis {new_h} must be < threshold {new_t}", sa)
+            if not set(sa) & set(contract.GATE_KEYS):
+                return contract.set_answer(False, "demo server: only the speculation gate keys can be set",
+                                           cur_t, cur_h)
+            if self.gate is None:
+                return reject(contract.NOT_ENABLED_REASON, sa)
+            for key in contract.GATE_KEYS:
+                if isinstance(sa.get(key), _BigInt):
+                    return reject(f"{key.rsplit('_', 1)[-1]} {sa[key]!r} is out of range", sa)
+            try:
+                new = contract.parse_update(self._effective_config(), sa, self.args.max_running_requests)
+            except GateConfigError as exc:
+                return reject(str(exc), sa)
             delay = self.args.apply_delay
             self.pending_at = time.monotonic() + delay
-            self.pending.append({key: sa[key] for key in (THRESHOLD_KEY, HYSTERESIS_KEY) if key in sa})
+            self.pending.append(new)
             ticks = math.ceil(delay / self.args.tick) if delay > 0 and self.args.tick > 0 else 0
             decode_step = self.step + ticks * self.steps_per_tick
-            return {"updated": True, "reason": None, "threshold": new_t, "hysteresis": new_h,
-                    "decode_step": decode_step}
+            return contract.set_answer(True, None, new.threshold, new.hysteresis, decode_step)
 
 
 class _BigInt:
@@ -651,8 +610,8 @@ def _startup_lines(args: argparse.Namespace, sim: Simulation, log: LogWriter, pa
         f"server_args=ServerArgs(model_path='{args.model_path}', speculative_algorithm='{args.speculative_algorithm}', "
         f"speculative_draft_model_path='{args.speculative_draft_model_path}', tp_size={args.tp_size}, "
         f"max_running_requests={args.max_running_requests}, cuda_graph_max_bs={args.cuda_graph_max_bs}, "
-        f"speculative_disable_batch_threshold={args.speculative_disable_batch_threshold}, "
-        f"speculative_disable_hysteresis={args.speculative_disable_hysteresis}, port={args.port})"
+        f"{contract.THRESHOLD_KEY}={getattr(args, contract.THRESHOLD_KEY)}, "
+        f"{contract.HYSTERESIS_KEY}={getattr(args, contract.HYSTERESIS_KEY)}, port={args.port})"
     )
     log(f"[demo] {NOTE}")
     if family == "v2":
@@ -674,13 +633,8 @@ def _startup_lines(args: argparse.Namespace, sim: Simulation, log: LogWriter, pa
     log("Capture draft cuda graph begin. This can take up to several minutes. avail mem=20.90 GB", tp=0)
     pause(0.1)
     log("Capture draft cuda graph end. Time elapsed: 1.05 s. mem usage=0.31 GB. avail mem=20.59 GB.", tp=0)
-    if sim.gate.enabled:
-        for r in range(args.tp_size):
-            log(
-                f"spec_gate: worker={sim.worker_class} spec={sim.spec_version} overlap={'on' if sim.overlap else 'off'} "
-                f"threshold={sim.gate.threshold} hysteresis={sim.gate.hysteresis}",
-                tp=r,
-            )
+    if sim.gate is not None:
+        sim._log_ranks(contract.worker_line(sim.worker_class, sim.spec_version, sim.overlap, sim.gate.config))
     log(
         f"max_total_num_tokens=812345, chunked_prefill_size=8192, max_prefill_tokens=16384, "
         f"max_running_requests={args.max_running_requests}, context_len=8192, available_gpu_mem=20.59 GB",
@@ -695,16 +649,18 @@ MAX_LOAD = 100_000  # concurrent requests: far above any real server's --max-run
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse what the real server (or a sane simulation) would refuse; exits via ``parser.error``.
 
-    The gate rules are server_patch's startup rules (threshold >= 1, 0 <= hysteresis < threshold),
-    restated here: the console package does not import server_patch.
+    The gate's values are checked by the contract's startup rule (``GateConfig.validate``), as
+    server_patch checks them.
     """
-    n, h = args.speculative_disable_batch_threshold, args.speculative_disable_hysteresis
-    if n is not None and n < 1:
-        parser.error(f"--speculative-disable-batch-threshold must be >= 1, got {n}")
-    if h < 0:
-        parser.error(f"--speculative-disable-hysteresis must be >= 0, got {h}")
-    if n is not None and h >= n:
-        parser.error(f"--speculative-disable-hysteresis {h} must be < threshold {n}")
+    n, h = getattr(args, contract.THRESHOLD_KEY), getattr(args, contract.HYSTERESIS_KEY)
+    problem = contract.hysteresis_problem(h, None) if n is None else None
+    if problem is not None:
+        parser.error(f"{contract.HYSTERESIS_FLAG}: {problem.server_message()}")
+    if n is not None:
+        try:
+            GateConfig(n, h).validate()
+        except GateConfigError as exc:
+            parser.error(f"{contract.THRESHOLD_FLAG} / {contract.HYSTERESIS_FLAG}: {exc}")
     if not 1 <= args.port <= 65535:
         parser.error(f"--port must be from 1 to 65535, got {args.port}")
     if args.crash_after is not None and not (math.isfinite(args.crash_after) and args.crash_after >= 0):

@@ -33,6 +33,7 @@ from typing import Any, Callable
 from console import state as st
 from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S
 from console.config import AppConfig, ConfigError, default_log_dir, normalize_url, writable_dir_problem
+from server_patch import contract
 
 MIN_COLS, MIN_ROWS = 80, 24  # the README's smallest supported terminal
 MAX_COLS, MAX_ROWS = 1000, 500  # a screenshot larger than any terminal (99999x99999 ate GBs)
@@ -89,12 +90,14 @@ def final_answer(model: Any) -> str | None:
         return ("the server's spec_gate has no usable threshold (missing or not an integer: it does "
                 "not follow specconsole's contract)")
     if g is not None and g.threshold > (g.max_running_requests or MAX_PLAUSIBLE_THRESHOLD):
-        # the gate refuses N above max running requests: a server reporting one is not the gate
-        return (f"the server's spec_gate threshold {g.threshold} is above "
-                f"{'its max running requests ' + str(g.max_running_requests) if g.max_running_requests else 'any batch size'}"
-                " (it does not follow specconsole's contract)")
+        # valid (the server only warns), but this check's + step would be refused before sending
+        limit = (f"its max running requests {g.max_running_requests}" if g.max_running_requests
+                 else "any batch size")
+        return (f"the server's spec_gate threshold {g.threshold} is above {limit}: speculation never "
+                "turns off there and this check's + step would be refused (start the server with "
+                "--max-running-requests above the threshold)")
     if c.reachable and model.sample is not None and g is None:
-        return "the server answers but has no spec_gate (started without --speculative-disable-batch-threshold?)"
+        return f"the server answers but has no spec_gate (started without {contract.THRESHOLD_FLAG}?)"
     if c.reachable is False and (st.answered_not_sglang(c.last_error)
                                  or (c.last_error or "").startswith(("protocol error", "TLS error"))):
         return c.last_error  # something listens there, only not as an SGLang server would answer

@@ -30,6 +30,7 @@ from typing import Callable
 
 from console import logparse
 from console import state as st
+from server_patch import contract
 
 #: seconds after which an accepted change that spec_gate still does not show is reported
 CONFIRM_TIMEOUT_S = 15.0
@@ -47,29 +48,17 @@ KIND_REJECTED = "rejected"  # a server rejection: stale once the confirmed N/H c
 
 
 def validate_threshold(value: int, max_running_requests: int | None, hysteresis: int | None = None) -> str | None:
-    """Client-side check before sending: None if ``value`` may be sent, else why not.
-
-    The threshold must lie in [1, max running requests] (a threshold above the scheduler's
-    max running requests can never fire) and, when ``hysteresis`` is given, above it (the
-    server refuses ``hysteresis >= threshold``).
-    """
-    if value < 1:
-        return f"threshold {value} refused: must be >= 1"
-    if max_running_requests is not None and value > max_running_requests:
-        return f"threshold {value} refused: above max running requests {max_running_requests}"
-    if hysteresis is not None and value <= hysteresis:
-        return f"threshold {value} refused: must be > hysteresis {hysteresis}"
-    return None
+    """Client-side check before sending: None if ``value`` may be sent, else the refusal
+    (``contract.threshold_problem``: [1, max running requests], and above ``hysteresis`` when given)."""
+    problem = contract.threshold_problem(value, max_running_requests, hysteresis)
+    return problem.refusal() if problem else None
 
 
 def validate_hysteresis(value: int, threshold: int | None) -> str | None:
     """Client-side check before sending: None if hysteresis ``value`` may be sent with
-    ``threshold``, else why not (the README's rule, ``0 <= H < N``, which the server enforces too)."""
-    if value < 0:
-        return f"hysteresis {value} refused: must be >= 0"
-    if threshold is not None and value >= threshold:
-        return f"hysteresis {value} refused: must be < threshold {threshold}"
-    return None
+    ``threshold``, else the refusal (``contract.hysteresis_problem``: ``0 <= H < N``)."""
+    problem = contract.hysteresis_problem(value, threshold)
+    return problem.refusal() if problem else None
 
 
 class ConsoleModel:
@@ -256,7 +245,7 @@ class ConsoleModel:
         if self.sample is None:
             return "no answer from the server yet: threshold not changed"
         if self.gate is None:
-            return "this server runs without the speculation gate (--speculative-disable-batch-threshold)"
+            return f"this server runs without the speculation gate ({contract.THRESHOLD_FLAG})"
         if self.gate.threshold is None:
             return ("spec_gate has no threshold (it does not follow specconsole's contract: a server "
                     "patched by another version?): threshold not changed")

@@ -12,8 +12,10 @@ seconds of ``time.monotonic()`` unless stated otherwise.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Mapping
+
+from server_patch import contract
 
 
 def _int(value: Any) -> int | None:
@@ -45,153 +47,65 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-@dataclass(frozen=True)
-class LastSwitch:
-    """The gate's last on<->off switch: decode step index, direction ``"on"``/``"off"``, batch size (req)."""
-
-    step: int | None
-    direction: str | None
-    batch_size: int | None
+_CONVERT = {"str": _str, "bool": _bool, "int": _int, "float": _float}
 
 
-@dataclass(frozen=True)
-class RankState:
-    """One TP rank's gate state, from ``spec_gate.ranks``."""
-
-    tp_rank: int | None
-    spec_enabled: bool | None
-    threshold: int | None
-    hysteresis: int | None
-    switches: int | None
-    decode_steps_on: int | None
-    decode_steps_off: int | None
+def _field_type(tag: str) -> Any:
+    return {"str": "str | None", "bool": "bool | None", "int": "int | None", "float": "float | None"}.get(tag, Any)
 
 
-@dataclass(frozen=True)
-class GateState:
-    """``GET /server_info`` -> ``internal_states[0].spec_gate`` (README contract), typed.
+#: The gate's last on<->off switch (``spec_gate.last_switch``): decode step index, direction
+#: ``"on"``/``"off"``, batch size (req); fields: ``contract.SWITCH_FIELDS``.
+LastSwitch = make_dataclass(
+    "LastSwitch", [(name, "int | str | None", field(default=None)) for name in contract.SWITCH_FIELDS],
+    frozen=True, namespace={"__module__": __name__})
 
-    Missing or ill-typed keys become None (rendered ``n/a``); nothing here raises.
-    """
+#: One TP rank's gate state (an entry of ``spec_gate.ranks``); fields: ``contract.RANK_FIELDS``.
+RankState = make_dataclass(
+    "RankState",
+    [(name, _field_type(contract.SPEC_GATE_FIELDS[name]), field(default=None)) for name in contract.RANK_FIELDS],
+    frozen=True, namespace={"__module__": __name__},
+)
 
-    worker_class: str | None = None
-    spec_version: str | None = None
-    overlap: bool | None = None
-    sglang_version: str | None = None
-    speculative_algorithm: str | None = None
-    topk: int | None = None
-    num_steps: int | None = None
-    num_draft_tokens: int | None = None
-    spec_enabled: bool | None = None
-    threshold: int | None = None
-    hysteresis: int | None = None
-    max_running_requests: int | None = None
-    cuda_graph_max_bs: int | None = None
-    last_decode_batch_size: int | None = None
-    decode_steps_on: int | None = None
-    decode_steps_off: int | None = None
-    switches: int | None = None
-    last_switch: LastSwitch | None = None
-    accept_length_recent: float | None = None
-    accept_length_since_on: float | None = None
-    accept_length_first_on_step: float | None = None
-    steps_since_on: int | None = None
-    off_cuda_graph: bool | None = None
-    off_steps_cuda_graph: int | None = None
-    off_target_graph_replays: int | None = None
-    off_draft_extend_graph_replays: int | None = None
-    on_target_graph_replays: int | None = None
-    off_target_attention: str | None = None
-    off_draft_extend_attention: str | None = None
-    off_attention_checks: int | None = None
-    off_attention_mismatches: int | None = None
-    off_draft_extend: str | None = None
-    off_draft_extend_reason: str | None = None
-    off_kv_only_graph_replays: int | None = None
-    off_kv_only_checks: int | None = None
-    off_kv_only_mismatches: int | None = None
-    off_resume_steps: int | None = None
-    off_early_seq_lens: bool | None = None
-    off_early_seq_lens_steps: int | None = None
-    off_early_seq_lens_checks: int | None = None
-    off_early_seq_lens_mismatches: int | None = None
-    tp_rank: int | None = None
-    tp_size: int | None = None
-    ranks: tuple[RankState, ...] = ()
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "GateState":
-        """Build from the ``spec_gate`` dict of one ``internal_states`` entry."""
-        ls = data.get("last_switch")
-        last_switch = None
-        if isinstance(ls, Mapping):
-            last_switch = LastSwitch(_int(ls.get("step")), _str(ls.get("direction")), _int(ls.get("batch_size")))
-        ranks = []
-        for r in data.get("ranks") or ():
-            if isinstance(r, Mapping):
-                ranks.append(
-                    RankState(
-                        _int(r.get("tp_rank")),
-                        _bool(r.get("spec_enabled")),
-                        _int(r.get("threshold")),
-                        _int(r.get("hysteresis")),
-                        _int(r.get("switches")),
-                        _int(r.get("decode_steps_on")),
-                        _int(r.get("decode_steps_off")),
-                    )
-                )
-        return cls(
-            worker_class=_str(data.get("worker_class")),
-            spec_version=_str(data.get("spec_version")),
-            overlap=_bool(data.get("overlap")),
-            sglang_version=_str(data.get("sglang_version")),
-            speculative_algorithm=_str(data.get("speculative_algorithm")),
-            topk=_int(data.get("topk")),
-            num_steps=_int(data.get("num_steps")),
-            num_draft_tokens=_int(data.get("num_draft_tokens")),
-            spec_enabled=_bool(data.get("spec_enabled")),
-            threshold=_int(data.get("threshold")),
-            hysteresis=_int(data.get("hysteresis")),
-            max_running_requests=_int(data.get("max_running_requests")),
-            cuda_graph_max_bs=_int(data.get("cuda_graph_max_bs")),
-            last_decode_batch_size=_int(data.get("last_decode_batch_size")),
-            decode_steps_on=_int(data.get("decode_steps_on")),
-            decode_steps_off=_int(data.get("decode_steps_off")),
-            switches=_int(data.get("switches")),
-            last_switch=last_switch,
-            accept_length_recent=_float(data.get("accept_length_recent")),
-            accept_length_since_on=_float(data.get("accept_length_since_on")),
-            accept_length_first_on_step=_float(data.get("accept_length_first_on_step")),
-            steps_since_on=_int(data.get("steps_since_on")),
-            off_cuda_graph=_bool(data.get("off_cuda_graph")),
-            off_steps_cuda_graph=_int(data.get("off_steps_cuda_graph")),
-            off_target_graph_replays=_int(data.get("off_target_graph_replays")),
-            off_draft_extend_graph_replays=_int(data.get("off_draft_extend_graph_replays")),
-            on_target_graph_replays=_int(data.get("on_target_graph_replays")),
-            off_target_attention=_str(data.get("off_target_attention")),
-            off_draft_extend_attention=_str(data.get("off_draft_extend_attention")),
-            off_attention_checks=_int(data.get("off_attention_checks")),
-            off_attention_mismatches=_int(data.get("off_attention_mismatches")),
-            off_draft_extend=_str(data.get("off_draft_extend")),
-            off_draft_extend_reason=_str(data.get("off_draft_extend_reason")),
-            off_kv_only_graph_replays=_int(data.get("off_kv_only_graph_replays")),
-            off_kv_only_checks=_int(data.get("off_kv_only_checks")),
-            off_kv_only_mismatches=_int(data.get("off_kv_only_mismatches")),
-            off_resume_steps=_int(data.get("off_resume_steps")),
-            off_early_seq_lens=_bool(data.get("off_early_seq_lens")),
-            off_early_seq_lens_steps=_int(data.get("off_early_seq_lens_steps")),
-            off_early_seq_lens_checks=_int(data.get("off_early_seq_lens_checks")),
-            off_early_seq_lens_mismatches=_int(data.get("off_early_seq_lens_mismatches")),
-            tp_rank=_int(data.get("tp_rank")),
-            tp_size=_int(data.get("tp_size")),
-            ranks=tuple(ranks),
-        )
+def _convert(tag: str, value: Any) -> Any:
+    """A spec_gate value of JSON type ``tag`` (contract.SPEC_GATE_FIELDS) as the console keeps it."""
+    if tag == "switch":
+        if not isinstance(value, Mapping):
+            return None
+        return LastSwitch(step=_int(value.get("step")), direction=_str(value.get("direction")),
+                          batch_size=_int(value.get("batch_size")))
+    if tag == "ranks":
+        return tuple(RankState(**{name: _convert(contract.SPEC_GATE_FIELDS[name], r.get(name))
+                                  for name in contract.RANK_FIELDS})
+                     for r in (value if isinstance(value, (list, tuple)) else ()) if isinstance(r, Mapping))
+    return _CONVERT[tag](value)
 
-    @property
-    def ranks_disagree(self) -> bool:
-        """True when TP ranks report different spec_enabled / threshold / hysteresis."""
-        seen = {(r.spec_enabled, r.threshold, r.hysteresis) for r in self.ranks}
-        return len(seen) > 1
+
+def _gate_from_json(cls, data: Mapping[str, Any]) -> "GateState":
+    """Build from the ``spec_gate`` dict of one ``internal_states`` entry; missing or ill-typed
+    keys become None (rendered ``n/a``), nothing raises."""
+    return cls(**{name: _convert(tag, data.get(name)) for name, tag in contract.SPEC_GATE_FIELDS.items()})
+
+
+def _ranks_disagree(self) -> bool:
+    """True when TP ranks report different values of contract.RANK_AGREEMENT_FIELDS."""
+    seen = {tuple(getattr(r, name) for name in contract.RANK_AGREEMENT_FIELDS) for r in self.ranks}
+    return len(seen) > 1
+
+
+#: ``GET /server_info`` -> ``internal_states[0].spec_gate``, typed: one attribute per field of
+#: ``contract.SPEC_GATE_FIELDS`` (None where the server did not report it; ``ranks`` a tuple of
+#: RankState, ``last_switch`` a LastSwitch or None).
+GateState = make_dataclass(
+    "GateState",
+    [(name, _field_type(tag), field(default=() if tag == "ranks" else None))
+     for name, tag in contract.SPEC_GATE_FIELDS.items()],
+    frozen=True,
+    namespace={"__module__": __name__, "from_json": classmethod(_gate_from_json),
+               "ranks_disagree": property(_ranks_disagree),
+               "__doc__": "``spec_gate`` of /server_info, typed (fields: contract.SPEC_GATE_FIELDS)."},
+)
 
 
 @dataclass(frozen=True)
@@ -251,7 +165,6 @@ class ServerSample:
     load: LoadState | None
     simulated: bool = False
     simulated_note: str | None = None
-    dp_size: int = 1
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any, List, Tuple
 
 from server_patch import SUPPORTED_SGLANG_VERSION
+from server_patch.contract import THRESHOLD_FLAG, WORKER_FAMILIES
 
 # Exact class names: a subclass (e.g. a multi-layer or standalone worker) has other draft logic.
-KNOWN_WORKERS = {"EAGLEWorker": "v1", "EAGLEWorkerV2": "v2"}
+KNOWN_WORKERS = WORKER_FAMILIES
 SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3")
 
 
@@ -36,7 +37,7 @@ def check_sglang_version(found: str) -> None:
         raise UnsupportedSetup(
             f"specconsole's speculation gate supports SGLang {SUPPORTED_SGLANG_VERSION} only; "
             f"found {found}. Install sglang=={SUPPORTED_SGLANG_VERSION} or drop "
-            "--speculative-disable-batch-threshold."
+            f"{THRESHOLD_FLAG}."
         )
 
 
@@ -89,19 +90,3 @@ def classify_worker(worker: Any) -> Tuple[str, str]:
             f"(supported: {', '.join(KNOWN_WORKERS)})"
         )
     return name, version
-
-
-def capacity_warnings(threshold: int, max_running_requests: int, cuda_graph_max_bs: Any) -> List[str]:
-    """Warnings for a threshold the gate can never reach or whose OFF steps run without graphs."""
-    warnings = []
-    if max_running_requests is not None and threshold > max_running_requests:
-        warnings.append(
-            f"threshold {threshold} > max running requests {max_running_requests}: speculation can "
-            "never turn off (set --max-running-requests)"
-        )
-    if cuda_graph_max_bs is not None and threshold > cuda_graph_max_bs:
-        warnings.append(
-            f"threshold {threshold} > cuda graph max bs {cuda_graph_max_bs}: OFF steps will run "
-            "without CUDA graphs (set --cuda-graph-max-bs)"
-        )
-    return warnings

@@ -204,7 +204,7 @@ class KvOnlyRunner:
     (``sampled(n)``), proves the stored K/V against the full OFF draft-extend runner.
 
     ``layer``: the draft's attention layer (its ``layer_id`` indexes the draft KV pool);
-    ``sampled(n)``: whether replay number n (1-based) is checked (``off_attention.sampled``: the
+    ``sampled(n)``: whether replay number n (1-based) is checked (``contract.sampled``: the
     first 64, then every 256th). A check replays ``full_runner`` on the same batch and waits for
     the GPU. Counters: ``count`` (replays), ``checks``, ``mismatches``; ``ok`` turns False at the
     first mismatch.

@@ -10,86 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from typing import Any, Deque, Dict, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, Optional, Tuple
 
-THRESHOLD_KEY = "speculative_disable_batch_threshold"
-HYSTERESIS_KEY = "speculative_disable_hysteresis"
-GATE_KEYS = (THRESHOLD_KEY, HYSTERESIS_KEY)
-# Extra keys of a gate reply on its way from the scheduler to the tokenizer manager
-# (inside SetInternalStateReqOutput.server_args).
-REASON_KEY = "spec_gate_reason"
-DECODE_STEP_KEY = "spec_gate_decode_step"
-
-
-class GateConfigError(ValueError):
-    """A threshold/hysteresis pair (or an update to it) that the gate refuses; the message says why."""
-
-
-@dataclasses.dataclass(frozen=True)
-class GateConfig:
-    """Threshold N (decode batch size at which speculation turns off) and hysteresis H.
-
-    Valid when ``N >= 1``, ``0 <= H < N`` and, if ``max_running_requests`` is known,
-    ``N <= max_running_requests``.
-    """
-
-    threshold: int
-    hysteresis: int = 0
-
-    def validate(self, max_running_requests: Optional[int] = None) -> "GateConfig":
-        """Return self if valid, else raise :class:`GateConfigError` with the reason."""
-        _require_int("threshold", self.threshold)
-        _require_int("hysteresis", self.hysteresis)
-        if self.threshold < 1:
-            raise GateConfigError(f"threshold must be >= 1, got {self.threshold}")
-        if max_running_requests is not None and self.threshold > max_running_requests:
-            raise GateConfigError(
-                f"threshold {self.threshold} > max running requests {max_running_requests}: "
-                "the batch could never reach it"
-            )
-        if self.hysteresis < 0:
-            raise GateConfigError(f"hysteresis must be >= 0, got {self.hysteresis}")
-        if self.hysteresis >= self.threshold:
-            raise GateConfigError(
-                f"hysteresis {self.hysteresis} must be < threshold {self.threshold}"
-            )
-        return self
-
-    @property
-    def resume_below(self) -> int:
-        """Speculation resumes when the decode batch size is ``< N - H``."""
-        return self.threshold - self.hysteresis
-
-
-def _require_int(name: str, value: Any) -> None:
-    # bool is an int subclass; "true" as a threshold is a client bug, not 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise GateConfigError(f"{name} must be an integer, got {value!r}")
-
-
-def parse_update(
-    current: GateConfig, update: Mapping[str, Any], max_running_requests: Optional[int]
-) -> GateConfig:
-    """Apply a ``/set_internal_state`` ``server_args`` dict to ``current``, all or nothing.
-
-    Either key may be sent alone; the other keeps its current value.
-
-    Raises:
-        GateConfigError: a key other than the two gate keys is present, a value is not an
-            integer, or the resulting pair is invalid (see :meth:`GateConfig.validate`).
-    """
-    others = sorted(k for k in update if k not in GATE_KEYS)
-    if others:
-        raise GateConfigError(
-            f"gate keys cannot be mixed with other keys ({', '.join(others)}); send them separately"
-        )
-    if not any(k in update for k in GATE_KEYS):
-        raise GateConfigError("no gate key in the update")
-    new = GateConfig(
-        threshold=update.get(THRESHOLD_KEY, current.threshold),
-        hysteresis=update.get(HYSTERESIS_KEY, current.hysteresis),
-    )
-    return new.validate(max_running_requests)
+from server_patch.contract import GateConfig, fields_of, switch_line
 
 
 @dataclasses.dataclass
@@ -128,7 +51,18 @@ class SpecGate:
 
     @property
     def decode_steps(self) -> int:
+        """Decode batches decided so far (ON and OFF)."""
         return self.decode_steps_on + self.decode_steps_off
+
+    @property
+    def threshold(self) -> int:
+        """N in force (req)."""
+        return self.config.threshold
+
+    @property
+    def hysteresis(self) -> int:
+        """H in force (req)."""
+        return self.config.hysteresis
 
     def decide(self, batch_size: int) -> Optional[Switch]:
         """Decide for one decode batch of ``batch_size`` requests; return the Switch if it flipped."""
@@ -181,30 +115,27 @@ class SpecGate:
         window = self.recent_accept_window()
         return None if window is None else window[0] / window[1]
 
+    @property
+    def accept_length_since_on(self) -> Optional[float]:
+        """Accept length over the first (up to FIRST_ON_STEPS) ON batches after the last off->on."""
+        return self._since_on[0] / self._since_on[1] if self._since_on[1] else None
+
+    @property
+    def steps_since_on(self) -> int:
+        """ON batches counted in :attr:`accept_length_since_on`."""
+        return self._since_on[2]
+
+    @property
+    def accept_length_first_on_step(self) -> Optional[float]:
+        """Accept length of the first ON batch after the last off->on switch: a draft left stale
+        by the OFF steps shows here first (1.0: the first draft token missed)."""
+        return self._first_on
+
     def snapshot(self) -> Dict[str, Any]:
-        """Counters and config as a JSON-able dict (part of ``spec_gate`` in /server_info)."""
-        return {
-            "spec_enabled": self.spec_enabled,
-            "threshold": self.config.threshold,
-            "hysteresis": self.config.hysteresis,
-            "last_decode_batch_size": self.last_decode_batch_size,
-            "decode_steps_on": self.decode_steps_on,
-            "decode_steps_off": self.decode_steps_off,
-            "switches": self.switches,
-            "last_switch": dataclasses.asdict(self.last_switch) if self.last_switch else None,
-            "accept_length_recent": self.accept_length_recent,
-            # accept length over the first ON batches after the last off->on switch
-            "accept_length_since_on": (
-                self._since_on[0] / self._since_on[1] if self._since_on[1] else None
-            ),
-            "steps_since_on": self._since_on[2],
-            # a draft left stale by the OFF steps shows here first (1.0: the first draft token missed)
-            "accept_length_first_on_step": self._first_on,
-        }
+        """This gate's own ``spec_gate`` fields (config, decision, counters) as a JSON-able dict."""
+        return fields_of(self)
 
 
 def switch_log_line(switch: Switch, config: GateConfig) -> str:
     """The contract's log line for a switch, e.g. ``spec_gate: speculation off (batch 37 >= 32)``."""
-    if switch.direction == "off":
-        return f"spec_gate: speculation off (batch {switch.batch_size} >= {config.threshold})"
-    return f"spec_gate: speculation on (batch {switch.batch_size} < {config.resume_below})"
+    return switch_line(switch.direction, switch.batch_size, config)

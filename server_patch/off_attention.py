@@ -18,7 +18,7 @@ own DECODE paths over ``seq_lens + 1`` (split-KV decode kernel, the one a non-sp
 server uses). Nothing else of the verify changes: same CUDA-graph runner and shapes, same
 hidden-state capture, same logits.
 
-Proof at run time: on sampled OFF steps (``CHECK_FIRST`` steps, then every ``CHECK_EVERY``th)
+Proof at run time: on sampled OFF steps (``contract.sampled``: the first 64, then every 256th)
 the backend checks that invariant, ``req_to_token[r, seq_len] == out_cache_loc`` for every
 request, *before* the attention kernels run, and counts checks and mismatches (reported in
 ``spec_gate`` as ``off_attention_checks`` / ``off_attention_mismatches``; a mismatch is also
@@ -47,6 +47,8 @@ import os
 import types
 from typing import Any, Optional
 
+from server_patch.contract import sampled
+
 logger = logging.getLogger("server_patch.spec_gate")
 
 DECODE_KERNEL = "triton-decode-kernel"
@@ -54,14 +56,6 @@ EXTEND_KERNEL = "extend-kernel"
 #: "0" keeps SGLang's extend kernel for both OFF-step forwards, "target" converts only the target
 #: verify (escape hatches; they cost OFF-step speed); unset or "1": both
 ENV_SWITCH = "SPECCONSOLE_OFF_DECODE_KERNEL"
-CHECK_FIRST = 64
-CHECK_EVERY = 256
-
-
-def sampled(n: int) -> bool:
-    """The run-time checks' sampling rule: the ``n``-th call (from 1) is checked when it is one of
-    the first CHECK_FIRST or a multiple of CHECK_EVERY (a check syncs with the GPU)."""
-    return n <= CHECK_FIRST or n % CHECK_EVERY == 0
 
 _SUBCLASSES: dict = {}
 

@@ -47,6 +47,7 @@ from typing import Any, Callable, List, Optional
 import torch
 
 from server_patch import draft_kv_only, off_attention
+from server_patch.contract import sampled
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ OFF_DRAFT_TOKENS = 1
 
 #: "0" keeps SGLang's post-verify ``verify_done`` event on OFF results (the scheduler then waits
 #: for the whole OFF verify before preparing the next batch); unset or "1": the early event.
-#: The early ``new_seq_lens`` is compared with SGLang's own on the steps ``off_attention.sampled``
+#: The early ``new_seq_lens`` is compared with SGLang's own on the steps ``contract.sampled``
 #: picks (a comparison waits for the OFF step to finish on the GPU).
 EARLY_SEQ_LENS_ENV = "SPECCONSOLE_OFF_EARLY_SEQ_LENS"
 
@@ -229,7 +230,7 @@ class OffStepRunner:
         finally:
             self._apply(self.on_state)
         layer = model.model.layers[0].self_attn.attn
-        self.kv_only = draft_kv_only.KvOnlyRunner(graph, full, layer, off_attention.sampled)
+        self.kv_only = draft_kv_only.KvOnlyRunner(graph, full, layer, sampled)
         self.off_kv_state = dataclasses.replace(self.off_state, cuda_graph_runner_for_draft_extend=graph)
 
     def _no_kv_only(self, reason: Optional[str] = None) -> None:
@@ -461,7 +462,7 @@ class OffStepRunner:
             return
         self.early_seq_lens_steps += 1
         n = self.early_seq_lens_steps
-        if off_attention.sampled(n):
+        if sampled(n):
             self.early_seq_lens_checks += 1
             if not torch.equal(sglang_lens, new_seq_lens):  # waits for this OFF step's verify
                 # An assumption about SGLang failed; unchecked steps could be wrong too: stop.

@@ -14,7 +14,15 @@ import json
 import os
 from typing import Optional
 
-from server_patch.gate import HYSTERESIS_KEY, THRESHOLD_KEY, GateConfig
+from server_patch.contract import (
+    DEFAULT_HYSTERESIS,
+    HYSTERESIS_FLAG,
+    HYSTERESIS_KEY,
+    THRESHOLD_FLAG,
+    THRESHOLD_KEY,
+    GateConfig,
+    GateConfigError,
+)
 
 ENV_VAR = "SPECCONSOLE_SPEC_GATE"
 
@@ -23,7 +31,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--speculative-disable-batch-threshold`` and ``--speculative-disable-hysteresis``."""
     group = parser.add_argument_group("specconsole speculation gate")
     group.add_argument(
-        "--speculative-disable-batch-threshold",
+        THRESHOLD_FLAG,
         dest=THRESHOLD_KEY,
         type=int,
         default=None,
@@ -32,12 +40,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "Absent: no gating (specconsole changes nothing).",
     )
     group.add_argument(
-        "--speculative-disable-hysteresis",
+        HYSTERESIS_FLAG,
         dest=HYSTERESIS_KEY,
         type=int,
         default=None,
         metavar="H",
-        help="Once off, resume speculation only when the batch size is < N - H (default 0).",
+        help=f"Once off, resume speculation only when the batch size is < N - H (default {DEFAULT_HYSTERESIS}).",
     )
 
 
@@ -47,17 +55,13 @@ def config_from_namespace(ns: argparse.Namespace) -> Optional[GateConfig]:
     Raises:
         GateConfigError: invalid values, or a hysteresis without a threshold.
     """
-    from server_patch.gate import GateConfigError
-
     threshold = getattr(ns, THRESHOLD_KEY, None)
     hysteresis = getattr(ns, HYSTERESIS_KEY, None)
     if threshold is None:
         if hysteresis is not None:
-            raise GateConfigError(
-                "--speculative-disable-hysteresis needs --speculative-disable-batch-threshold"
-            )
+            raise GateConfigError(f"{HYSTERESIS_FLAG} needs {THRESHOLD_FLAG}")
         return None
-    return GateConfig(threshold, 0 if hysteresis is None else hysteresis).validate()
+    return GateConfig(threshold, DEFAULT_HYSTERESIS if hysteresis is None else hysteresis).validate()
 
 
 def export_to_env(config: GateConfig, environ=os.environ) -> None:
@@ -71,13 +75,11 @@ def config_from_env(environ=os.environ) -> Optional[GateConfig]:
     Raises:
         GateConfigError: the variable is set but malformed.
     """
-    from server_patch.gate import GateConfigError
-
     raw = environ.get(ENV_VAR)
     if not raw:
         return None
     try:
         data = json.loads(raw)
-        return GateConfig(int(data["threshold"]), int(data.get("hysteresis", 0))).validate()
+        return GateConfig(int(data["threshold"]), int(data.get("hysteresis", DEFAULT_HYSTERESIS))).validate()
     except (ValueError, KeyError, TypeError) as exc:
         raise GateConfigError(f"{ENV_VAR}={raw!r} is malformed: {exc}") from exc

@@ -18,7 +18,7 @@ import os
 from importlib.metadata import entry_points
 
 from server_patch import compat, options, scheduler_hooks, tokenizer_hooks
-from server_patch.gate import HYSTERESIS_KEY, THRESHOLD_KEY
+from server_patch.contract import HYSTERESIS_KEY, THRESHOLD_KEY
 
 logger = logging.getLogger("server_patch.spec_gate")
 

@@ -19,18 +19,17 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Optional
 
-from server_patch import compat, options
-from server_patch.gate import (
+from server_patch import compat, contract, options
+from server_patch.contract import (
     DECODE_STEP_KEY,
     GATE_KEYS,
     HYSTERESIS_KEY,
     REASON_KEY,
     THRESHOLD_KEY,
     GateConfigError,
-    SpecGate,
     parse_update,
-    switch_log_line,
 )
+from server_patch.gate import SpecGate, switch_log_line
 from server_patch.off_state import (
     OffStepRunner,
     restore_req_spec_counters,
@@ -54,7 +53,7 @@ class GateRuntime:
         self.overlap = bool(scheduler.enable_overlap)
         self.sglang_version = compat.sglang_version()
         sa = scheduler.server_args
-        self.algorithm = sa.speculative_algorithm
+        self.speculative_algorithm = sa.speculative_algorithm
         self.topk = worker.topk
         self.num_steps = worker.speculative_num_steps
         self.num_draft_tokens = worker.speculative_num_draft_tokens
@@ -63,6 +62,7 @@ class GateRuntime:
         self.tp_size = scheduler.tp_size
         self.runner = runner_factory(worker, self.spec_version)
         self.in_off_result = False  # set while an OFF step's result is processed
+        self.max_running_requests: Optional[int] = None  # the scheduler's, set by status()
         self._wrap_worker(worker)
 
     def _wrap_worker(self, worker: Any) -> None:
@@ -88,50 +88,75 @@ class GateRuntime:
 
         worker.forward_batch_generation = forward_batch_generation
 
+    # -- spec_gate fields that live on the runner under other names (contract.SPEC_GATE_FIELDS)
+
+    @property
+    def off_cuda_graph(self) -> bool:
+        return self.runner.has_off_cuda_graph
+
+    @property
+    def off_target_graph_replays(self) -> int:
+        return self.runner.off_target_graph.count
+
+    @property
+    def off_draft_extend_graph_replays(self) -> int:
+        return self.runner.off_draft_extend_graph.count
+
+    @property
+    def on_target_graph_replays(self) -> int:
+        return self.runner.on_target_graph.count
+
+    @property
+    def off_draft_extend(self) -> str:
+        """``kv-only`` (draft K/V only, server_patch/draft_kv_only.py) or ``full``."""
+        return getattr(self.runner, "off_draft_extend", "full")
+
+    @property
+    def off_kv_only_graph_replays(self) -> int:
+        return _kv(self.runner, "count")
+
+    @property
+    def off_kv_only_checks(self) -> int:
+        return _kv(self.runner, "checks")
+
+    @property
+    def off_kv_only_mismatches(self) -> int:
+        return _kv(self.runner, "mismatches")
+
+    @property
+    def off_resume_steps(self) -> int:
+        return getattr(self.runner, "resume_steps", 0)
+
+    @property
+    def off_early_seq_lens(self) -> bool:
+        return getattr(self.runner, "early_seq_lens", False)
+
+    @property
+    def off_early_seq_lens_steps(self) -> int:
+        return getattr(self.runner, "early_seq_lens_steps", 0)
+
+    @property
+    def off_early_seq_lens_checks(self) -> int:
+        return getattr(self.runner, "early_seq_lens_checks", 0)
+
+    @property
+    def off_early_seq_lens_mismatches(self) -> int:
+        return getattr(self.runner, "early_seq_lens_mismatches", 0)
+
     def status(self, max_running_requests: Optional[int]) -> Dict[str, Any]:
         """This rank's ``spec_gate`` dict (the README's contract), without ``ranks``."""
-        out = {
-            "worker_class": self.worker_class,
-            "spec_version": self.spec_version,
-            "overlap": self.overlap,
-            "sglang_version": self.sglang_version,
-            "speculative_algorithm": self.algorithm,
-            "topk": self.topk,
-            "num_steps": self.num_steps,
-            "num_draft_tokens": self.num_draft_tokens,
-            "max_running_requests": max_running_requests,
-            "cuda_graph_max_bs": self.cuda_graph_max_bs,
-            "off_cuda_graph": self.runner.has_off_cuda_graph,
-            "off_steps_cuda_graph": self.runner.off_steps_cuda_graph,
-            "off_target_graph_replays": self.runner.off_target_graph.count,
-            "off_draft_extend_graph_replays": self.runner.off_draft_extend_graph.count,
-            "on_target_graph_replays": self.runner.on_target_graph.count,
-            # how an OFF step's 1-token verify attends (server_patch/off_attention.py) and the
-            # sampled proof that the decode kernel read the right keys
-            "off_target_attention": getattr(self.runner, "off_target_attention", None),
-            "off_draft_extend_attention": getattr(self.runner, "off_draft_extend_attention", None),
-            # OFF steps' draft extend: "kv-only" (draft K/V only; draft_kv_only) or "full"; the
-            # sampled bit-for-bit proof against the full one; and the full OFF steps run right
-            # after an off->on switch to refresh the draft's top-k (counted as ON decode steps)
-            "off_draft_extend": getattr(self.runner, "off_draft_extend", "full"),
-            "off_draft_extend_reason": getattr(self.runner, "off_draft_extend_reason", None),
-            "off_kv_only_graph_replays": _kv(self.runner, "count"),
-            "off_kv_only_checks": _kv(self.runner, "checks"),
-            "off_kv_only_mismatches": _kv(self.runner, "mismatches"),
-            "off_resume_steps": getattr(self.runner, "resume_steps", 0),
-            "off_attention_checks": getattr(self.runner, "off_attention_checks", 0),
-            "off_attention_mismatches": getattr(self.runner, "off_attention_mismatches", 0),
-            # v2: OFF results publish seq_lens + 1 before the verify runs, so the scheduler
-            # prepares the next batch during it (off_state.py); sampled against SGLang's own
-            "off_early_seq_lens": getattr(self.runner, "early_seq_lens", False),
-            "off_early_seq_lens_steps": getattr(self.runner, "early_seq_lens_steps", 0),
-            "off_early_seq_lens_checks": getattr(self.runner, "early_seq_lens_checks", 0),
-            "off_early_seq_lens_mismatches": getattr(self.runner, "early_seq_lens_mismatches", 0),
-            "tp_rank": self.tp_rank,
-            "tp_size": self.tp_size,
-        }
-        out.update(self.gate.snapshot())
-        return out
+        self.max_running_requests = max_running_requests
+        return contract.spec_gate_status(self, self.gate, self.runner, _RunnerDefaults)
+
+
+class _RunnerDefaults:
+    """What a runner without the triton OFF-step attention reports (other attention backends)."""
+
+    off_target_attention = None
+    off_draft_extend_attention = None
+    off_draft_extend_reason = None
+    off_attention_checks = 0
+    off_attention_mismatches = 0
 
 
 def _kv(runner: Any, counter: str) -> int:
@@ -175,14 +200,7 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
         _refuse(str(exc))
     runtime = GateRuntime(scheduler, SpecGate(config))
     setattr(scheduler, GATE_ATTR, runtime)
-    logger.info(
-        "spec_gate: worker=%s spec=%s overlap=%s threshold=%d hysteresis=%d",
-        runtime.worker_class,
-        runtime.spec_version,
-        "on" if runtime.overlap else "off",
-        config.threshold,
-        config.hysteresis,
-    )
+    logger.info(contract.worker_line(runtime.worker_class, runtime.spec_version, runtime.overlap, config))
     kv_reason = getattr(runtime.runner, "off_draft_extend_reason", None)
     logger.info(
         "spec_gate: OFF step = 1-token verify (%s) + 1-token draft extend (%s, %s), CUDA graphs %s, "
@@ -197,10 +215,10 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     if not runtime.runner.has_off_cuda_graph:
         logger.warning("spec_gate: CUDA graphs are disabled; OFF steps run eagerly")
     # max_running_requests is final once init_model_worker returns (scheduler.py:727-741).
-    for warning in compat.capacity_warnings(
+    for warning in contract.capacity_warnings(
         config.threshold, scheduler.max_running_requests, runtime.cuda_graph_max_bs
     ):
-        logger.warning("spec_gate: %s", warning)
+        logger.warning("spec_gate: %s", warning.long)
     return None
 
 
@@ -288,16 +306,13 @@ def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
     if runtime is None:
         return _reply(
             False,
-            {
-                REASON_KEY: "the speculation gate is not enabled on this server "
-                "(start it with --speculative-disable-batch-threshold)"
-            },
+            {REASON_KEY: contract.NOT_ENABLED_REASON},
         )
     gate = runtime.gate
     try:
         new = parse_update(gate.config, update, scheduler.max_running_requests)
     except GateConfigError as exc:
-        logger.warning("spec_gate: rejected %s: %s", update, exc)
+        logger.warning(contract.rejected_line(update, exc))
         return _reply(
             False,
             {
@@ -308,9 +323,9 @@ def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
         )
     old = gate.update(new)
     if old.threshold != new.threshold:
-        logger.info("spec_gate: threshold %d -> %d", old.threshold, new.threshold)
+        logger.info(contract.change_line("threshold", old.threshold, new.threshold))
     if old.hysteresis != new.hysteresis:
-        logger.info("spec_gate: hysteresis %d -> %d", old.hysteresis, new.hysteresis)
+        logger.info(contract.change_line("hysteresis", old.hysteresis, new.hysteresis))
     global_args = _global_server_args()
     setattr(global_args, THRESHOLD_KEY, new.threshold)
     setattr(global_args, HYSTERESIS_KEY, new.hysteresis)
@@ -330,26 +345,7 @@ def after_get_internal_state(result, scheduler, *args, **kwargs):
     if runtime is None:
         return None
     status = runtime.status(scheduler.max_running_requests)
-    mine = {
-        k: status[k]
-        for k in (
-            "tp_rank",
-            "spec_enabled",
-            "threshold",
-            "hysteresis",
-            "switches",
-            "decode_steps_on",
-            "decode_steps_off",
-            # each rank checks its own OFF-step attention keys (server_patch/off_attention.py)
-            "off_attention_checks",
-            "off_attention_mismatches",
-            "off_early_seq_lens_checks",
-            "off_early_seq_lens_mismatches",
-            "off_kv_only_checks",
-            "off_kv_only_mismatches",
-            "off_resume_steps",
-        )
-    }
+    mine = contract.rank_entry(status)
     ranks = [mine]
     if scheduler.tp_size > 1:
         # Control requests are broadcast to every TP rank (scheduler.py:1750-1765), so every

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from server_patch.gate import DECODE_STEP_KEY, GATE_KEYS, HYSTERESIS_KEY, REASON_KEY, THRESHOLD_KEY
+from server_patch.contract import DECODE_STEP_KEY, GATE_KEYS, HYSTERESIS_KEY, REASON_KEY, THRESHOLD_KEY, set_answer
 
 TOKENIZER_MANAGER = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 
@@ -26,14 +26,9 @@ def merge_gate_replies(replies: List[Any]) -> Dict[str, Any]:
         if not r.updated:
             reason = (r.server_args or {}).get(REASON_KEY) or "rejected by the scheduler"
             break
-    first = replies[0].server_args if replies else {}
-    return {
-        "updated": updated,
-        "reason": reason if not updated else None,
-        "threshold": (first or {}).get(THRESHOLD_KEY),
-        "hysteresis": (first or {}).get(HYSTERESIS_KEY),
-        "decode_step": (first or {}).get(DECODE_STEP_KEY),
-    }
+    first = (replies[0].server_args if replies else None) or {}
+    return set_answer(updated, reason if not updated else None, first.get(THRESHOLD_KEY),
+                      first.get(HYSTERESIS_KEY), first.get(DECODE_STEP_KEY))
 
 
 async def around_set_internal_state(original, manager, obj, *args, **kwargs):

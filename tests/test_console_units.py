@@ -664,9 +664,16 @@ def test_app_config_defaults():
     assert cfg.mode == "attach" and cfg.interval_s == 1.0 and cfg.theme == "dark" and cfg.handle_signals
 
 
-def test_console_never_imports_sglang_or_server_patch():
-    code = ("import sys, console.app, console.cli, console.demo_server, console.headless_check; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('sglang', 'server_patch', 'torch')]; "
+@pytest.mark.parametrize("modules,allowed", [
+    # the console reads the server only through the contract
+    ("console.app, console.cli, console.headless_check", {"server_patch", "server_patch.contract"}),
+    # the simulated server drives server_patch's own (pure) gate
+    ("console.demo_server", {"server_patch", "server_patch.contract", "server_patch.gate"}),
+])
+def test_console_never_imports_sglang_or_server_patch(modules, allowed):
+    code = (f"import sys, {modules}; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('sglang', 'server_patch', 'torch') "
+            f"and m not in {sorted(allowed)!r}]; "
             "print(bad); sys.exit(1 if bad else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -1069,17 +1076,22 @@ def test_log_filter_line():
 
 
 def test_demo_gate_measures_the_first_on_steps_after_each_switch():
+    """The demo feeds server_patch's gate: the first ON batch after OFF steps is a resume step and
+    is recorded a little below the usual accept length (the OFF steps kept the draft's KV current)."""
+    import io
+
     from console import demo_server as ds
 
-    g = ds.GateSim(enabled=True, threshold=8, hysteresis=2)
-    g.record_on(3.0, 10)
-    assert (g.steps_since_on, g.accept_length_since_on, g.first_on) == (10, 3.0, 3.0)
-    g.record_on(2.0, 10)
-    assert g.steps_since_on == 16 and g.accept_length_since_on == pytest.approx((30 + 12) / 16)
-    assert g.decide(9, 1) == "off" and g.decide(5, 2) == "on"
-    assert (g.steps_since_on, g.accept_length_since_on, g.first_on) == (0, None, None)  # reset at off->on
-    g.record_on(3.0, 4, first=2.5)
-    assert g.first_on == 2.5 and g.accept_length_since_on == pytest.approx((2.5 + 9.0) / 4)
+    args = ds.build_parser().parse_args(["--speculative-disable-batch-threshold", "16",
+                                         "--speculative-disable-hysteresis", "2"])
+    sim = ds.Simulation(args, ds.LogWriter(io.StringIO()))
+    sim.accept_now = 3.0
+    for batch in (10, 20, 10):  # on, off, on again
+        sim.batch = batch
+        sim._run_step(sim._decode_step(), graph=True)
+    assert sim.gate.switches == 2 and sim.gate.spec_enabled
+    assert sim.gate.accept_length_first_on_step == pytest.approx(2.9) and sim.gate.steps_since_on == 1
+    assert sim.runner.off_resume_steps == 1 and sim.runner.off_kv_only_graph_replays == 1
 
 
 def test_config_file_errors_name_the_file_and_key(tmp_path, monkeypatch, capsys):

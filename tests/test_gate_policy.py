@@ -2,15 +2,8 @@
 
 import pytest
 
-from server_patch.gate import (
-    HYSTERESIS_KEY,
-    THRESHOLD_KEY,
-    GateConfig,
-    GateConfigError,
-    SpecGate,
-    parse_update,
-    switch_log_line,
-)
+from server_patch.contract import HYSTERESIS_KEY, THRESHOLD_KEY, GateConfig, GateConfigError, parse_update
+from server_patch.gate import SpecGate, switch_log_line
 
 
 

@@ -14,7 +14,7 @@ import types
 import pytest
 import torch
 
-from server_patch import off_attention
+from server_patch import contract, off_attention
 
 
 class Mode:
@@ -168,11 +168,11 @@ def test_index_check_is_sampled_after_the_first_steps(pool):
     b = FakeTriton(pool)
     convert(b)
     fb = verify_batch(pool, [0], [2], [int(pool[0, 2])])
-    n = off_attention.CHECK_FIRST + 2 * off_attention.CHECK_EVERY
+    n = contract.PROOF_FIRST + 2 * contract.PROOF_EVERY
     for _ in range(n):
         b.init_forward_metadata(fb)
     # the first CHECK_FIRST calls, then calls 256 and 512 (multiples of CHECK_EVERY)
-    assert b.spec_gate_checks == off_attention.CHECK_FIRST + 2
+    assert b.spec_gate_checks == contract.PROOF_FIRST + 2
     assert b.spec_gate_calls == n
 
 

@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from server_patch import off_attention, off_state
+from server_patch import contract, off_state
 from server_patch.off_state import OffStepRunner
 
 
@@ -96,12 +96,12 @@ def test_dtype_difference_falls_back_to_sglangs_tensor_and_event():
 
 def test_check_is_sampled_after_the_first_steps():
     runner = make_runner()
-    n = off_attention.CHECK_FIRST + 2 * off_attention.CHECK_EVERY
+    n = contract.PROOF_FIRST + 2 * contract.PROOF_EVERY
     for _ in range(n):
         result = runner.run_off_step(verify_forward(), batch(4))
         assert isinstance(result.next_draft_input.verify_done, Event)  # unchecked steps publish too
     assert runner.early_seq_lens_steps == n
-    assert runner.early_seq_lens_checks == off_attention.CHECK_FIRST + 2
+    assert runner.early_seq_lens_checks == contract.PROOF_FIRST + 2
 
 
 @pytest.mark.parametrize("v2, env", [(False, None), (True, "0")])

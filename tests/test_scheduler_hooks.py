@@ -11,7 +11,8 @@ import types
 import pytest
 
 from server_patch import options, scheduler_hooks as sh
-from server_patch.gate import GateConfig, SpecGate
+from server_patch.contract import GateConfig
+from server_patch.gate import SpecGate
 
 
 class Mode:

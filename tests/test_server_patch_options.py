@@ -6,7 +6,7 @@ import types
 import pytest
 
 from server_patch import compat, options
-from server_patch.gate import GateConfig, GateConfigError
+from server_patch.contract import GateConfig, GateConfigError, capacity_warnings
 
 
 def parse(argv):
@@ -98,8 +98,8 @@ def test_worker_classification_uses_the_exact_class_name():
 
 
 def test_capacity_warnings():
-    assert compat.capacity_warnings(32, 64, 64) == []
-    w = compat.capacity_warnings(100, 48, 64)
+    assert capacity_warnings(32, 64, 64) == []
+    w = [x.long for x in capacity_warnings(100, 48, 64)]
     assert any("max running requests 48" in x for x in w) and any("cuda graph max bs 64" in x for x in w)
 
 

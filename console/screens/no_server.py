@@ -8,6 +8,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Label, Markdown
 
+from server_patch import contract
+
 TEXT = """\
 # No server found
 
@@ -21,7 +23,7 @@ TEXT = """\
 specconsole launch -- --model-path M \\
     --speculative-algorithm EAGLE3 \\
     --speculative-draft-model-path D \\
-    --speculative-disable-batch-threshold 32
+    {flag} 32
 ```
 
 **Watch a running server**:
@@ -37,7 +39,7 @@ specconsole attach http://HOST:PORT --log server.log
 args = ["--model-path", "M",
         "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", "D",
-        "--speculative-disable-batch-threshold", "32"]
+        "{flag}", "32"]
 ```
 """
 
@@ -65,7 +67,8 @@ class NoServerScreen(Screen[str]):
     def compose(self) -> ComposeResult:
         yield Label(KEYS.format(url=self.url), id="no-server-keys")
         with VerticalScroll(id="no-server-body"):
-            yield Markdown(TEXT.format(url=self.url, config_dir=self.config_dir, why=self.why))
+            yield Markdown(TEXT.format(url=self.url, config_dir=self.config_dir, why=self.why,
+                                       flag=contract.THRESHOLD_FLAG))
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:

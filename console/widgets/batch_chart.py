@@ -24,6 +24,7 @@ from rich.text import Text
 
 from console import fmt
 from console.widgets.base import SnapshotWidget
+from server_patch import contract
 
 #: glyph that ends a bar cut at the top of the chart (batch size above the axis maximum)
 CLIPPED = "▲"
@@ -74,14 +75,14 @@ def chart_rows(
         step = ymax / height
         hys_row = None
         if k is not None and threshold and hysteresis and hysteresis > 0:
-            r = int((threshold - hysteresis) // step)
+            r = int(contract.resume_below(threshold, hysteresis) // step)
             if 0 < r < k:  # a row of its own, above the bottom row (where every bar would cover it)
                 hys_row = r
         by_row: dict[int, str] = {}
         if k is not None:
             by_row[k] = fmt.num(threshold)
         if hys_row is not None:
-            by_row[hys_row] = fmt.num(threshold - hysteresis)
+            by_row[hys_row] = fmt.num(contract.resume_below(threshold, hysteresis))
         by_row.setdefault(height - 1, fmt.num(ymax))
         by_row.setdefault(0, "0")
         return plot_w, window, ymax, k, hys_row, by_row

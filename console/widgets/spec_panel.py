@@ -17,6 +17,7 @@ from textual.containers import Vertical, VerticalScroll
 from console import fmt
 from console import state as st
 from console.widgets.base import SnapshotWidget, pack
+from server_patch import contract
 
 # 3-row block font for the badge on tall terminals (only the letters it needs)
 _FONT = {
@@ -65,7 +66,7 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
         return "CONNECTING", [s.url, s.url.removeprefix("http://")], "-unknown"
     g = s.gate
     if g is None:
-        return "NO GATE", ["server runs without --speculative-disable-batch-threshold",
+        return "NO GATE", [f"server runs without {contract.THRESHOLD_FLAG}",
                            "gate not enabled on this server"], "-unknown"
     bs = s.decode_batch
     n, h = g.threshold, g.hysteresis or 0
@@ -73,11 +74,12 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
         return "SPEC ON", [f"decode batch {fmt.num(bs)} < threshold {fmt.num(n)}", f"batch {fmt.num(bs)} < N {fmt.num(n)}"], "-on"
     if g.spec_enabled is False:
         if bs is not None and n is not None and bs < n:
+            low = contract.resume_below(n, h)
             return "SPEC OFF", [
-                f"decode batch {bs}: back on below {n - h} (threshold {n} - hysteresis {h})",
-                f"decode batch {bs}: back on below {n - h} (N - H)",
-                f"decode batch {bs}: back on below {n - h}",
-                f"batch {bs}: on below {n - h}",
+                f"decode batch {bs}: back on below {low} (threshold {n} - hysteresis {h})",
+                f"decode batch {bs}: back on below {low} (N - H)",
+                f"decode batch {bs}: back on below {low}",
+                f"batch {bs}: on below {low}",
             ], "-off"
         return "SPEC OFF", [f"decode batch {fmt.num(bs)} >= threshold {fmt.num(n)}", f"batch {fmt.num(bs)} >= N {fmt.num(n)}"], "-off"
     return "SPEC ?", ["spec_gate has no spec_enabled"], "-unknown"
@@ -160,11 +162,10 @@ def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
     out = []
     if g is None:
         return out
-    if g.threshold is not None and g.hysteresis is not None and g.threshold - g.hysteresis <= 1:
-        out.append(f"N-H = {g.threshold - g.hysteresis}: once off, never back on")
-    mrr = s.max_running_requests
-    if g.threshold is not None and mrr is not None and g.threshold > mrr:
-        out.append(f"threshold {g.threshold} > max running {mrr}: never fires")
+    if contract.never_back_on(g.threshold, g.hysteresis):
+        out.append(f"N-H = {contract.resume_below(g.threshold, g.hysteresis)}: once off, never back on")
+    if g.threshold is not None:
+        out.extend(w.short for w in contract.capacity_warnings(g.threshold, s.max_running_requests, None))
     bs = s.decode_batch
     if bs is not None and g.cuda_graph_max_bs is not None and bs > g.cuda_graph_max_bs:
         out.append(f"decode batch {bs} > cuda graph max bs {g.cuda_graph_max_bs}: no CUDA graph")
@@ -217,7 +218,7 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     if g is None:
         rows.extend(message)
         if s.sample_seen:
-            rows.append([Text("started without --speculative-disable-batch-threshold: no gate to show or change", d["dim"])])
+            rows.append([Text(f"started without {contract.THRESHOLD_FLAG}: no gate to show or change", d["dim"])])
         if s.worker.status == st.CHECK_MISMATCH:
             rows.append([Text("⚠ " + s.worker.detail, d["alarm"])])
         return rows

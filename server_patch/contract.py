@@ -1,0 +1,380 @@
+"""The HTTP + log contract of the speculation gate, in one place (no SGLang, torch or Textual).
+
+Everything a client or the server must agree on is defined here and imported from here:
+``server_patch`` (the SGLang plugin), the console, the demo server and ``bench/``. The prose
+version is ``docs/contract.md``; ``tests/test_contract.py`` keeps the two in step.
+
+* the two server options (CLI flags, ``/set_internal_state`` keys) and their defaults;
+* the rules for a threshold N and hysteresis H (``N >= 1``, ``0 <= H < N``, and, where the
+  scheduler's max running requests is known, ``N <= max running requests``) with the wording of
+  every refusal, for the server's rejections and for a client's checks before it sends;
+* ``resume_below`` (speculation resumes below ``N - H``) and the capacity warnings;
+* the ``spec_gate`` fields of ``/server_info`` (names and JSON types), the per-TP-rank subset,
+  and the keys of the ``/set_internal_state`` answer;
+* the contract's log lines (``spec_gate: speculation off (batch 37 >= 32)`` ...) and their regexes;
+* the sampling rule of the run-time proofs (which OFF steps are checked).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+# -- options -------------------------------------------------------------------------------
+
+THRESHOLD_KEY = "speculative_disable_batch_threshold"
+HYSTERESIS_KEY = "speculative_disable_hysteresis"
+GATE_KEYS = (THRESHOLD_KEY, HYSTERESIS_KEY)
+THRESHOLD_FLAG = "--" + THRESHOLD_KEY.replace("_", "-")
+HYSTERESIS_FLAG = "--" + HYSTERESIS_KEY.replace("_", "-")
+DEFAULT_HYSTERESIS = 0
+
+#: keys of the ``POST /set_internal_state`` answer for a request with gate keys
+SET_ANSWER_KEYS = ("updated", "reason", "threshold", "hysteresis", "decode_step")
+
+
+def set_answer(updated: bool, reason: Optional[str], threshold: Optional[int], hysteresis: Optional[int],
+               decode_step: Optional[int] = None) -> Dict[str, Any]:
+    """The ``POST /set_internal_state`` answer: ``updated`` False means nothing was applied and
+    ``reason`` says why; ``threshold``/``hysteresis`` are the values in force after the call; an
+    accepted change (only) carries ``decode_step``, the first decode batch the new values decide."""
+    values = (updated, reason, threshold, hysteresis, decode_step)
+    keys = SET_ANSWER_KEYS if updated else SET_ANSWER_KEYS[:-1]
+    return dict(zip(keys, values))
+
+
+#: the rejection of a gate key sent to a server started without the gate
+NOT_ENABLED_REASON = (f"the speculation gate is not enabled on this server (start it with {THRESHOLD_FLAG})")
+
+#: extra keys of a gate reply on its way from a scheduler to the tokenizer manager
+#: (inside SGLang's ``SetInternalStateReqOutput.server_args``)
+REASON_KEY = "spec_gate_reason"
+DECODE_STEP_KEY = "spec_gate_decode_step"
+
+# -- the rules for N and H ---------------------------------------------------------------------
+
+
+class GateConfigError(ValueError):
+    """A threshold/hysteresis pair (or an update to it) that the gate refuses; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """Why one value breaks a rule: ``field`` (``threshold``/``hysteresis``), the ``value``,
+    the ``rule`` broken and the ``limit`` it was compared with.
+
+    Rules: ``min`` (N >= 1, H >= 0), ``max_running`` (N <= max running requests),
+    ``above_hysteresis`` (N > H), ``below_threshold`` (H < N).
+    """
+
+    field: str
+    value: int
+    rule: str
+    limit: int
+
+    @property
+    def reason(self) -> str:
+        """The rule in words, e.g. ``must be >= 1``, ``above max running requests 48``."""
+        return {
+            "min": f"must be >= {self.limit}",
+            "max_running": f"above max running requests {self.limit}",
+            "above_hysteresis": f"must be > hysteresis {self.limit}",
+            "below_threshold": f"must be < threshold {self.limit}",
+        }[self.rule]
+
+    def refusal(self) -> str:
+        """A client's refusal before sending, e.g. ``threshold 0 refused: must be >= 1``."""
+        return f"{self.field} {self.value} refused: {self.reason}"
+
+    def server_message(self) -> str:
+        """The server's rejection, e.g. ``threshold must be >= 1, got 0``."""
+        if self.rule == "min":
+            return f"{self.field} must be >= {self.limit}, got {self.value}"
+        if self.rule == "max_running":
+            return (f"threshold {self.value} > max running requests {self.limit}: "
+                    "the batch could never reach it")
+        if self.rule == "below_threshold":
+            return f"hysteresis {self.value} must be < threshold {self.limit}"
+        return f"threshold {self.value} must be > hysteresis {self.limit}"
+
+
+def threshold_problem(value: int, max_running_requests: Optional[int] = None,
+                      hysteresis: Optional[int] = None) -> Optional[Problem]:
+    """Why threshold ``value`` is refused, or None. ``max_running_requests`` (where known) is the
+    largest batch the scheduler runs (a larger N could never fire); ``hysteresis``, when given,
+    must stay below N (a ``-`` step that would reach it is refused)."""
+    if value < 1:
+        return Problem("threshold", value, "min", 1)
+    if max_running_requests is not None and value > max_running_requests:
+        return Problem("threshold", value, "max_running", max_running_requests)
+    if hysteresis is not None and value <= hysteresis:
+        return Problem("threshold", value, "above_hysteresis", hysteresis)
+    return None
+
+
+def hysteresis_problem(value: int, threshold: Optional[int]) -> Optional[Problem]:
+    """Why hysteresis ``value`` is refused with ``threshold`` (``0 <= H < N``), or None."""
+    if value < 0:
+        return Problem("hysteresis", value, "min", 0)
+    if threshold is not None and value >= threshold:
+        return Problem("hysteresis", value, "below_threshold", threshold)
+    return None
+
+
+def require_int(name: str, value: Any) -> None:
+    """Raise :class:`GateConfigError` unless ``value`` is an int (``True`` is not a threshold)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GateConfigError(f"{name} must be an integer, got {value!r}")
+
+
+def resume_below(threshold: int, hysteresis: int) -> int:
+    """Once off, speculation resumes when the decode batch size is ``< N - H``."""
+    return threshold - hysteresis
+
+
+@dataclasses.dataclass(frozen=True)
+class GateConfig:
+    """Threshold N (decode batch size at which speculation turns off) and hysteresis H (req)."""
+
+    threshold: int
+    hysteresis: int = DEFAULT_HYSTERESIS
+
+    def validate(self, max_running_requests: Optional[int] = None) -> "GateConfig":
+        """Return self if valid, else raise :class:`GateConfigError` with the server's reason.
+
+        At startup ``max_running_requests`` is None (it is not final yet; a too large N only
+        warns, :func:`capacity_warnings`); at run time it is the scheduler's value.
+        """
+        require_int("threshold", self.threshold)
+        require_int("hysteresis", self.hysteresis)
+        problem = (threshold_problem(self.threshold, max_running_requests)
+                   or hysteresis_problem(self.hysteresis, self.threshold))
+        if problem is not None:
+            raise GateConfigError(problem.server_message())
+        return self
+
+    @property
+    def resume_below(self) -> int:
+        """Speculation resumes when the decode batch size is ``< N - H``."""
+        return resume_below(self.threshold, self.hysteresis)
+
+
+def parse_update(current: GateConfig, update: Mapping[str, Any],
+                 max_running_requests: Optional[int]) -> GateConfig:
+    """Apply a ``/set_internal_state`` ``server_args`` dict to ``current``, all or nothing.
+
+    Either key may be sent alone; the other keeps its current value.
+
+    Raises:
+        GateConfigError: a key other than the two gate keys is present, a value is not an
+            integer, or the resulting pair is invalid (see :meth:`GateConfig.validate`).
+    """
+    others = sorted(k for k in update if k not in GATE_KEYS)
+    if others:
+        raise GateConfigError(
+            f"gate keys cannot be mixed with other keys ({', '.join(others)}); send them separately")
+    if not any(k in update for k in GATE_KEYS):
+        raise GateConfigError("no gate key in the update")
+    new = GateConfig(threshold=update.get(THRESHOLD_KEY, current.threshold),
+                     hysteresis=update.get(HYSTERESIS_KEY, current.hysteresis))
+    return new.validate(max_running_requests)
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityWarning:
+    """A threshold that is valid but cannot work as meant: ``kind`` ``never_fires`` (N above max
+    running requests) or ``no_cuda_graph`` (N above the largest CUDA-graph batch)."""
+
+    kind: str
+    threshold: int
+    limit: int
+
+    @property
+    def long(self) -> str:
+        """The server's log warning, with the flag that fixes it."""
+        if self.kind == "never_fires":
+            return (f"threshold {self.threshold} > max running requests {self.limit}: speculation can "
+                    "never turn off (set --max-running-requests)")
+        return (f"threshold {self.threshold} > cuda graph max bs {self.limit}: OFF steps will run "
+                "without CUDA graphs (set --cuda-graph-max-bs)")
+
+    @property
+    def short(self) -> str:
+        """A console alarm line."""
+        if self.kind == "never_fires":
+            return f"threshold {self.threshold} > max running {self.limit}: never fires"
+        return f"threshold {self.threshold} > cuda graph max bs {self.limit}: OFF steps without CUDA graphs"
+
+
+def capacity_warnings(threshold: int, max_running_requests: Optional[int],
+                      cuda_graph_max_bs: Optional[int]) -> List[CapacityWarning]:
+    """The warnings for a threshold the gate can never reach or whose OFF steps run without graphs."""
+    out = []
+    if max_running_requests is not None and threshold > max_running_requests:
+        out.append(CapacityWarning("never_fires", threshold, max_running_requests))
+    if cuda_graph_max_bs is not None and threshold > cuda_graph_max_bs:
+        out.append(CapacityWarning("no_cuda_graph", threshold, cuda_graph_max_bs))
+    return out
+
+
+def never_back_on(threshold: Optional[int], hysteresis: Optional[int]) -> bool:
+    """``N - H <= 1``: valid, but once off speculation resumes only below batch size 1, i.e. never
+    while a request runs."""
+    return threshold is not None and hysteresis is not None and resume_below(threshold, hysteresis) <= 1
+
+
+# -- spec_gate in /server_info -----------------------------------------------------------------
+
+#: JSON type tags of the spec_gate fields: ``str``, ``bool``, ``int`` (a count, size, step or
+#: rank, >= 0), ``float``, ``switch`` (an object with SWITCH_FIELDS, or null), ``ranks`` (a list
+#: of objects with RANK_FIELDS). Any field may be null where the server does not know it.
+SPEC_GATE_FIELDS: Dict[str, str] = {
+    "worker_class": "str",
+    "spec_version": "str",
+    "overlap": "bool",
+    "sglang_version": "str",
+    "speculative_algorithm": "str",
+    "topk": "int",
+    "num_steps": "int",
+    "num_draft_tokens": "int",
+    "spec_enabled": "bool",
+    "threshold": "int",
+    "hysteresis": "int",
+    "max_running_requests": "int",
+    "cuda_graph_max_bs": "int",
+    "last_decode_batch_size": "int",
+    "decode_steps_on": "int",
+    "decode_steps_off": "int",
+    "switches": "int",
+    "last_switch": "switch",
+    "accept_length_recent": "float",
+    "accept_length_since_on": "float",
+    "accept_length_first_on_step": "float",
+    "steps_since_on": "int",
+    "off_cuda_graph": "bool",
+    "off_steps_cuda_graph": "int",
+    "off_target_graph_replays": "int",
+    "off_draft_extend_graph_replays": "int",
+    "on_target_graph_replays": "int",
+    "off_target_attention": "str",
+    "off_draft_extend_attention": "str",
+    "off_attention_checks": "int",
+    "off_attention_mismatches": "int",
+    "off_draft_extend": "str",
+    "off_draft_extend_reason": "str",
+    "off_kv_only_graph_replays": "int",
+    "off_kv_only_checks": "int",
+    "off_kv_only_mismatches": "int",
+    "off_resume_steps": "int",
+    "off_early_seq_lens": "bool",
+    "off_early_seq_lens_steps": "int",
+    "off_early_seq_lens_checks": "int",
+    "off_early_seq_lens_mismatches": "int",
+    "tp_rank": "int",
+    "tp_size": "int",
+    "ranks": "ranks",
+}
+#: what each TP rank reports of itself in ``spec_gate.ranks`` (every rank counts its own proofs)
+RANK_FIELDS: Tuple[str, ...] = (
+    "tp_rank", "spec_enabled", "threshold", "hysteresis", "switches", "decode_steps_on",
+    "decode_steps_off", "off_attention_checks", "off_attention_mismatches",
+    "off_early_seq_lens_checks", "off_early_seq_lens_mismatches", "off_kv_only_checks",
+    "off_kv_only_mismatches", "off_resume_steps",
+)
+#: ``last_switch``: decode step index, ``"on"``/``"off"``, batch size (req)
+SWITCH_FIELDS: Tuple[str, ...] = ("step", "direction", "batch_size")
+#: the fields whose values all TP ranks must share (a difference is an alarm)
+RANK_AGREEMENT_FIELDS: Tuple[str, ...] = ("spec_enabled", "threshold", "hysteresis")
+#: where an EAGLE worker class name maps to (``spec_version``); any other class is refused
+WORKER_FAMILIES = {"EAGLEWorker": "v1", "EAGLEWorkerV2": "v2"}
+
+
+def spec_gate_status(*sources: Any) -> Dict[str, Any]:
+    """The ``spec_gate`` dict: every field of SPEC_GATE_FIELDS except ``ranks``, read as the
+    attribute of that name on the first of ``sources`` that has it (the server's runtime, its
+    SpecGate and OFF-step runner; the demo server's simulated ones).
+
+    Raises:
+        AttributeError: no source has some field (a producer that drifted from the contract).
+    """
+    out: Dict[str, Any] = {}
+    for name in SPEC_GATE_FIELDS:
+        if name == "ranks":
+            continue
+        for source in sources:
+            if hasattr(source, name):
+                out[name] = _json_value(getattr(source, name))
+                break
+        else:
+            raise AttributeError(f"spec_gate field {name!r}: no source has it")
+    return out
+
+
+def fields_of(source: Any) -> Dict[str, Any]:
+    """The spec_gate fields that ``source`` has as attributes (e.g. a SpecGate's own counters)."""
+    return {name: _json_value(getattr(source, name)) for name in SPEC_GATE_FIELDS if hasattr(source, name)}
+
+
+def _json_value(value: Any) -> Any:
+    """A dataclass (``last_switch``) as its dict; anything else as it is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def rank_entry(status: Mapping[str, Any]) -> Dict[str, Any]:
+    """One rank's entry of ``spec_gate.ranks`` from its own status dict."""
+    return {name: status[name] for name in RANK_FIELDS}
+
+
+# -- log lines -----------------------------------------------------------------------------------
+
+LOG_TAG = "spec_gate:"
+SWITCH_RE = re.compile(r"spec_gate: speculation (?P<dir>on|off) \(batch (?P<bs>\d+) (?P<op>[<>]=?) (?P<n>\d+)\)")
+CHANGE_RE = re.compile(r"spec_gate: (?P<key>threshold|hysteresis) (?P<old>\d+) -> (?P<new>\d+)")
+REJECTED_RE = re.compile(r"spec_gate: rejected ")
+WORKER_RE = re.compile(
+    r"spec_gate: worker=(?P<worker>\S+) spec=(?P<spec>\S+) overlap=(?P<overlap>\S+)"
+    r"(?: threshold=(?P<threshold>\d+))?(?: hysteresis=(?P<hysteresis>\d+))?"
+)
+
+
+def switch_line(direction: str, batch_size: int, config: GateConfig) -> str:
+    """``spec_gate: speculation off (batch 37 >= 32)`` / ``... on (batch 20 < 28)``."""
+    if direction == "off":
+        return f"spec_gate: speculation off (batch {batch_size} >= {config.threshold})"
+    return f"spec_gate: speculation on (batch {batch_size} < {config.resume_below})"
+
+
+def change_line(key: str, old: int, new: int) -> str:
+    """``spec_gate: threshold 32 -> 33`` (``key``: ``threshold`` or ``hysteresis``)."""
+    return f"spec_gate: {key} {old} -> {new}"
+
+
+def rejected_line(update: Any, reason: str) -> str:
+    """``spec_gate: rejected {'speculative_disable_batch_threshold': 0}: threshold must be >= 1``."""
+    return f"spec_gate: rejected {update!r}: {reason}"
+
+
+def worker_line(worker_class: str, spec_version: str, overlap: bool, config: GateConfig) -> str:
+    """The startup line that names the live worker: ``spec_gate: worker=EAGLEWorkerV2 spec=v2 ...``."""
+    return (f"spec_gate: worker={worker_class} spec={spec_version} overlap={'on' if overlap else 'off'} "
+            f"threshold={config.threshold} hysteresis={config.hysteresis}")
+
+
+# -- run-time proofs -------------------------------------------------------------------------------
+
+#: the first PROOF_FIRST calls of a checked OFF-step path are checked, then every PROOF_EVERY-th
+PROOF_FIRST = 64
+PROOF_EVERY = 256
+
+
+def sampled(n: int) -> bool:
+    """Is the ``n``-th call (from 1) checked? (A check waits for the GPU, so only a sample is.)"""
+    return n <= PROOF_FIRST or n % PROOF_EVERY == 0
+
+
+def sampled_count(n: int) -> int:
+    """How many of the first ``n`` calls are checked (PROOF_EVERY > PROOF_FIRST: no overlap)."""
+    return min(n, PROOF_FIRST) + n // PROOF_EVERY
