@@ -11,9 +11,9 @@ stale draft state would draft from an old token and accept 1 per request.
 Assumes the recovery phase's requests were prefilled in one batch (they then share one position;
 ``bench.gate_correctness`` phase C sends them together and records whether the prediction held).
 
-``python -m bench.recovery_oracle FILE [--models DIR | --vocab V --p-wrong P --seed S]`` adds the
-prediction to each entry of a ``bench.gate_correctness`` JSON list written before phase C recorded
-it, and prints one line per entry. Exit status 0 when every entry equals the prediction, 1 when
+``python -m bench.recovery_oracle FILE [--models DIR | --vocab V (--p-wrong P | --p-wrong-families
+P0,P1,..) --seed S]`` adds the prediction to each entry of a ``bench.gate_correctness`` JSON list
+written before phase C recorded it, and prints one line per entry. Exit status 0 when every entry equals the prediction, 1 when
 one does not or could not be checked (no recovery phase, malformed, not measured), 2 for a file
 or oracle it cannot read.
 """
@@ -131,16 +131,23 @@ def annotate(entries: List[Dict[str, Any]], oracle: Any, configs: Dict[str, Dict
     return lines
 
 
-def oracle_from_maps(vocab: int, p_wrong: float, seed: int) -> Any:
-    """An ``Oracle`` from ``build_maps(vocab, p_wrong, seed)`` alone (no model dir): enough for
-    chains and acceptance; its layout fields (special tokens, sizes) are placeholders."""
-    from bench.synthetic_models import Oracle, build_maps
+def oracle_from_maps(vocab: int, p_wrong: float, seed: int,
+                     p_wrong_families: Optional[Sequence[float]] = None) -> Any:
+    """An ``Oracle`` from ``build_maps(vocab, p_wrong, seed, p_wrong_families=...)`` alone (no
+    model dir): enough for chains and acceptance; its layout fields (special tokens, sizes) are
+    placeholders. ``p_wrong_families`` (K values, with ``p_wrong`` 0) rebuilds a pair made with
+    ``--p-wrong-families``."""
+    from bench.synthetic_models import Oracle, build_family_maps, mean_p_wrong, prompt_families
 
-    pi, succ, corrupted = build_maps(vocab, p_wrong, seed)
-    return Oracle(pi=pi, draft_successor=succ, corrupted=corrupted, p_wrong=p_wrong, seed=seed,
-                  preset="maps-only", vocab=vocab, vocab_size=vocab, special_tokens={},
+    if not 0.0 <= p_wrong <= 1.0:
+        raise ValueError(f"p_wrong must be in [0, 1], got {p_wrong}")
+    families = prompt_families(vocab, p_wrong, None, p_wrong_families)
+    pi, succ, corrupted = build_family_maps(families, seed)
+    return Oracle(pi=pi, draft_successor=succ, corrupted=corrupted, p_wrong=mean_p_wrong(families),
+                  seed=seed, preset="maps-only", vocab=vocab, vocab_size=vocab, special_tokens={},
                   eos_token_id=-1, bos_token_id=-1, pad_token_id=-1, unk_token_id=-1, hidden_size=0,
-                  num_layers=0, draft_intermediate_size=0, target_layers_to_capture=[], dtype="none")
+                  num_layers=0, draft_intermediate_size=0, target_layers_to_capture=[], dtype="none",
+                  families=families)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -148,7 +155,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("file", type=Path, help="a bench.gate_correctness JSON list (rewritten in place)")
     ap.add_argument("--models", type=Path, help="the pair's dir (its oracle.json)")
     ap.add_argument("--vocab", type=int, default=8192, help="without --models: the pair's word count")
-    ap.add_argument("--p-wrong", type=float, default=0.2, help="without --models: the pair's p")
+    ap.add_argument("--p-wrong", type=float, default=None, help="without --models: the pair's p (default 0.2)")
+    ap.add_argument("--p-wrong-families", default=None, metavar="P0,P1,..",
+                    help="without --models: the pair's per-family p (excludes --p-wrong)")
     ap.add_argument("--seed", type=int, default=0, help="without --models: the pair's seed")
     ap.add_argument("--dry-run", action="store_true", help="print, do not rewrite the file")
     a = ap.parse_args(argv)
@@ -159,8 +168,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from bench.synthetic_models import Oracle
 
             oracle = Oracle.load(a.models / "oracle.json")
+        elif a.p_wrong_families is not None:
+            if a.p_wrong is not None:
+                ap.error("give --p-wrong or --p-wrong-families, not both")
+            oracle = oracle_from_maps(a.vocab, 0.0, a.seed, [float(x) for x in a.p_wrong_families.split(",")])
         else:
-            oracle = oracle_from_maps(a.vocab, a.p_wrong, a.seed)
+            oracle = oracle_from_maps(a.vocab, 0.2 if a.p_wrong is None else a.p_wrong, a.seed)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         ap.error(f"no oracle: {type(exc).__name__}: {exc}")
     try:

@@ -1,7 +1,8 @@
 """Synthetic EAGLE-3 target/draft pair with predictable greedy output and acceptance.
 
 Implements ``shared/design/synthetic-models.md`` (corrections against the SGLang 0.5.12 source
-are listed below). ``python -m bench.synthetic_models --out DIR --preset {tiny,1b,8b}`` writes::
+are listed below). ``python -m bench.synthetic_models --out DIR --preset {tiny,1b,8b}
+[--p-wrong P | --families K --p-wrong-families P0,..,PK-1]`` writes::
 
     DIR/target/config.json                  LlamaForCausalLM
     DIR/target/generation_config.json
@@ -12,6 +13,7 @@ are listed below). ``python -m bench.synthetic_models --out DIR --preset {tiny,1
     DIR/draft/model.safetensors
     DIR/draft/tokenizer.json, tokenizer_config.json, special_tokens_map.json
     DIR/oracle.json                         pi, corrupted keys, draft successor map, ids, expected acceptance
+                                             (format 1; format 2 adds ``families`` when K > 1)
 
 Construction (all "SGLang" references are to sglang 0.5.12, ``python/sglang/srt``):
 
@@ -20,6 +22,19 @@ Construction (all "SGLang" references are to sglang 0.5.12, ``python/sglang/srt`
   multiple of 64 (rows past ``V+3`` are padding no tokenizer id maps to).
 * ``pi`` is a random permutation of ``0..V-1`` forming a single cycle; the target's greedy next
   token after word ``x`` is ``pi[x]``.
+* Prompt families ("shifting draft", ``--families K`` / ``--p-wrong-families p_0,..,p_{K-1}``,
+  ``generate_pair(families=, p_wrong_families=)``): the words are split into K contiguous id
+  ranges (family ``k`` = ``k*V//K .. (k+1)*V//K - 1``), ``pi`` is one cycle per family, and
+  ``round(p_k * size_k)`` of family ``k``'s keys are corrupted (their wrong successors are drawn
+  inside the family). A greedy continuation never leaves the family of its prompt's last token,
+  so one server's accept length follows its prompt mix: ``Oracle.family_prompt_ids`` makes prompts
+  of one family, ``Oracle.expected_accept_length(k, family)`` is their accept length, and
+  ``expected_accept_length(k)`` is the pooled value of a uniform mix. Nothing else changes (the
+  weights are built from ``pi`` / the successor map exactly as below). Without these options the
+  pair is the single family ``0..V-1``: same seed, same maps, byte-identical files, format-1
+  ``oracle.json``; with K > 1 ``oracle.json`` is format 2 (format 1 plus ``families``, each
+  ``token_ids`` [start, stop), ``p_wrong`` and derived rates), and ``p_wrong`` is the families'
+  size-weighted mean. ``Oracle.load`` reads both formats.
 * Target (``models/llama.py``): embedding ``E`` Gaussian (std 1). Every ``o_proj`` / ``down_proj``
   is zero (optionally ``proj_noise``-sized noise), so each decoder layer adds exactly 0 to the
   residual stream: the residual stays ``E[x_t]`` through all layers (llama.py:308-330, fused
@@ -69,6 +84,7 @@ Construction (all "SGLang" references are to sglang 0.5.12, ``python/sglang/srt`
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import json
 import math
@@ -89,7 +105,12 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>", "<pad>")
 VOCAB_PAD_MULTIPLE = 64
 #: Gate scale ``s`` of the draft's key-value memory (see module docstring).
 MEMORY_GATE_SCALE = 1.0
+#: oracle.json format of a single-family pair (unchanged since the first generator).
 ORACLE_FORMAT_VERSION = 1
+#: oracle.json format of a multi-family pair: version 1 plus a ``families`` list. A reader that
+#: knows only version 1 refuses it (its single ``p_wrong`` would mispredict acceptance).
+ORACLE_FORMAT_VERSION_FAMILIES = 2
+ORACLE_FORMAT_VERSIONS = (ORACLE_FORMAT_VERSION, ORACLE_FORMAT_VERSION_FAMILIES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,36 +201,169 @@ def vocab_layout(vocab: int) -> dict:
     }
 
 
-def build_maps(vocab: int, p_wrong: float, seed: int) -> tuple[list[int], list[int], list[int]]:
+@dataclasses.dataclass(frozen=True)
+class PromptFamily:
+    """One prompt family: the word ids ``start..stop-1`` (half-open, ``size = stop - start >= 2``),
+    one cycle of ``pi`` over them, and a draft wrong on ``round(p_wrong * size)`` of their keys.
+
+    A greedy continuation never leaves the family of its prompt's last token, so a prompt's family
+    fixes its accept length. In ``oracle.json``: ``{"token_ids": [start, stop], "p_wrong": p, ...}``.
+    Raises ValueError for ``size < 2``, ``start < 0`` or ``p_wrong`` outside [0, 1].
+    """
+
+    start: int
+    stop: int
+    p_wrong: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p_wrong <= 1.0:
+            raise ValueError(f"p_wrong must be in [0, 1], got {self.p_wrong}")
+        if self.start < 0 or self.size < 2:
+            raise ValueError(f"a family needs >= 2 word ids >= 0, got {self.start}..{self.stop - 1}")
+
+    @property
+    def size(self) -> int:
+        """Number of word ids in the family."""
+        return self.stop - self.start
+
+    @property
+    def corrupted_count(self) -> int:
+        """Keys with a wrong draft successor: ``round(p_wrong * size)`` (halves round up)."""
+        return int(math.floor(self.p_wrong * self.size + 0.5))
+
+    def contains(self, token: int) -> bool:
+        """True for ``start <= token < stop``."""
+        return self.start <= int(token) < self.stop
+
+    def to_json(self) -> dict:
+        return {"token_ids": [self.start, self.stop], "p_wrong": self.p_wrong}
+
+    @classmethod
+    def from_json(cls, d: "dict | PromptFamily") -> "PromptFamily":
+        """From ``to_json()``'s dict (extra keys such as derived rates are ignored), or as is."""
+        if isinstance(d, PromptFamily):
+            return d
+        start, stop = d["token_ids"]
+        return cls(int(start), int(stop), float(d["p_wrong"]))
+
+
+def split_families(vocab: int, p_wrong_families: Sequence[float]) -> list[PromptFamily]:
+    """``K = len(p_wrong_families)`` contiguous families over word ids ``0..vocab-1``, sizes
+    ``floor``/``ceil`` of ``vocab / K`` (family ``k`` starts at ``k * vocab // K``); family ``k``'s
+    draft is wrong with probability ``p_wrong_families[k]``.
+
+    Raises ValueError for ``K < 1``, a family smaller than 2 ids (``K > vocab // 2``), or a
+    ``p_wrong`` outside [0, 1].
+    """
+    k = len(p_wrong_families)
+    if k < 1:
+        raise ValueError("need at least one family")
+    if vocab < 2 * k:
+        raise ValueError(f"{k} families need vocab >= {2 * k} (2 ids each), got {vocab}")
+    bounds = [i * vocab // k for i in range(k + 1)]
+    return [PromptFamily(bounds[i], bounds[i + 1], float(p)) for i, p in enumerate(p_wrong_families)]
+
+
+def prompt_families(vocab: int, p_wrong: float = 0.0, families: int | None = None,
+                    p_wrong_families: Sequence[float] | None = None) -> list[PromptFamily]:
+    """The families of a pair, from ``generate_pair``/``build_maps``'s options.
+
+    * neither ``families`` nor ``p_wrong_families``: one family ``0..vocab-1`` with ``p_wrong``
+      (the original single-cycle pair);
+    * ``families=K`` alone: K families, each with ``p_wrong``;
+    * ``p_wrong_families=[p_0, .., p_{K-1}]``: K families (``families``, if given, must equal K).
+
+    Raises ValueError when ``families`` and ``len(p_wrong_families)`` differ, when a nonzero
+    ``p_wrong`` is given together with ``p_wrong_families`` (ambiguous), or as ``split_families``.
+    """
+    if vocab < 2:
+        raise ValueError(f"vocab must be >= 2, got {vocab}")
+    if p_wrong_families is None:
+        return split_families(vocab, [float(p_wrong)] * (1 if families is None else int(families)))
+    if p_wrong:
+        raise ValueError("give p_wrong or p_wrong_families, not both")
+    if families is not None and int(families) != len(p_wrong_families):
+        raise ValueError(f"families={families} but {len(p_wrong_families)} p_wrong_families values")
+    return split_families(vocab, p_wrong_families)
+
+
+def mean_p_wrong(families: Sequence[PromptFamily]) -> float:
+    """Size-weighted mean of the families' ``p_wrong`` (exactly ``p_wrong`` for one family)."""
+    if len(families) == 1:
+        return families[0].p_wrong
+    return sum(f.p_wrong * f.size for f in families) / sum(f.size for f in families)
+
+
+def _check_partition(families: Sequence[PromptFamily]) -> int:
+    """Number of words; raises ValueError unless the families tile ``0..vocab-1`` in order."""
+    if not families or families[0].start != 0:
+        raise ValueError("families must start at word id 0")
+    for a, b in zip(families, families[1:]):
+        if b.start != a.stop:
+            raise ValueError(f"families must be contiguous: {a.start}..{a.stop - 1} then {b.start}..")
+    return families[-1].stop
+
+
+def _draw_family(rng: np.random.Generator, fam: PromptFamily, pi: np.ndarray, succ: np.ndarray) -> list[int]:
+    """Fill ``pi`` and ``succ`` (int64 [vocab], in place) on ``fam``'s ids; return its corrupted keys.
+
+    Draws, in this order: a permutation of the family (its cycle order), the corrupted keys, then
+    one wrong successor per corrupted key, uniform over the family's ids ``!= pi[key]``. For the
+    single family ``0..V-1`` this is exactly the original single-cycle draw sequence.
+    """
+    lo, n = fam.start, fam.size
+    order = lo + rng.permutation(n)
+    pi[order] = np.roll(order, -1)
+    n_wrong = fam.corrupted_count
+    corrupted = lo + np.sort(rng.choice(n, size=n_wrong, replace=False)) if n_wrong else np.array([], np.int64)
+    succ[lo:fam.stop] = pi[lo:fam.stop]
+    for c in corrupted:
+        w = int(rng.integers(n - 1))
+        if w >= pi[c] - lo:
+            w += 1
+        succ[c] = lo + w
+    return [int(c) for c in corrupted]
+
+
+def build_family_maps(families: Sequence[PromptFamily], seed: int) -> tuple[list[int], list[int], list[int]]:
+    """``build_maps`` for explicit families (a contiguous tiling of the word ids, in order).
+
+    Returns ``(pi, draft_successor, corrupted)``, each a list of word ids: ``pi`` is one cycle per
+    family, ``draft_successor`` differs from ``pi`` exactly on ``corrupted`` (sorted), and both
+    map each family into itself. Drawn with ``numpy.random.default_rng(seed)``, family by family.
+    Raises ValueError unless ``families`` tile ``0..V-1``.
+    """
+    vocab = _check_partition(families)
+    rng = np.random.default_rng(seed)
+    pi = np.empty(vocab, dtype=np.int64)
+    succ = np.empty(vocab, dtype=np.int64)
+    corrupted: list[int] = []
+    for fam in families:
+        corrupted += _draw_family(rng, fam, pi, succ)
+    return pi.tolist(), succ.tolist(), corrupted
+
+
+def build_maps(vocab: int, p_wrong: float, seed: int, families: int | None = None,
+               p_wrong_families: Sequence[float] | None = None) -> tuple[list[int], list[int], list[int]]:
     """The oracle's maps, drawn with ``numpy.random.default_rng(seed)`` (device independent).
 
     Returns ``(pi, draft_successor, corrupted)``:
 
-    * ``pi[x]``: the target's greedy next token after word ``x``; one cycle through all ``vocab``.
-    * ``corrupted``: sorted list of ``round(p_wrong * vocab)`` distinct word ids (memory keys whose
-      value is wrong).
+    * ``pi[x]``: the target's greedy next token after word ``x``. By default one cycle through all
+      ``vocab`` words; with ``families``/``p_wrong_families`` (see ``prompt_families``) one cycle
+      per family, so ``pi`` never leaves a family.
+    * ``corrupted``: sorted list of distinct word ids (memory keys whose value is wrong):
+      ``round(p_wrong * vocab)`` of them, or ``round(p_k * size_k)`` in each family ``k``.
     * ``draft_successor[x]``: the token whose embedding the draft's MLP writes for key ``x``:
-      ``pi[x]`` unless ``x`` is corrupted, else a uniformly drawn word ``!= pi[x]``.
+      ``pi[x]`` unless ``x`` is corrupted, else a uniformly drawn word ``!= pi[x]`` of ``x``'s family.
 
-    Raises ValueError for ``p_wrong`` outside [0, 1] or ``vocab < 2``.
+    Without ``families``/``p_wrong_families`` the draws are those of the original single-cycle
+    generator (same seed, same maps; pinned by tests/test_synthetic_families.py).
+    Raises ValueError for ``p_wrong`` outside [0, 1], ``vocab < 2``, or bad family options.
     """
     if not 0.0 <= p_wrong <= 1.0:
         raise ValueError(f"p_wrong must be in [0, 1], got {p_wrong}")
-    if vocab < 2:
-        raise ValueError(f"vocab must be >= 2, got {vocab}")
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(vocab)
-    pi = np.empty(vocab, dtype=np.int64)
-    pi[order] = np.roll(order, -1)
-    n_wrong = int(math.floor(p_wrong * vocab + 0.5))
-    corrupted = np.sort(rng.choice(vocab, size=n_wrong, replace=False)) if n_wrong else np.array([], np.int64)
-    succ = pi.copy()
-    for c in corrupted:
-        w = int(rng.integers(vocab - 1))
-        if w >= pi[c]:
-            w += 1
-        succ[c] = w
-    return pi.tolist(), succ.tolist(), [int(c) for c in corrupted]
+    return build_family_maps(prompt_families(vocab, p_wrong, families, p_wrong_families), seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,11 +371,23 @@ def build_maps(vocab: int, p_wrong: float, seed: int) -> tuple[list[int], list[i
 # ---------------------------------------------------------------------------------------------
 
 
+def _chain_accept_length(a: float, num_steps: int) -> float:
+    """``1 + a + .. + a^k = (1 - a^(k+1)) / (1 - a)`` for per-token acceptance ``a``, k steps."""
+    if a >= 1.0:
+        return float(num_steps + 1)
+    return (1.0 - a ** (num_steps + 1)) / (1.0 - a)
+
+
 @dataclasses.dataclass
 class Oracle:
     """What a generated pair will do, without running it (``DIR/oracle.json``).
 
     Token ids ``0..vocab-1`` are the words ``"w0".."w{vocab-1}"``; ``special_tokens`` come after.
+    ``families`` (``PromptFamily`` list, or the dicts of ``oracle.json``) tiles the words; None
+    (the default, and every format-1 file) means one family ``0..vocab-1`` with ``p_wrong``, and
+    ``__post_init__`` fills it in; ``format_version`` is set from the number of families (1 for
+    one, 2 for more). With several families ``generate_pair`` stores their size-weighted mean
+    ``p_wrong`` (a label; the per-family values drive every prediction).
     """
 
     pi: list[int]
@@ -245,18 +411,57 @@ class Oracle:
     device: str = "cpu"
     proj_noise: float = 0.0
     format_version: int = ORACLE_FORMAT_VERSION
+    families: list[PromptFamily] | None = None
 
     def __post_init__(self) -> None:
         self._pi_inv = [0] * self.vocab
         for x, y in enumerate(self.pi):
             self._pi_inv[y] = x
         self._corrupted_set = set(self.corrupted)
+        if self.families is None:
+            self.families = [PromptFamily(0, self.vocab, float(self.p_wrong))]
+        self.families = [PromptFamily.from_json(f) for f in self.families]
+        if _check_partition(self.families) != self.vocab:
+            raise ValueError(f"families end at {self.families[-1].stop}, vocab is {self.vocab}")
+        self.format_version = ORACLE_FORMAT_VERSION if len(self.families) == 1 else ORACLE_FORMAT_VERSION_FAMILIES
+        self._family_starts = [f.start for f in self.families]
+        self._family_corrupted = [0] * len(self.families)
+        for c in self.corrupted:
+            self._family_corrupted[self.family_of(c)] += 1
 
     # -- identity ---------------------------------------------------------------------------
     @property
     def accept_rate(self) -> float:
-        """Per-draft-token acceptance ``1 - |corrupted| / vocab`` (``1 - p_wrong`` up to rounding)."""
+        """Per-draft-token acceptance over all keys: ``1 - |corrupted| / vocab`` (``1 - p_wrong`` up
+        to rounding; with several families, the mean over keys drawn uniformly from all words)."""
         return 1.0 - len(self.corrupted) / self.vocab
+
+    # -- prompt families ----------------------------------------------------------------------
+    @property
+    def num_families(self) -> int:
+        """Number of prompt families (1 for the original single-cycle pair)."""
+        return len(self.families)
+
+    def family_of(self, token: int) -> int:
+        """Index of the family holding word ``token`` (that of every token of its chain)."""
+        return bisect.bisect_right(self._family_starts, self._check_word(token)) - 1
+
+    def _check_family(self, family: int) -> PromptFamily:
+        if not 0 <= int(family) < len(self.families):
+            raise ValueError(f"family {family} does not exist (0..{len(self.families) - 1})")
+        return self.families[int(family)]
+
+    def family_accept_rate(self, family: int) -> float:
+        """Per-draft-token acceptance of one family: ``1 - corrupted keys / size`` (about
+        ``1 - p_wrong[family]``)."""
+        size = self._check_family(family).size
+        return 1.0 - self._family_corrupted[int(family)] / size
+
+    def family_prompt_ids(self, family: int, num_prompts: int, length: int, seed: int = 0) -> list[list[int]]:
+        """``num_prompts`` prompts of ``length`` word ids, all in ``family`` (shape
+        [num_prompts][length]); their continuations stay in it, so they accept
+        ``expected_accept_length(k, family)``. Seeded like ``random_prompt_ids``."""
+        return random_prompt_ids(self.vocab, num_prompts, length, seed, family=self._check_family(family))
 
     def is_word(self, token: int) -> bool:
         """True for word ids ``0..vocab-1`` (the only ids the chain visits)."""
@@ -283,7 +488,7 @@ class Oracle:
         """The expected greedy continuation: ``[pi(start), pi(pi(start)), ...]``, ``n`` ids.
 
         Holds for any prompt whose last token is ``start_token`` (the target ignores context),
-        with speculation on, off or switching. Raises ValueError if ``start_token`` is not a word
+        with speculation on, off or switching; every id is in ``family_of(start_token)``. Raises ValueError if ``start_token`` is not a word
         id or ``n < 0``.
         """
         x = self._check_word(start_token)
@@ -316,7 +521,7 @@ class Oracle:
         return self._check_word(key) not in self._corrupted_set
 
     # -- acceptance ---------------------------------------------------------------------------
-    def expected_accept_length(self, num_steps: int) -> float:
+    def expected_accept_length(self, num_steps: int, family: int | None = None) -> float:
         """Expected mean accept length per verify for chain drafting (topk 1, ``num_steps`` steps).
 
         accept length = 1 + number of leading draft tokens the target accepts (SGLang counts the
@@ -329,22 +534,36 @@ class Oracle:
         -- Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative
         Decoding", ICML 2023, Eq. (1) (gamma = k). Here the corrupted keys are a fixed random
         subset, so a single prompt's rounds scatter around this; ``simulate_spec_decode`` gives
-        the exact value for a given prompt. Raises ValueError if ``num_steps < 1``.
+        the exact value for a given prompt.
+
+        ``family``: the value for prompts of that family (``a = family_accept_rate(family)``).
+        None: with one family the formula above with ``accept_rate``; with several, the pooled
+        value (tokens / verifies, as a server counts them) of prompts whose last token is uniform
+        over all words and whose outputs have equal length: family ``k`` (weight
+        ``w_k = size_k / vocab``) needs ``1 / E_k`` verifies per token, so
+        ``E = 1 / sum_k (w_k / E_k)``. Raises ValueError if ``num_steps < 1`` or no such family.
         """
         if num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-        a = self.accept_rate
-        if a >= 1.0:
-            return float(num_steps + 1)
-        return (1.0 - a ** (num_steps + 1)) / (1.0 - a)
+        if family is not None:
+            return _chain_accept_length(self.family_accept_rate(family), num_steps)
+        if len(self.families) == 1:
+            return _chain_accept_length(self.accept_rate, num_steps)
+        lengths = self.expected_accept_lengths_by_family(num_steps)
+        return 1.0 / sum(f.size / self.vocab / e for f, e in zip(self.families, lengths))
 
-    def expected_accept_rate(self, num_steps: int) -> float:
+    def expected_accept_lengths_by_family(self, num_steps: int) -> list[float]:
+        """``[expected_accept_length(num_steps, k) for each family k]`` (tokens per verify)."""
+        return [self.expected_accept_length(num_steps, k) for k in range(len(self.families))]
+
+    def expected_accept_rate(self, num_steps: int, family: int | None = None) -> float:
         """Expected SGLang ``spec_accept_rate`` (correct drafts / proposed drafts, no bonus).
 
-        ``(expected_accept_length(k) - 1) / k`` (tokenizer_manager.py:2126-2129 counts a draft
-        as correct only within the accepted prefix, so this is below ``accept_rate`` for k > 1).
+        ``(expected_accept_length(k, family) - 1) / k`` (tokenizer_manager.py:2126-2129 counts a
+        draft as correct only within the accepted prefix, so this is below ``accept_rate`` for
+        k > 1).
         """
-        return (self.expected_accept_length(num_steps) - 1.0) / num_steps
+        return (self.expected_accept_length(num_steps, family) - 1.0) / num_steps
 
     def simulate_spec_decode(self, last_prompt_token: int, max_new_tokens: int, num_steps: int) -> dict:
         """Exact EAGLE-3 chain-drafting trace (topk 1) for a prompt ending in ``last_prompt_token``.
@@ -423,13 +642,29 @@ class Oracle:
 
     # -- (de)serialisation --------------------------------------------------------------------
     def to_json(self) -> dict:
-        """The ``oracle.json`` content (adds derived ``accept_rate`` / ``expected_accept_length``)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The ``oracle.json`` content (adds derived ``accept_rate`` / ``expected_accept_length``).
+
+        One family: format 1, exactly the original keys (no ``families``). Several: format 2, the
+        same keys plus ``families``, one dict per family: ``token_ids`` [start, stop) and
+        ``p_wrong`` (what ``load`` reads back), and derived ``corrupted_count``, ``accept_rate``,
+        ``expected_accept_length`` (num_steps "1".."8" -> tokens per verify).
+        """
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "families"}
         d["accept_rate"] = self.accept_rate
         d["expected_accept_length"] = {str(k): self.expected_accept_length(k) for k in range(1, 9)}
         d["word_token_ids"] = [0, self.vocab]
         d["design_note"] = DESIGN_NOTE
+        if len(self.families) > 1:
+            d["families"] = [self._family_json(k) for k in range(len(self.families))]
         return d
+
+    def _family_json(self, family: int) -> dict:
+        return {
+            **self.families[family].to_json(),
+            "corrupted_count": self._family_corrupted[family],
+            "accept_rate": self.family_accept_rate(family),
+            "expected_accept_length": {str(k): self.expected_accept_length(k, family) for k in range(1, 9)},
+        }
 
     def save(self, path: str | os.PathLike) -> None:
         """Write ``to_json()`` to ``path``."""
@@ -439,30 +674,39 @@ class Oracle:
     def load(cls, path: str | os.PathLike) -> "Oracle":
         """Read an ``oracle.json`` (``path`` may be the file or the generator's output dir).
 
-        Raises FileNotFoundError if missing, ValueError on an unknown ``format_version``.
+        Reads format 1 (one family) and 2 (``families``). Raises FileNotFoundError if missing,
+        ValueError on an unknown ``format_version`` or a format-2 file without ``families``.
         """
         p = Path(path)
         if p.is_dir():
             p = p / "oracle.json"
         d = json.loads(p.read_text())
-        if d.get("format_version") != ORACLE_FORMAT_VERSION:
+        if d.get("format_version") not in ORACLE_FORMAT_VERSIONS:
             raise ValueError(f"{p}: unsupported oracle format_version {d.get('format_version')!r}")
+        if d["format_version"] == ORACLE_FORMAT_VERSION_FAMILIES and not d.get("families"):
+            raise ValueError(f"{p}: format_version 2 without 'families'")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def random_prompt_ids(vocab: int, num_prompts: int, length: int, seed: int = 0) -> list[list[int]]:
-    """Random prompts of word ids only (uniform in ``0..vocab-1``), seeded; shape [num_prompts][length].
+def random_prompt_ids(vocab: int, num_prompts: int, length: int, seed: int = 0,
+                      family: PromptFamily | None = None) -> list[list[int]]:
+    """Random prompts of word ids only (uniform in ``0..vocab-1``, or with ``family`` uniform in
+    its ``start..stop-1``), seeded; shape [num_prompts][length].
 
-    Prompts never contain special tokens, so each continuation is ``Oracle.chain(prompt[-1], n)``.
+    Prompts never contain special tokens, so each continuation is ``Oracle.chain(prompt[-1], n)``
+    (inside ``family`` when given). Without ``family`` the draws are the original ones.
     (SGLang's ``bench_serving --dataset-name random --random-sample false`` draws ids below
     ``tokenizer.vocab_size`` = vocab + 4, benchmark/datasets/random.py:145-153, so a few of its
     prompts contain specials; only a prompt *ending* in one has an unpredictable continuation.)
     """
     if length < 1 or num_prompts < 0:
         raise ValueError("length must be >= 1 and num_prompts >= 0")
+    low, high = (0, vocab) if family is None else (family.start, family.stop)
+    if high > vocab:
+        raise ValueError(f"family {family.start}..{family.stop - 1} is not inside 0..{vocab - 1}")
     rng = np.random.default_rng(seed)
-    return rng.integers(0, vocab, size=(num_prompts, length)).tolist()
+    return rng.integers(low, high, size=(num_prompts, length)).tolist()
 
 
 def ids_to_text(ids: Iterable[int]) -> str:
@@ -799,6 +1043,8 @@ def generate_pair(
     dtype: str | None = None,
     proj_noise: float = 0.0,
     max_shard_gb: float = 5.0,
+    families: int | None = None,
+    p_wrong_families: Sequence[float] | None = None,
 ) -> Oracle:
     """Write the synthetic target/draft pair and ``oracle.json`` under ``out_dir``; return the Oracle.
 
@@ -818,8 +1064,16 @@ def generate_pair(
             N(0, (proj_noise/sqrt(fan_in))^2) noise (cost realism; keep <= ~0.02, the argmax
             guarantee then rests on the margin instead of exact arithmetic).
         max_shard_gb: target/draft files above this are written as HF shards with an index.
+        families: K >= 1 splits the V words into K contiguous prompt families (ids
+            ``k*V//K .. (k+1)*V//K - 1``), ``pi`` into one cycle per family; each family's draft
+            is wrong with probability ``p_wrong`` unless ``p_wrong_families`` is given.
+        p_wrong_families: K per-family fractions of wrong draft keys (family k accepts about
+            ``1 - p_wrong_families[k]`` per draft token); K = ``families`` when both are given.
+            Excludes a nonzero ``p_wrong``. Without ``families``/``p_wrong_families`` the pair
+            (weights, configs, oracle.json) is exactly the original single-cycle one.
 
-    Raises ValueError for an unknown preset/dtype, ``p_wrong`` outside [0, 1], or vocab < 2.
+    Raises ValueError for an unknown preset/dtype, ``p_wrong`` outside [0, 1], vocab < 2, or
+    family options ``prompt_families`` refuses.
     Design: shared/design/synthetic-models.md; math: see the module docstring.
     """
     if preset not in PRESETS:
@@ -833,7 +1087,10 @@ def generate_pair(
         raise ValueError("proj_noise must be >= 0")
     layers = sglang_default_capture_layers(p.num_layers)
     dev = _resolve_device(device)
-    maps = build_maps(vocab, p_wrong, seed)
+    if not 0.0 <= p_wrong <= 1.0:
+        raise ValueError(f"p_wrong must be in [0, 1], got {p_wrong}")
+    fams = prompt_families(vocab, p_wrong, families, p_wrong_families)
+    maps = build_family_maps(fams, seed)
     lay = vocab_layout(vocab)
     out = Path(out_dir)
     tdir, ddir = out / "target", out / "draft"
@@ -856,37 +1113,80 @@ def generate_pair(
 
     pi, succ, corrupted = maps
     oracle = Oracle(
-        pi=pi, draft_successor=succ, corrupted=corrupted, p_wrong=float(p_wrong), seed=int(seed),
+        pi=pi, draft_successor=succ, corrupted=corrupted, p_wrong=float(mean_p_wrong(fams)), seed=int(seed),
         preset=preset, vocab=vocab, vocab_size=lay["vocab_size"], special_tokens=lay["special_tokens"],
         eos_token_id=lay["eos_token_id"], bos_token_id=lay["bos_token_id"],
         pad_token_id=lay["pad_token_id"], unk_token_id=lay["unk_token_id"],
         hidden_size=p.hidden_size, num_layers=p.num_layers,
         draft_intermediate_size=draft_intermediate_size(p, vocab), target_layers_to_capture=layers,
-        dtype=dtype, device=str(dev), proj_noise=float(proj_noise),
+        dtype=dtype, device=str(dev), proj_noise=float(proj_noise), families=fams,
     )
     oracle.save(out / "oracle.json")
     return oracle
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point (see ``--help``). Returns the process exit code."""
+def _float_list(text: str) -> list[float]:
+    """argparse type: "0.1,0.6" -> [0.1, 0.6]."""
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+
+
+def _family_summary(o: Oracle, num_steps: int) -> str:
+    """One line per family: its ids, p_wrong, acceptance and E[accept_len | num_steps]."""
+    lines = []
+    for k, f in enumerate(o.families):
+        lines.append(f"  family {k}: ids {f.start}..{f.stop - 1} p_wrong={f.p_wrong} "
+                     f"accept_rate={o.family_accept_rate(k):.4f} "
+                     f"E[accept_len|{num_steps} steps]={o.expected_accept_length(num_steps, k):.3f}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m bench.synthetic_models",
         description="Write a synthetic EAGLE-3 target/draft pair (+ oracle.json) for SGLang.",
+        epilog="Shifting draft: --families 2 --p-wrong-families 0.1,0.6 makes two prompt families "
+               "(word ids 0..V/2-1 and V/2..V-1); a prompt's continuation stays in the family of "
+               "its last token, so the accept length follows the prompt mix.",
     )
     ap.add_argument("--out", required=True, help="output directory (target/, draft/, oracle.json)")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     ap.add_argument("--vocab", type=int, default=None, help="number of word tokens V (default: preset's)")
-    ap.add_argument("--p-wrong", type=float, default=0.0, help="fraction of draft keys made wrong (acceptance ~ 1-p)")
+    ap.add_argument("--p-wrong", type=float, default=None,
+                    help="fraction of draft keys made wrong (acceptance ~ 1-p; default 0); "
+                         "with --families, of every family")
+    ap.add_argument("--families", type=int, default=None, metavar="K",
+                    help="split the V words into K contiguous prompt families, pi into one cycle per "
+                         "family (default: one family, the original single-cycle pair)")
+    ap.add_argument("--p-wrong-families", type=_float_list, default=None, metavar="P0,P1,..",
+                    help="per-family fraction of wrong draft keys, K comma-separated values "
+                         "(sets K when --families is not given; excludes --p-wrong)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="cpu | cuda[:N] (default: cuda if available)")
     ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None, help="default: preset's")
     ap.add_argument("--proj-noise", type=float, default=0.0, help="noise scale for target o_proj/down_proj (default 0: exact zeros)")
     ap.add_argument("--max-shard-gb", type=float, default=5.0)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (see ``--help``). Returns the process exit code."""
+    ap = _parser()
     a = ap.parse_args(argv)
+    if a.p_wrong is not None and a.p_wrong_families is not None:
+        ap.error("give --p-wrong or --p-wrong-families, not both")
+    p_wrong = 0.0 if a.p_wrong is None else a.p_wrong
+    vocab = int(a.vocab or PRESETS[a.preset].vocab)
+    try:
+        prompt_families(vocab, p_wrong, a.families, a.p_wrong_families)
+    except ValueError as exc:
+        ap.error(str(exc))
     t0 = time.perf_counter()
-    o = generate_pair(a.out, preset=a.preset, vocab=a.vocab, p_wrong=a.p_wrong, seed=a.seed,
-                      device=a.device, dtype=a.dtype, proj_noise=a.proj_noise, max_shard_gb=a.max_shard_gb)
+    o = generate_pair(a.out, preset=a.preset, vocab=a.vocab, p_wrong=p_wrong, seed=a.seed,
+                      device=a.device, dtype=a.dtype, proj_noise=a.proj_noise, max_shard_gb=a.max_shard_gb,
+                      families=a.families, p_wrong_families=a.p_wrong_families)
     dt = time.perf_counter() - t0
     size = sum(f.stat().st_size for f in Path(a.out).rglob("*") if f.is_file())
     print(
@@ -896,6 +1196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{size / 1e9:.2f} GB in {dt:.1f} s",
         file=sys.stderr,
     )
+    if o.num_families > 1:
+        print(_family_summary(o, 3), file=sys.stderr)
     return 0
 
 
