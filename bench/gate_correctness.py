@@ -30,6 +30,7 @@ from typing import Any, Dict
 from bench.oracle_check import check_batch, check_many, check_one, make_prompts
 from bench.recovery_oracle import check_recovery, recovery_prompts
 from bench.server_harness import (
+    CONFIGS,
     eagle3_args,
     record_failure,
     gate_startup_lines,
@@ -41,16 +42,10 @@ from bench.server_harness import (
     wait_ready,
     write_json,
 )
+from server_patch.contract import THRESHOLD_FLAG
 from server_patch.off_attention import DECODE_KERNEL
 
-CONFIGS = {
-    "v2-topk1": dict(topk=1, num_steps=3, num_draft_tokens=4, overlap=True, expect="EAGLEWorkerV2"),
-    "v1-topk1": dict(topk=1, num_steps=3, num_draft_tokens=4, overlap=False, expect="EAGLEWorker"),
-    "v1-topk4": dict(topk=4, num_steps=3, num_draft_tokens=8, overlap=False, expect="EAGLEWorker"),
-}
 MAX_RR = 64
-T = "speculative_disable_batch_threshold"
-H = "speculative_disable_hysteresis"
 
 
 def _wait_steps(url: str, key: str, target: int, timeout_s: float = 120) -> Dict[str, Any]:
@@ -71,7 +66,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         topk=cfg["topk"], num_steps=cfg["num_steps"], num_draft_tokens=cfg["num_draft_tokens"],
         overlap=cfg["overlap"], max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
         mem_fraction=mem_fraction,
-    ) + ["--tp-size", str(tp), "--speculative-disable-batch-threshold", str(MAX_RR)]
+    ) + ["--tp-size", str(tp), THRESHOLD_FLAG, str(MAX_RR)]
     rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "phases": {}}
     server = start_server(f"gate-{name}-tp{tp}", args, port, log_dir)
     url = server.url
@@ -100,7 +95,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         oks.append(ok)
 
         # B. forced OFF
-        r = set_gate(url, **{T: 1})
+        r = set_gate(url, threshold=1)
         g0 = spec_gate(url)
         ok, res = check_many(url, oracle, make_prompts(vocab, 16, 32, 2), 128, 16)
         g1 = spec_gate(url)
@@ -120,7 +115,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         oks.append(ok)
 
         # C. recovery after 200+ OFF steps, four requests at one position (bench/recovery_oracle.py)
-        set_gate(url, **{T: 1})
+        set_gate(url, threshold=1)
         prompts = recovery_prompts(vocab)
         box: Dict[str, Any] = {}
         # one batched request: prefilled together, so all four are at one position when ON starts
@@ -130,7 +125,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         t.start()
         _wait_steps(url, "decode_steps_off", start_off + 220)
         on_before = spec_gate(url)["decode_steps_on"]
-        set_gate(url, **{T: MAX_RR})
+        set_gate(url, threshold=MAX_RR)
         t.join()
         g = spec_gate(url)
         recovery_ok, recovery_res = box["r"]
@@ -159,7 +154,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         def toggler():
             v = 1
             while not stop.is_set():
-                set_gate(url, **{T: v})
+                set_gate(url, threshold=v)
                 flips["n"] += 1
                 v = MAX_RR if v == 1 else 1
                 time.sleep(0.004)
@@ -183,7 +178,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         oks.append(d_ok)
 
         # E. load crossing with hysteresis
-        set_gate(url, **{T: 8, H: 2})
+        set_gate(url, threshold=8, hysteresis=2)
         sw0 = spec_gate(url)["switches"]
         e_ok = True
         for conc in (1, 4, 16, 32, 8, 2, 24, 1):
@@ -194,12 +189,12 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         oks.append(e_ok)
 
         # F. a threshold change takes effect at the next decode step
-        set_gate(url, **{H: 0, T: MAX_RR})
+        set_gate(url, threshold=MAX_RR, hysteresis=0)
         box = {}
         t = threading.Thread(target=lambda: box.update(r=check_one(url, oracle, prompts[0], 400)))
         t.start()
         _wait_steps(url, "decode_steps_on", spec_gate(url)["decode_steps_on"] + 20)
-        reply = set_gate(url, **{T: 1})
+        reply = set_gate(url, threshold=1)
         g = spec_gate(url)
         t.join()
         g2 = spec_gate(url)

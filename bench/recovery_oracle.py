@@ -161,7 +161,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="without --models: the pair's seed")
     ap.add_argument("--dry-run", action="store_true", help="print, do not rewrite the file")
     a = ap.parse_args(argv)
-    from bench.gate_correctness import CONFIGS, write_json
+    from bench.server_harness import CONFIGS, write_json
 
     try:
         if a.models is not None:

@@ -17,7 +17,17 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import httpx
 
+from server_patch.contract import HYSTERESIS_KEY, THRESHOLD_KEY
+
 REPO = Path(__file__).resolve().parent.parent
+
+#: the three EAGLE-3 worker paths of SGLang 0.5.12 the gate is proven on (name -> eagle3_args
+#: keywords, plus the live worker class each must run: ``expect``)
+CONFIGS = {
+    "v2-topk1": dict(topk=1, num_steps=3, num_draft_tokens=4, overlap=True, expect="EAGLEWorkerV2"),
+    "v1-topk1": dict(topk=1, num_steps=3, num_draft_tokens=4, overlap=False, expect="EAGLEWorker"),
+    "v1-topk4": dict(topk=4, num_steps=3, num_draft_tokens=8, overlap=False, expect="EAGLEWorker"),
+}
 
 # What the GPU machine can serve with the slim wheel set (../shared/gpu/README.md).
 BASE_ARGS = [
@@ -180,8 +190,15 @@ def spec_gate(url: str) -> Dict[str, Any]:
     return server_info(url)["internal_states"][0]["spec_gate"]
 
 
-def set_gate(url: str, **values: int) -> Dict[str, Any]:
-    """POST gate keys (``speculative_disable_batch_threshold=..``, ``speculative_disable_hysteresis=..``)."""
+def set_gate(url: str, threshold: Optional[int] = None, hysteresis: Optional[int] = None,
+             **server_args: Any) -> Dict[str, Any]:
+    """POST a gate change (N and/or H, req; other ``server_args`` keys as given) to
+    ``/set_internal_state``; returns the contract's answer (``updated``, ``reason``, ...)."""
+    values = dict(server_args)
+    if threshold is not None:
+        values[THRESHOLD_KEY] = threshold
+    if hysteresis is not None:
+        values[HYSTERESIS_KEY] = hysteresis
     r = httpx.post(url + "/set_internal_state", json={"server_args": values}, timeout=30)
     r.raise_for_status()
     return r.json()

@@ -37,6 +37,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from server_patch.contract import HYSTERESIS_FLAG, THRESHOLD_FLAG, GateConfig, GateConfigError
+
 CONCURRENCY = [1, 2, 4, 8, 16, 32, 64, 128]
 TIME_VARYING = [(1, 16), (64, 256), (4, 32), (128, 512), (2, 16)]  # (max concurrency, requests)
 MAX_RR = 128
@@ -227,8 +229,7 @@ def run(a: argparse.Namespace) -> None:
         args = eagle3_args(target, draft, max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
                            mem_fraction=a.mem_fraction)
         if a.config == "gate":
-            args += ["--speculative-disable-batch-threshold", str(a.threshold),
-                     "--speculative-disable-hysteresis", str(a.hysteresis)]
+            args += [THRESHOLD_FLAG, str(a.threshold), HYSTERESIS_FLAG, str(a.hysteresis)]
     args += a.server_args  # after ours: SGLang's parser keeps the last value of a repeated flag
     a.out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/bench-work")
@@ -238,7 +239,7 @@ def run(a: argparse.Namespace) -> None:
                             "threshold": a.threshold if a.config == "gate" else None}
 
     def force_off() -> None:  # threshold 1, no hysteresis: every decode step is an OFF step
-        set_gate(server.url, speculative_disable_hysteresis=0, speculative_disable_batch_threshold=1)
+        set_gate(server.url, threshold=1, hysteresis=0)
 
     def save() -> None:
         # after every phase, so a run stopped half-way (device time) keeps what it measured
@@ -279,7 +280,7 @@ def run(a: argparse.Namespace) -> None:
             if a.recommend:
                 rec_rows = []
                 for n in a.recommend_thresholds:
-                    set_gate(server.url, speculative_disable_batch_threshold=n)
+                    set_gate(server.url, threshold=n)
                     rec_rows += sweep(f"gate-n{n}", p_label, a.port, server.url, work, n, a.recommend_levels)
                 append_csv(a.out / "throughput.csv", rec_rows)
             meta["final_spec_gate"] = spec_gate(server.url)
@@ -730,8 +731,11 @@ def main() -> None:
             parser.error("--draft goes with --target (a --models pair has its own draft)")
         if a.recommend and a.config != "gate":
             parser.error("--recommend sweeps the gate's threshold: it needs --config gate")
-        if a.config == "gate" and not 0 <= a.hysteresis < a.threshold:
-            parser.error(f"--hysteresis must be >= 0 and < --threshold ({a.threshold}), got {a.hysteresis}")
+        if a.config == "gate":
+            try:
+                GateConfig(a.threshold, a.hysteresis).validate()
+            except GateConfigError as exc:
+                parser.error(f"--threshold / --hysteresis: {exc}")
         if a.profile is not None and a.profile < 1:
             parser.error(f"--profile is a number of concurrent requests >= 1, got {a.profile}")
         if not 0 < a.mem_fraction <= 1:

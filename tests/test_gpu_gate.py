@@ -22,7 +22,8 @@ def models(tmp_path_factory):
 
 @pytest.mark.parametrize("config", ["v2-topk1", "v1-topk1", "v1-topk4"])
 def test_gate_keeps_greedy_output_exact_on_every_worker_path(models, config, tmp_path):
-    from bench.gate_correctness import CONFIGS, run_config
+    from bench.gate_correctness import run_config
+    from bench.server_harness import CONFIGS
     from bench.synthetic_models import Oracle
 
     oracle = Oracle.load(Path(models) / "oracle.json")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bench import oracle_check
-from bench.gate_correctness import CONFIGS
+from bench.server_harness import CONFIGS
 from bench.recovery_oracle import (
     annotate,
     check_recovery,
