@@ -6,6 +6,6 @@
 set -euo pipefail
 dest=${1:?usage: fetch-console-wheels.sh DEST}
 mkdir -p "$dest"
-python3 -m pip download -q --no-deps -d "$dest" textual mdit-py-plugins linkify-it-py uc-micro-py platformdirs "rich>=14.2" "markdown-it-py>=3" \
+python3 -m pip download -q --no-deps -d "$dest" "textual>=8.2,<8.3" mdit-py-plugins linkify-it-py uc-micro-py platformdirs "rich>=14.2" "markdown-it-py>=3" \
   pytest pluggy iniconfig
 du -sh "$dest"

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import socket
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,11 +31,10 @@ from console.config import (
     load_config,
     normalize_url,
     server_host_port,
-    url_from_server_args,
     valid_host,
     writable_dir_problem,
 )
-from console.process import default_server_command, demo_server_command
+from console.modes import demo_config, launch_config
 from console.state import PHASE_CRASHED
 from server_patch import contract
 
@@ -105,50 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
                       help="SIGTERM to SIGKILL delay when stopping the demo server's group (default 10)")
     parser.mode_parsers = sub.choices  # resolve() reports a mode's errors with that mode's usage line
     return parser
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _log_file(log_dir: Path, stem: str) -> Path:
-    return log_dir / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-
-
-def demo_config(base: AppConfig, port: int | None = None, extra: list[str] | None = None) -> AppConfig:
-    """The demo session: the simulated server on ``port`` (default: free), threshold 32, hysteresis 4.
-
-    ``extra`` arguments go to ``python -m console.demo_server`` after the defaults (so they win).
-    """
-    port = port or free_port()
-    extra = list(extra if extra is not None else base.demo_args)
-    log_path = _log_file(base.log_dir, "demo")
-    server_args = [
-        "--port", str(port),
-        contract.THRESHOLD_FLAG, "32",
-        contract.HYSTERESIS_FLAG, "4",
-        *extra,
-    ]
-    return replace(
-        base, mode="demo", url=url_from_server_args(server_args), log_path=log_path,
-        server_command=demo_server_command() + server_args,
-        nvml="sim" if base.nvml != "real" else "real", api_key=api_key_from_server_args(server_args),
-    )
-
-
-def launch_config(base: AppConfig, server_args: list[str]) -> AppConfig:
-    """The launch session: ``python -m server_patch.launch_server <server_args>`` (or $SPECCONSOLE_SERVER_CMD)."""
-    return replace(
-        base,
-        mode="launch",
-        url=url_from_server_args(server_args),
-        api_key=api_key_from_server_args(server_args),
-        log_path=_log_file(base.log_dir, "server"),
-        server_command=default_server_command() + list(server_args),
-    )
 
 
 def resolve(argv: list[str]) -> AppConfig:

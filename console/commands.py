@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import Any, Iterator
 
 from textual.app import SystemCommand
 
 import themes
 
-if TYPE_CHECKING:
-    from console.app import SpecConsoleApp
 
-
-def console_commands(app: "SpecConsoleApp") -> Iterator[SystemCommand]:
-    """The palette commands; threshold commands only when changes are allowed."""
+def console_commands(app: Any) -> Iterator[SystemCommand]:
+    """The palette commands of ``app`` (the :class:`console.app.SpecConsoleApp`); threshold
+    commands only when changes are allowed."""
     if not app.cfg.readonly and app.cfg.mode != "none":
         yield SystemCommand("Threshold +1", "Raise the speculation threshold by 1 req", lambda: app.action_threshold_step(1))
         yield SystemCommand("Threshold -1", "Lower the speculation threshold by 1 req", lambda: app.action_threshold_step(-1))

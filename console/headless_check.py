@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpus is None:
         args.gpus = "sim" if args.demo else "real"
     base = AppConfig(interval_s=args.interval, log_dir=args.log_dir or default_log_dir(), nvml=args.gpus)
-    from console.cli import demo_config, launch_config
+    from console.modes import demo_config, launch_config
 
     if args.url is not None:
         cfg = dataclasses.replace(base, mode="attach", url=args.url, log_path=args.log, api_key=args.api_key)

@@ -30,6 +30,7 @@ from typing import Callable
 
 from console import logparse
 from console import state as st
+from console.events import KIND_CONNECTION, KIND_REJECTED, Outcome
 from server_patch import contract
 
 #: seconds after which an accepted change that spec_gate still does not show is reported
@@ -42,9 +43,6 @@ MESSAGE_TTL_S = 30.0
 UNANSWERED_TTL_S = 600.0
 #: seconds after the server answers again before an unanswered change is called "not applied"
 UNANSWERED_GRACE_S = 3.0
-#: message kind: caused by the connection (cleared when the server answers again)
-KIND_CONNECTION = "connection"
-KIND_REJECTED = "rejected"  # a server rejection: stale once the confirmed N/H change
 
 
 def validate_threshold(value: int, max_running_requests: int | None, hysteresis: int | None = None) -> str | None:
@@ -117,10 +115,11 @@ class ConsoleModel:
 
     # -- inputs ----------------------------------------------------------------------------
 
-    def on_sample(self, sample: st.ServerSample, polled_at: float | None = None) -> list[str]:
+    def on_sample(self, sample: st.ServerSample, polled_at: float | None = None) -> Outcome:
         """A successful poll that started at ``polled_at`` (default: now).
 
-        Returns console messages for the log pane (confirmations).
+        Returns the outcome for pending changes: log lines of the ones it confirms (or finds not
+        applied), none when nothing changed.
         """
         self.sample = sample
         self._sample_at = self.clock() if polled_at is None else polled_at
@@ -144,7 +143,9 @@ class ConsoleModel:
             self.switch_samples.append((now, sample.gate.switches))
             while self.switch_samples and now - self.switch_samples[0][0] > SWITCH_WINDOW_S:
                 self.switch_samples.popleft()
-        return self._check_pending() + self._check_unanswered()
+        lines = self._check_pending() + self._check_unanswered()
+        return Outcome(ok=True, level=self.message_level if lines else "info",
+                       panel=self.message if lines else None, log_lines=tuple(lines))
 
     def switch_rate(self) -> float | None:
         """On<->off switches per minute over the last SWITCH_WINDOW_S (None before 10 s of data)."""
@@ -195,11 +196,12 @@ class ConsoleModel:
         self.message, self.message_level, self.message_at = text, level, self.clock()
         self.message_kind = kind if text else ""
 
-    def refuse(self, why: str) -> str:
-        """Show a refused request's reason; returns its kind (``connection`` while the server is down)."""
+    def refuse(self, why: str) -> Outcome:
+        """A request refused before sending: the panel shows ``why``; the outcome's kind is
+        ``connection`` while the server is down (its notice goes when the server answers)."""
         kind = KIND_CONNECTION if self.connection.reachable is not True else ""
         self.set_message(why, "error", kind)
-        return kind
+        return Outcome(ok=False, level="warning", panel=why, log_lines=(why,), notice=why, kind=kind)
 
     # -- threshold protocol ----------------------------------------------------------------
 
@@ -263,26 +265,27 @@ class ConsoleModel:
             return self.sample.load.max_running_requests
         return None
 
-    def step_threshold(self, delta: int) -> tuple[bool, str]:
+    def step_threshold(self, delta: int) -> Outcome:
         """``+``/``-``: the target threshold +- ``delta``; see :meth:`request_change`."""
         err = self.check_request()
         if err:
-            return False, err
+            return self.refuse(err)
         base = self.base_threshold()
         assert base is not None  # check_request refuses a spec_gate without a threshold
         return self.request_change(base + delta, None)
 
-    def request_change(self, threshold: int | None, hysteresis: int | None) -> tuple[bool, str]:
-        """Validate a change and make it the new target (queued for sending).
+    def request_change(self, threshold: int | None, hysteresis: int | None) -> Outcome:
+        """Validate a change and make it the new target (queued for sending: :meth:`next_to_send`).
 
         Returns:
-            ``(True, log line)`` (e.g. ``request threshold 34 -> 35``) or ``(False, why refused)``.
+            Accepted for sending: ``ok`` with one log line (e.g. ``request threshold 34 -> 35``);
+            refused: not ``ok``, the reason as panel text, log line and notice.
         """
         err = self.check_request(threshold, hysteresis)
         if err:
-            return False, err
+            return self.refuse(err)
         if threshold is None and hysteresis is None:
-            return False, "nothing to change"
+            return self.refuse("nothing to change")
         g = self.gate
         assert g is not None
         cur_t, cur_h = self.target()
@@ -308,7 +311,7 @@ class ConsoleModel:
             change["hysteresis"] = hysteresis
         self._queued.append(change)
         self.set_message(f"sending {_targets(self.pending)}", "info")
-        return True, "request " + ", ".join(parts)
+        return Outcome(ok=True, panel=self.message, log_lines=("request " + ", ".join(parts),))
 
     def next_to_send(self) -> dict[str, int] | None:
         """The change to POST now (``{"threshold": .., "hysteresis": ..}``, either key), or None.
@@ -326,12 +329,12 @@ class ConsoleModel:
         """A change is in flight or queued."""
         return self._inflight is not None or bool(self._queued)
 
-    def on_set_result(self, sent: dict[str, int], result: st.SetResult) -> list[str]:
-        """The server answered the change ``sent``; returns log-pane messages (rejections only).
+    def on_set_result(self, sent: dict[str, int], result: st.SetResult) -> Outcome:
+        """The server answered the change ``sent``.
 
         An accepted change is not logged (the request line and the confirmation are); a
-        rejected one is, with the server's reason. When nothing newer is queued the target
-        falls back to the values the server reports.
+        rejected one is, with the server's reason, which is also the notice. When nothing newer
+        is queued the target falls back to the values the server reports.
         """
         self._inflight = None
         asked = _describe(sent.get("threshold"), sent.get("hysteresis"))
@@ -343,17 +346,20 @@ class ConsoleModel:
                                       else (gate.threshold, gate.hysteresis) if gate is not None else (None, None))
             if not self._queued:
                 self._fall_back(result.threshold, result.hysteresis)
-            return [f"{asked} rejected by server: {reason}"]
+            return Outcome(ok=False, level="error", panel=self.message,
+                           log_lines=(f"{asked} rejected by server: {reason}",),
+                           notice=result.reason or "rejected", notice_title="server rejected the change")
         if not self._queued and self.pending is not None:
             self.pending = replace(self.pending, accepted=True)
             self._accepted_at = self.clock()
             step = f" from decode step {result.decode_step:,}" if result.decode_step is not None else ""
             self.set_message(f"{_targets(self.pending)} accepted{step}, waiting for spec_gate", "info")
-        return self._check_pending()
+        lines = self._check_pending()
+        return Outcome(ok=True, level=self.message_level, panel=self.message, log_lines=tuple(lines))
 
-    def on_set_failure(self, sent: dict[str, int], reason: str, delivered: bool = True) -> list[str]:
+    def on_set_failure(self, sent: dict[str, int], reason: str, delivered: bool = True) -> Outcome:
         """No answer to the change ``sent`` (``delivered`` False: it was not sent at all); the
-        queued changes are dropped; returns the log-pane message."""
+        queued changes are dropped; the outcome's one log line is also its notice."""
         self._inflight = None
         what = _describe(sent.get("threshold"), sent.get("hysteresis"))
         if delivered and st.answered_not_sglang(reason):  # it answered, but not with the contract's JSON
@@ -379,7 +385,7 @@ class ConsoleModel:
             self._unanswered_said = False
             self._unanswered_back_at = None
         self.pending = None  # the next poll shows spec_gate's values
-        return [text]
+        return Outcome(ok=False, level="error", panel=text, log_lines=(text,), notice=text)
 
     def reset_changes(self) -> None:
         """Forget pending, queued and unanswered changes (server restarted)."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import threading
 import time
-from types import ModuleType
 from typing import Any, Callable
 
 from console import state as st
@@ -297,10 +296,3 @@ class NvmlReader:
                     pass
                 self._initialized = False
 
-
-def real_module() -> ModuleType | None:
-    """The installed ``pynvml`` module, or None when nvidia-ml-py is not installed."""
-    try:
-        return importlib.import_module("pynvml")
-    except ImportError:
-        return None

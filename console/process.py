@@ -123,6 +123,19 @@ def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024) -> list[str]
     return lines[-n:]
 
 
+def describe_exit(code: int | None) -> str:
+    """``exit code 1`` or ``killed by SIGKILL (exit code -9)``."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name} (exit code {code})"
+    return f"exit code {code}"
+
+
 class ServerProcess:
     """One server child and its process group.
 

@@ -26,7 +26,7 @@ def free_port() -> int:
 
 def demo_cfg(tmp_path: Path, extra: list[str] | None = None, **overrides: Any) -> AppConfig:
     """A demo-mode AppConfig with a fast simulated server and fast polling, logs under tmp_path."""
-    from console.cli import demo_config
+    from console.modes import demo_config
 
     base = AppConfig(log_dir=tmp_path / "logs", interval_s=0.2, handle_signals=False, stop_timeout_s=3.0)
     cfg = demo_config(base, extra=FAST_DEMO + list(extra or []))

@@ -284,8 +284,8 @@ def test_run_writes_its_json_after_every_phase_so_a_late_failure_keeps_the_rows(
         real_write_json(path, data)
         written.append(json.loads(path.read_text()))
 
-    def set_gate(url, **values):
-        if values.get("speculative_disable_batch_threshold") == 16:
+    def set_gate(url, threshold=None, hysteresis=None, **values):
+        if threshold == 16:
             raise RuntimeError("server went away")
         return {"updated": True}
 

@@ -10,7 +10,7 @@ from textual import events
 
 from console import state as st
 from console.app import SpecConsoleApp
-from console.cli import launch_config
+from console.modes import launch_config
 from console.config import AppConfig
 from console.nvml_sim import SimDevice, SimulatedNvml
 from console.screens.crash import CrashScreen
@@ -495,7 +495,7 @@ async def test_restart_key_while_running_says_so_and_t_when_unreachable(make_app
 
 async def test_a_server_already_on_the_port_is_never_taken_for_ours(make_app, tmp_path):
     """Item 1: the demo refuses to start on a port another server holds; nothing is sent there."""
-    from console.cli import demo_config
+    from console.modes import demo_config
     from console_support import DemoServer
 
     other = DemoServer(tmp_path, ["--load", "fixed:8", "--speculative-disable-batch-threshold", "50"]).wait_ready()
@@ -535,6 +535,8 @@ async def test_a_server_that_takes_the_port_during_startup_or_after_a_crash_is_i
             other = DemoServer(tmp_path, ["--load", "fixed:8", "--speculative-disable-batch-threshold", "50"],
                                port=port).wait_ready()
             await wait_for(pilot, lambda: app.model.connection.foreign, what="foreign listener detected")
+            # the status bar takes a second line for it: one more layout pass
+            await wait_for(pilot, lambda: "NOT CONNECTED" in screen_text(app), timeout=2, what="the top line")
             assert f"NOT CONNECTED: port {port} is held by pid {other.proc.pid}" in screen_text(app)
             assert app.model.connection.last_error.endswith("not by the server this console started")
             assert "PORT TAKEN" in screen_text(app) and "connected │" not in screen_text(app)

@@ -58,7 +58,7 @@ class FrozenApp(SpecConsoleApp):
     def start_session(self) -> None:  # no HTTP, no log follower, no server child
         pass
 
-    def _read_gpus_tick(self) -> None:  # no NVML polling
+    def start_gpu_reads(self) -> None:  # no NVML polling
         pass
 
     def wall_clock(self) -> str:  # no clock text in snapshots

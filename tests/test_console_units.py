@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from console import cli, fmt, logparse, throughput
+from console import cli, fmt, logparse, modes, throughput
 from console import state as st
 from console.client import Backoff, ServerClient, ServerUnreachable, parse_server_info, parse_set_result
 from console.config import AppConfig, ConfigError, api_key_from_server_args, find_config, load_config, url_from_server_args
@@ -215,6 +215,16 @@ def test_check_worker():
 
 # -- model -----------------------------------------------------------------------------------
 
+def lines(outcome) -> list[str]:
+    """The log-pane lines of a threshold-protocol Outcome."""
+    return list(outcome.log_lines)
+
+
+def said(outcome) -> tuple[bool, str]:
+    """``(accepted for sending, its one log line)`` of a request's Outcome."""
+    return outcome.ok, outcome.log_lines[0]
+
+
 def _sample(threshold=32, hysteresis=4, max_running=48, spec_enabled=True):
     gate = {**GATE, "threshold": threshold, "hysteresis": hysteresis, "max_running_requests": max_running,
             "spec_enabled": spec_enabled}
@@ -233,26 +243,26 @@ def test_change_is_shown_only_once_confirmed():
     m = ConsoleModel(clock=lambda: now[0])
     m.on_sample(_sample())
     assert m.check_request(33) is None
-    ok, line = m.request_change(33, None)
+    ok, line = said(m.request_change(33, None))
     assert ok and line == "request threshold 32 -> 33"
     assert m.pending.threshold == 33 and not m.pending.accepted and m.base_threshold() == 33  # pending at once
     sent = m.next_to_send()
     assert sent == {"threshold": 33} and m.next_to_send() is None  # one request in flight at a time
     now[0] += 1
-    assert m.on_set_result(sent, st.SetResult(True, None, 33, 4)) == []  # accepted: not logged again
+    assert lines(m.on_set_result(sent, st.SetResult(True, None, 33, 4))) == []  # accepted: not logged again
     assert m.pending.accepted
     snap = m.snapshot()
     assert snap.gate.threshold == 32 and snap.pending.threshold == 33  # not shown as the value yet
-    assert m.on_sample(_sample(threshold=33), polled_at=0.5) == []  # a poll that began before the answer
+    assert lines(m.on_sample(_sample(threshold=33), polled_at=0.5)) == []  # a poll that began before the answer
     now[0] += 1
-    assert m.on_sample(_sample(threshold=32)) == []
-    assert m.on_sample(_sample(threshold=33)) == ["threshold 32 -> 33 confirmed by spec_gate"]
+    assert lines(m.on_sample(_sample(threshold=32))) == []
+    assert lines(m.on_sample(_sample(threshold=33))) == ["threshold 32 -> 33 confirmed by spec_gate"]
     assert m.pending is None and m.message_level == "ok"
     # not confirmed in time
     m.request_change(34, None)
     m.on_set_result(m.next_to_send(), st.SetResult(True, None, 34, 4))
     now[0] += CONFIRM_TIMEOUT_S + 1
-    msgs = m.on_sample(_sample(threshold=33))
+    msgs = lines(m.on_sample(_sample(threshold=33)))
     assert m.pending is None and "still shows threshold 33" in msgs[0] and m.message_level == "error"
 
 
@@ -265,22 +275,22 @@ def test_presses_that_cancel_out_are_confirmed_as_back_to_the_value():
     while (change := m.next_to_send()) is not None:
         m.on_set_result(change, st.SetResult(True, None, change["threshold"], 4))
     now[0] += 0.1
-    assert m.on_sample(_sample(threshold=33)) == ["threshold back to 33 confirmed by spec_gate"]
+    assert lines(m.on_sample(_sample(threshold=33))) == ["threshold back to 33 confirmed by spec_gate"]
 
 
 def test_each_press_steps_the_target_and_is_sent_in_order():
     now = [0.0]
     m = ConsoleModel(clock=lambda: now[0])
     m.on_sample(_sample())
-    assert m.step_threshold(+1) == (True, "request threshold 32 -> 33")
+    assert said(m.step_threshold(+1)) == (True, "request threshold 32 -> 33")
     first = m.next_to_send()
     assert first == {"threshold": 33}  # the first press goes out at once
-    lines = [m.step_threshold(+1)[1] for _ in range(7)]  # more presses while it is in flight
-    assert lines[:2] == ["request threshold 33 -> 34", "request threshold 34 -> 35"]
-    assert lines[-1] == "request threshold 39 -> 40"
+    steps = [said(m.step_threshold(+1))[1] for _ in range(7)]  # more presses while it is in flight
+    assert steps[:2] == ["request threshold 33 -> 34", "request threshold 34 -> 35"]
+    assert steps[-1] == "request threshold 39 -> 40"
     assert m.pending.threshold == 40 and m.next_to_send() is None
     now[0] += 0.1
-    assert m.on_set_result(first, st.SetResult(True, None, 33, 4)) == []
+    assert lines(m.on_set_result(first, st.SetResult(True, None, 33, 4))) == []
     assert not m.pending.accepted  # 33 accepted, but the target is 40
     sent = []
     while (change := m.next_to_send()) is not None:  # every press is sent, in order, one at a time
@@ -289,17 +299,17 @@ def test_each_press_steps_the_target_and_is_sent_in_order():
         m.on_set_result(change, st.SetResult(True, None, change["threshold"], 4))
     assert sent == [34, 35, 36, 37, 38, 39, 40] and m.pending.accepted
     now[0] += 0.1
-    assert m.on_sample(_sample(threshold=40)) == ["threshold 32 -> 40 confirmed by spec_gate"]
+    assert lines(m.on_sample(_sample(threshold=40))) == ["threshold 32 -> 40 confirmed by spec_gate"]
     # a rejected step with nothing newer queued: the target falls back to the server's values
     m.step_threshold(-1)
     sent = m.next_to_send()
-    assert m.on_set_result(sent, st.SetResult(False, "busy", 40, 4)) == ["set threshold 39 rejected by server: busy"]
+    assert lines(m.on_set_result(sent, st.SetResult(False, "busy", 40, 4))) == ["set threshold 39 rejected by server: busy"]
     assert m.pending is None and m.base_threshold() == 40
     # no answer: pending and the queued presses dropped, the next poll shows the truth
     m.step_threshold(-1)
     m.step_threshold(-1)
     sent = m.next_to_send()
-    (text,) = m.on_set_failure(sent, "timed out")
+    (text,) = lines(m.on_set_failure(sent, "timed out"))
     assert "no answer from server (timed out)" in text and "1 queued change(s) not sent" in text
     assert m.pending is None and not m.sending and m.next_to_send() is None
 
@@ -310,9 +320,9 @@ def test_rejection_and_refusals():
     m.on_sample(parse_server_info({"internal_states": [{}]}, None))
     assert "without the speculation gate" in m.check_request(5)
     m.on_sample(_sample())
-    ok, _ = m.request_change(None, 40)
+    ok, _ = said(m.request_change(None, 40))
     assert ok
-    text = m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 40 must be < threshold 32", 32, 4))
+    text = lines(m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 40 must be < threshold 32", 32, 4)))
     assert text == ["set hysteresis 40 rejected by server: hysteresis 40 must be < threshold 32"]
     assert m.pending is None and m.message_level == "error"
     m.on_sample(_sample())  # the server still has N 32 / H 4: the reason still applies
@@ -321,7 +331,7 @@ def test_rejection_and_refusals():
     assert "must be > hysteresis 4" in m.check_request(4)  # a step may not reach the hysteresis
     assert m.check_request(4, 2) is None  # with a new hysteresis the server judges the pair
     m.on_failure("connection refused")
-    assert m.step_threshold(1) == (False, "server unreachable (connection refused): threshold not changed")
+    assert said(m.step_threshold(1)) == (False, "server unreachable (connection refused): threshold not changed")
     m.on_failure("HTTP 401 unauthorized: pass --api-key")
     assert "pass --api-key" in m.check_request()
     ro = ConsoleModel(readonly=True)
@@ -990,40 +1000,40 @@ def test_reconnect_clears_unreachable_notices_and_late_changes_are_confirmed():
     now = [0.0]
     m = _model_with_gate(clock=lambda: now[0])
     # a change that times out (server frozen) ...
-    ok, _ = m.step_threshold(1)
+    ok, _ = said(m.step_threshold(1))
     change = m.next_to_send()
-    (line,) = m.on_set_failure(change, "timed out")
+    (line,) = lines(m.on_set_failure(change, "timed out"))
     assert "no answer" in line and m.pending is None
     now[0] = 1.0
     m.on_failure("timed out")
     why = m.check_request()
     assert why == "server unreachable (timed out): threshold not changed"
-    assert m.refuse(why) == "connection" and m.snapshot().message == why
+    assert m.refuse(why).kind == "connection" and m.snapshot().message == why
     # ... the server comes back and shows the value: the stale notice goes, the change is confirmed
     now[0] = 5.0
-    lines = m.on_sample(_sample(33), polled_at=5.0)
-    assert lines == ["threshold 32 -> 33 confirmed by spec_gate (applied, although the request was not answered as expected)"]
-    assert m.snapshot().message == lines[0] and m.snapshot().message_level == "ok"
-    assert m.on_sample(_sample(33), polled_at=6.0) == []  # said once
+    said_lines = lines(m.on_sample(_sample(33), polled_at=5.0))
+    assert said_lines == ["threshold 32 -> 33 confirmed by spec_gate (applied, although the request was not answered as expected)"]
+    assert m.snapshot().message == said_lines[0] and m.snapshot().message_level == "ok"
+    assert lines(m.on_sample(_sample(33), polled_at=6.0)) == []  # said once
 
     # a change that never applied: "not applied" once the server has answered for a while
     m = _model_with_gate(clock=lambda: now[0])
     m.step_threshold(1)
     m.on_set_failure(m.next_to_send(), "timed out")
     now[0] = 10.0
-    assert m.on_sample(_sample(32), polled_at=10.0) == []
+    assert lines(m.on_sample(_sample(32), polled_at=10.0)) == []
     now[0] = 14.0
-    (line,) = m.on_sample(_sample(32), polled_at=14.0)
+    (line,) = lines(m.on_sample(_sample(32), polled_at=14.0))
     assert line == "set threshold 33 was not answered as expected and spec_gate shows threshold 32: not applied"
     now[0] = 20.0  # it applied after all: still confirmed
-    assert "confirmed by spec_gate" in m.on_sample(_sample(33), polled_at=20.0)[0]
+    assert "confirmed by spec_gate" in lines(m.on_sample(_sample(33), polled_at=20.0))[0]
 
     # a change that was never sent (the console's own server is gone) is not watched for
     m = _model_with_gate(clock=lambda: now[0])
     m.step_threshold(1)
-    (line,) = m.on_set_failure(m.next_to_send(), "the server this console started is not running", delivered=False)
+    (line,) = lines(m.on_set_failure(m.next_to_send(), "the server this console started is not running", delivered=False))
     assert line == "set threshold 33 not sent: the server this console started is not running"
-    assert m.on_sample(_sample(33), polled_at=30.0) == []
+    assert lines(m.on_sample(_sample(33), polled_at=30.0)) == []
 
 
 def test_no_threshold_changes_for_a_server_that_is_not_running():
@@ -1233,7 +1243,7 @@ def test_attach_log_that_is_a_directory_is_refused(tmp_path, monkeypatch, capsys
 def test_headless_check_says_why_spec_gate_was_not_seen(tmp_path, capsys):
     from console import headless_check
 
-    port = cli.free_port()  # nothing listens there
+    port = modes.free_port()  # nothing listens there
     code = headless_check.main(["--url", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "hc"),
                                 "--timeout", "1", "--gpus", "sim"])
     out = capsys.readouterr().out  # (the progress lines go through Textual's stdout capture here)
@@ -1461,7 +1471,7 @@ def test_a_server_whose_spec_gate_has_no_threshold_gets_no_change_sent():
     (a change was sent, logged as 'threshold None -> 5' and followed by 'spec_gate shows ... None')."""
     m = ConsoleModel()
     m.on_sample(parse_server_info({"internal_states": [{"spec_gate": {"worker_class": "x"}}]}, None))
-    for refused in (m.check_request(), m.check_request(5, 1), m.request_change(5, 1)[1], m.step_threshold(1)[1]):
+    for refused in (m.check_request(), m.check_request(5, 1), said(m.request_change(5, 1))[1], said(m.step_threshold(1))[1]):
         assert "spec_gate has no threshold (it does not follow specconsole's contract" in refused
     assert m.next_to_send() is None
 
@@ -1480,10 +1490,10 @@ def test_an_answer_that_is_not_json_is_one_line_without_the_page():
     m = ConsoleModel()
     m.on_sample(_sample())
     m.request_change(40, None)
-    [text] = m.on_set_failure(m.next_to_send(), answer_summary(html))
+    [text] = lines(m.on_set_failure(m.next_to_send(), answer_summary(html)))
     assert text == "set threshold 40: the server answered HTTP 501 with an HTML page (not SGLang's JSON); not confirmed"
     m.request_change(41, None)
-    [text] = m.on_set_failure(m.next_to_send(), st.NOT_JSON_REASON)
+    [text] = lines(m.on_set_failure(m.next_to_send(), st.NOT_JSON_REASON))
     assert text == f"set threshold 41: the server answered, but its {st.NOT_JSON_REASON}; not confirmed"
 
 
@@ -1541,7 +1551,7 @@ async def test_headless_check_restores_the_threshold_when_a_screenshot_cannot_be
     """A screenshot that fails (after.svg made a directory after the start-up check) fails the
     check but does not leave the server at the changed threshold (it did: 33 instead of 32)."""
     from console import headless_check
-    from console.cli import demo_config
+    from console.modes import demo_config
 
     cfg = demo_config(AppConfig(interval_s=0.2, log_dir=tmp_path / "logs", nvml="sim"),
                       extra=["--startup-seconds", "0.2", "--load", "fixed:8"])
@@ -1559,7 +1569,7 @@ def test_headless_check_stopped_by_sigterm_stops_its_server_and_writes_what_it_s
     """Fresh-user finding: `timeout 300 python -m console.headless_check --launch ...` left
     nothing in --out (and the default SIGTERM action would leave the launched server running)."""
     out = tmp_path / "hc"
-    port = cli.free_port()
+    port = modes.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "console.headless_check", "--demo", "--out", str(out),
                              "--timeout", "60", "--", "--startup-seconds", "60", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -8,22 +8,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from console.process import describe_exit
 from console.state import ProcessState
-
-
-def describe_exit(code: int | None) -> str:
-    """``exit code 1`` or ``killed by SIGKILL (exit code -9)``."""
-    if code is None:
-        return "exit code unknown"
-    if code < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name} (exit code {code})"
-    return f"exit code {code}"
 
 
 class CrashScreen(ModalScreen[str]):

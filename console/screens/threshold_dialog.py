@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
 from console.model import validate_hysteresis, validate_threshold
-from console.widgets.ordered_input import OrderedInput
+from console.textual_compat import OrderedInput
 
 
 @dataclass(frozen=True)

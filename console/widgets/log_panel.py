@@ -14,7 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Static
 
 from console.widgets.log_view import LogView, filter_terms
-from console.widgets.ordered_input import OrderedInput
+from console.textual_compat import OrderedInput
 
 PROMPTS = {
     "search": "search (n / N next / previous match, empty clears)",

@@ -1,0 +1,111 @@
+"""What the UI-free session tells the app: typed events, and the outcome of a threshold request.
+
+The session (:mod:`console.session`) never touches a widget; it hands these to the app's sink,
+and the app (:mod:`console.app`) decides how each one shows: the snapshot goes to the screens,
+log lines to the log pane, an :class:`Outcome`'s notice to a toast, a crash to the crash screen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from console.state import ConsoleSnapshot, ProcessState
+
+#: Outcome.kind of an outcome caused by the server being unreachable: its notice goes away as soon
+#: as the server answers again
+KIND_CONNECTION = "connection"
+#: Outcome.kind of a server rejection (stale once the confirmed N/H change)
+KIND_REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a threshold request (or the server's answer to one) came to.
+
+    ``ok``: the request was queued for sending / the server accepted it. ``level`` ``info``,
+    ``ok``, ``warning`` (refused before sending) or ``error`` (rejected, no answer). ``panel``:
+    the text the Speculation panel now shows (the model has set it), None when it did not change.
+    ``log_lines``: lines for the log pane, in order. ``notice``: a toast's text (``notice_title``
+    its title), None for none. ``kind``: ``connection`` or ``rejected`` (see above), else "".
+    """
+
+    ok: bool
+    level: str = "info"
+    panel: str | None = None
+    log_lines: tuple[str, ...] = ()
+    notice: str | None = None
+    notice_title: str = ""
+    kind: str = ""
+
+
+#: an outcome that changes nothing on screen
+NOTHING = Outcome(ok=True)
+
+
+@dataclass(frozen=True)
+class Published:
+    """A new snapshot for the screens."""
+
+    snapshot: ConsoleSnapshot
+
+
+@dataclass(frozen=True)
+class ConsoleLine:
+    """A line the console itself writes into the log pane (its actions, confirmations)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class LogLines:
+    """Server log lines, ``(kind, text)`` pairs in file order (kinds: :mod:`console.logparse`)."""
+
+    lines: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ChangeOutcome:
+    """The outcome of a threshold request: refused, sent, answered, confirmed."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class ServerNotStarted:
+    """Launch/demo: the server was not started (``short`` on screen, ``notice`` as a toast)."""
+
+    short: str
+    notice: str
+
+
+@dataclass(frozen=True)
+class ServerCrashed:
+    """Launch/demo: the server this console started exited on its own."""
+
+    process: ProcessState
+
+
+@dataclass(frozen=True)
+class PortTaken:
+    """Launch/demo: another process answers on the server's port (nothing is shown or sent there)."""
+
+    port: int | None
+
+
+@dataclass(frozen=True)
+class ServerStopping:
+    """The console is stopping the server's process group (SIGTERM, SIGKILL after ``timeout_s``)."""
+
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Reconnected:
+    """The server answers again after an outage: notices of kind ``connection`` are over."""
+
+
+@dataclass(frozen=True)
+class WorkerMismatch:
+    """The live worker class and the server log disagree (an alarm)."""
+
+    detail: str

@@ -1,0 +1,470 @@
+"""The console's session without a UI: it polls the server, reads NVML and the log, sends
+threshold changes one at a time, and (launch/demo) supervises the server it started.
+
+Everything runs as asyncio tasks on the caller's event loop; blocking reads (NVML, the log
+file, ``/proc``) run in threads, one at a time each, so results arrive in order and a stuck
+read never stalls the loop. Every input goes into :class:`console.model.ConsoleModel`; what the
+UI needs to know goes to the ``sink`` as a typed event (:mod:`console.events`): snapshots, log
+lines, the outcomes of threshold requests, crashes. The session never touches a widget.
+
+Launch/demo: the server's port is checked before the child starts (a server already there is
+never taken for ours), a sample counts only while the process listening on the port is the child,
+and a crash is reported with the exit code and the last log lines (``restart`` starts it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from console import events as ev
+from console import logparse, portcheck
+from console import state as st
+from console.client import Backoff, ServerClient, ServerUnreachable
+from console.config import AppConfig, redact_args, server_host_port
+from console.logfollow import LogFollower
+from console.model import ConsoleModel
+from console.nvml import NvmlReader
+from console.process import ServerProcess, describe_exit
+
+#: seconds between log-file reads
+LOG_READ_S = 0.25
+#: seconds between checks of the server child
+PROCESS_CHECK_S = 0.5
+#: seconds between snapshots when nothing else happens (durations on screen keep counting)
+CLOCK_S = 1.0
+
+
+class ConsoleSession:
+    """One console session (see the module docstring).
+
+    Args:
+        config: what to watch or run (:class:`console.config.AppConfig`).
+        sink: called on the event loop with every event (:mod:`console.events`).
+        nvml_module: a pynvml-compatible object instead of nvidia-ml-py (tests, the demo).
+        http_timeout_s: per-request HTTP timeout in seconds.
+    """
+
+    def __init__(self, config: AppConfig, sink: Callable[[Any], None], nvml_module: Any = None,
+                 http_timeout_s: float = 5.0) -> None:
+        self.cfg = config
+        self.sink = sink
+        self.http_timeout_s = http_timeout_s
+        self.model = ConsoleModel(mode=config.mode, url=config.url, readonly=config.readonly,
+                                  interval_s=config.interval_s,
+                                  log_path=str(config.log_path) if config.log_path else None)
+        self.nvml = NvmlReader(module=nvml_module)
+        self.backoff = Backoff(config.interval_s)
+        self.client: ServerClient | None = None
+        self.follower: LogFollower | None = None
+        self.proc: ServerProcess | None = None
+        self.nvml_busy = False  # an NVML read is running in its thread
+        self.quitting = False
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._scanned: list[str] = []
+        self._last_check = st.CHECK_UNKNOWN
+        self._port_owner_ok = False  # the port's listener was checked to be our child
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _spawn_task(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def configure(self, config: AppConfig, nvml_module: Any = None) -> None:
+        """Switch to another session config before :meth:`start` (the no-server screen's choice)."""
+        self.cfg = config
+        self.model.readonly = config.readonly
+        self.backoff = Backoff(config.interval_s)
+        if nvml_module is not None:
+            self.nvml.close()
+            self.nvml = NvmlReader(module=nvml_module)
+
+    def start_gpus(self) -> None:
+        """Start reading NVML every poll interval (also without a server)."""
+        self._spawn_task(self._gpu_loop())
+        self._spawn_task(self._clock_loop())
+
+    def start(self) -> None:
+        """Start polling (and the server child in launch/demo mode)."""
+        cfg = self.cfg
+        m = self.model
+        m.mode, m.url = cfg.mode, cfg.url
+        m.log_path = str(cfg.log_path) if cfg.log_path else None
+        m.connection = st.ConnectionState(url=cfg.url)
+        self.client = ServerClient(cfg.url, api_key=cfg.api_key, timeout_s=self.http_timeout_s)
+        if cfg.log_path is not None:
+            self.follower = LogFollower(cfg.log_path, on_scan=self._scan_fact)
+        if cfg.server_command:
+            self.proc = ServerProcess(cfg.server_command, cfg.log_path or Path("server.log"),
+                                      stop_timeout_s=cfg.stop_timeout_s)
+            self._start_process()
+        self.console_line(f"{cfg.mode}: {cfg.url}" + (f", log {cfg.log_path}" if cfg.log_path else ""))
+        if cfg.mode == "attach" and cfg.log_path is not None and not cfg.log_path.exists():
+            self.console_line(f"log {cfg.log_path}: no such file yet; it is followed once it appears")
+        if self.follower is not None:
+            self._spawn_task(self._log_loop())
+        if self.proc is not None:
+            self._spawn_task(self._process_loop())
+        self._spawn_task(self._poll_loop())
+        self.publish()
+
+    async def close(self) -> None:
+        """Cancel every task and close the HTTP client, NVML and the log file."""
+        self.quitting = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.client is not None:
+            await self.client.aclose()
+        self.nvml.close()
+        if self.follower is not None:
+            self.follower.close()
+
+    def stop_server(self) -> None:
+        """Stop the server group if this session started one (blocking, idempotent, any thread)."""
+        if self.proc is not None:
+            self.proc.stop()
+
+    def server_running(self) -> bool:
+        """Launch/demo: the child or something of its process group still runs."""
+        p = self.proc
+        return p is not None and p.popen is not None and (p.poll() is None or bool(p.members()))
+
+    async def quit(self) -> None:
+        """Stop polling; in launch/demo mode stop the server's process group (SIGTERM, SIGKILL later)."""
+        self.quitting = True
+        if self.proc is not None and self.server_running():
+            p = self.model.process or st.ProcessState()
+            self.model.on_process(replace(p, phase=st.PHASE_STOPPING))
+            self.publish()
+            self.sink(ev.ServerStopping(self.cfg.stop_timeout_s))
+            await asyncio.to_thread(self.proc.stop)
+
+    # -- output ----------------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Hand the current snapshot to the sink (and report a new worker mismatch)."""
+        snap = self.model.snapshot()
+        if snap.worker.status != self._last_check:
+            if snap.worker.status == st.CHECK_MISMATCH:
+                self.console_line("WORKER MISMATCH: " + snap.worker.detail)
+                self.sink(ev.WorkerMismatch(snap.worker.detail))
+            self._last_check = snap.worker.status
+        self.sink(ev.Published(snap))
+
+    def console_line(self, text: str) -> None:
+        """A console line for the log pane."""
+        self.sink(ev.ConsoleLine(text))
+
+    async def _clock_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CLOCK_S)
+            self.publish()
+
+    # -- threshold changes -----------------------------------------------------------------
+
+    def step_threshold(self, delta: int) -> ev.Outcome:
+        """``+``/``-``: the pending target (else spec_gate's threshold) +- ``delta`` req, sent at once."""
+        return self._requested(self.model.step_threshold(delta))
+
+    def request_change(self, threshold: int | None, hysteresis: int | None) -> ev.Outcome:
+        """Validate a gate change, make it the pending target and send it (absolute values)."""
+        return self._requested(self.model.request_change(threshold, hysteresis))
+
+    def refuse(self, why: str) -> ev.Outcome:
+        """A request refused before sending (e.g. a threshold key in --readonly)."""
+        return self._requested(self.model.refuse(why))
+
+    def _requested(self, outcome: ev.Outcome) -> ev.Outcome:
+        self.sink(ev.ChangeOutcome(outcome))
+        self.publish()
+        if outcome.ok:
+            self._send_next()
+        return outcome
+
+    def _send_next(self) -> None:
+        """POST the next queued change unless one is in flight (answers keep the order)."""
+        change = self.model.next_to_send()
+        if change is not None:
+            self._spawn_task(self._send_change(change))
+
+    async def _send_change(self, change: dict[str, int]) -> None:
+        assert self.client is not None
+        not_sent = None
+        if not self.child_alive():  # launch/demo: never send to whatever else holds the port
+            not_sent = "the server this console started is not running"
+        elif self.model.connection.foreign:
+            not_sent = "another process holds the port"
+        try:
+            if not_sent:
+                raise ServerUnreachable(not_sent)
+            result = await self.client.set_gate(change.get("threshold"), change.get("hysteresis"))
+        except ServerUnreachable as exc:
+            outcome = self.model.on_set_failure(change, str(exc), delivered=not not_sent)
+        else:
+            outcome = self.model.on_set_result(change, result)
+        self.sink(ev.ChangeOutcome(outcome))
+        self.publish()
+        self._send_next()
+        self.poll_now()
+
+    # -- the server child (launch / demo) ----------------------------------------------------
+
+    def _server_port(self) -> tuple[str, int | None]:
+        """(host, port) the child server binds, from its command line."""
+        return server_host_port(self.cfg.server_command or [])
+
+    def _start_process(self) -> None:
+        """Start the child once its port is known to be free."""
+        self._port_owner_ok = False
+        self._spawn_task(self._start_checked())
+
+    async def _start_checked(self) -> None:
+        host, port = self._server_port()
+        taken = None
+        if port is not None:
+            taken = await asyncio.to_thread(portcheck.check_port, host, port,
+                                            hint=portcheck.port_hint(self.cfg.mode), api_key=self.cfg.api_key)
+        if self.quitting:
+            return
+        if taken is not None:
+            self._not_started(taken.short, taken.message, f"server not started: port {port} is in use (see the log)")
+            return
+        self._spawn()  # on the event loop's (main) thread: the parent-death signal is tied to it
+
+    def _not_started(self, short: str, full: str | None = None, notice: str | None = None) -> None:
+        """The child was not started: ``short`` on screen, ``full`` in the log pane, ``notice`` as a toast."""
+        assert self.proc is not None
+        self.model.on_process(st.ProcessState(phase=st.PHASE_CRASHED, exit_code=None, last_lines=(full or short,),
+                                              command=" ".join(redact_args(self.proc.command)), error=short))
+        self.console_line(f"server not started: {full or short}")
+        self.sink(ev.ServerNotStarted(short, notice or f"server not started: {short}"))
+        self.publish()
+
+    def _spawn(self) -> None:
+        assert self.proc is not None
+        try:
+            self.proc.start()
+        except OSError as exc:
+            self._not_started(f"could not start: {exc}")
+            return
+        self.model.on_process(st.ProcessState(
+            phase=st.PHASE_STARTING, pid=self.proc.pid, started_at=self.proc.started_at,
+            restarts=self.proc.starts - 1, command=" ".join(redact_args(self.proc.command)),
+        ))
+        self.console_line(f"started server pid {self.proc.pid} (process group {self.proc.pgid})")
+        self.poll_now()
+        self.publish()
+
+    def child_alive(self) -> bool:
+        """Launch/demo: the server child runs (started, not exited, not being stopped). Attach: True."""
+        proc = self.proc
+        if proc is None:
+            return True
+        return proc.popen is not None and not proc.stopping and proc.poll() is None
+
+    async def _process_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PROCESS_CHECK_S)
+            self.check_process()
+
+    def check_process(self) -> None:
+        """Notice a child that exited on its own: crashed, with its exit code and last log lines."""
+        proc, p = self.proc, self.model.process
+        if proc is None or p is None or proc.stopping or self.quitting:
+            return
+        if p.phase in (st.PHASE_CRASHED, st.PHASE_STOPPED):
+            return
+        code = proc.poll()
+        if code is None:
+            return
+        last = tuple(proc.last_lines(12))
+        self.model.on_process(replace(p, phase=st.PHASE_CRASHED, exit_code=code, last_lines=last))
+        self.console_line(f"server exited on its own: {describe_exit(code)}; r restarts it")
+        self.publish()
+        self._spawn_task(self._reap_group())
+        self.sink(ev.ServerCrashed(self.model.process))
+
+    async def _reap_group(self) -> None:
+        """After a crash: stop whatever the dead server left in its process group."""
+        if self.proc is not None:
+            left = await asyncio.to_thread(self.proc.members)
+            if left:
+                self.console_line(f"stopping {len(left)} leftover process(es) of the crashed server")
+            await asyncio.to_thread(self.proc.stop)
+
+    def restart_problem(self) -> str | None:
+        """Why the server cannot be restarted now (attached, or still running), or None."""
+        if self.proc is None:
+            return "r restarts only a server this console started (launch / demo); this one is attached"
+        if self.proc.poll() is None and self.proc.members():
+            return ("the server is still running: r restarts it only after it has exited "
+                    "(q stops it and quits)")
+        return None
+
+    def restart(self) -> None:
+        """Start the server again after a crash (check :meth:`restart_problem` first)."""
+        m = self.model
+        m.sample = None
+        m.reset_changes()
+        m.set_message(None)
+        m.connection = st.ConnectionState(url=self.cfg.url)
+        self.console_line("restarting the server")
+        self._start_process()
+        self.poll_now()
+        self.publish()
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        """Poll forever: /server_info + /v1/loads every interval, backing off while down.
+
+        Launch/demo: only while the child runs, and a sample counts only when the process
+        listening on the port is the child (or cannot be told apart): whatever else answers on
+        that port (a server that was there first, or took the port after a crash) is never
+        shown as the console's server.
+        """
+        assert self.client is not None
+        while True:
+            if not self.child_alive():
+                # nothing of ours to poll (starting, crashed, stopped): never talk to the port
+                if self.proc is not None and self.proc.popen is not None:
+                    self.check_process()
+                await self._sleep(self.cfg.interval_s)
+                continue
+            await self.poll_once()
+            failures = self.model.connection.failures
+            starting = self.model.process is not None and self.model.process.phase != st.PHASE_READY
+            delay = self.cfg.interval_s if starting else self.backoff.delay(failures)
+            self.model.poll_delay_s = delay
+            self.publish()
+            await self._sleep(delay)
+
+    async def poll_once(self) -> None:
+        """One poll of the server, folded into the model."""
+        assert self.client is not None
+        polled_at = self.model.clock()
+        was_down = self.model.connection.reachable is not True
+        try:
+            sample = await self.client.poll()
+        except ServerUnreachable as exc:
+            self.model.on_failure(str(exc))
+            return
+        foreign = await self._foreign_listener()
+        if not self.child_alive():
+            self.check_process()  # it exited while we asked: the answer is not its
+        elif foreign:
+            self._on_foreign(foreign)
+        else:
+            outcome = self.model.on_sample(sample, polled_at)
+            if outcome.log_lines:
+                self.sink(ev.ChangeOutcome(outcome))
+            if was_down:
+                self.sink(ev.Reconnected())
+            p = self.model.process
+            if p is not None and p.phase not in (st.PHASE_READY, st.PHASE_CRASHED, st.PHASE_STOPPING,
+                                                 st.PHASE_STOPPED):
+                self.model.on_process(replace(p, phase=st.PHASE_READY))
+
+    async def _sleep(self, delay: float) -> None:
+        """Wait ``delay`` seconds or until :meth:`poll_now`."""
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=delay)
+        except asyncio.TimeoutError:
+            pass
+
+    def poll_now(self) -> None:
+        """Wake the poll loop now (after a change, or when the server became ready)."""
+        self._wake.set()
+
+    async def _foreign_listener(self) -> str | None:
+        """Launch/demo: who holds the port if it is provably not the child, else None.
+
+        Checked (Linux, ``/proc``) until the child is seen holding it once per start; a
+        listener this user may not inspect (another user's, a container proxy) counts as ours.
+        """
+        if self.proc is None or self._port_owner_ok:
+            return None
+        _, port = self._server_port()
+        if port is None:
+            self._port_owner_ok = True
+            return None
+        owners = await asyncio.to_thread(portcheck.listener_pids, port)
+        if not owners:  # not Linux, or a listener we may not inspect: cannot be told apart
+            self._port_owner_ok = True
+            return None
+        if owners & set(self.proc.members()):
+            self._port_owner_ok = True
+            return None
+        return f"port {port} is held by {portcheck.process_line(min(owners), 40)}, not by the server this console started"
+
+    def _on_foreign(self, who: str) -> None:
+        first = not self.model.connection.foreign
+        self.model.on_failure(who, foreign=True)
+        if first:
+            self.console_line(who + ": not shown, nothing sent there")
+            self.sink(ev.PortTaken(self._server_port()[1]))
+
+    # -- NVML and the log --------------------------------------------------------------------
+
+    async def _gpu_loop(self) -> None:
+        while not self.quitting:
+            self.nvml_busy = True
+            try:
+                panel = await asyncio.to_thread(self.nvml.read)
+            finally:
+                self.nvml_busy = False
+            self.model.on_gpus(panel)
+            self.publish()
+            await asyncio.sleep(self.cfg.interval_s)
+
+    def _scan_fact(self, line: str) -> None:
+        """Called from the log thread for lines above the initial tail: keep only fact lines."""
+        if line.startswith(logparse.START_MARKER) or logparse.classify(line) == logparse.VERIFY:
+            self._scanned.append(line)
+
+    def _read_log(self) -> tuple[list[str], list[tuple[str, str]]]:
+        assert self.follower is not None
+        lines = self.follower.read_new()
+        scanned, self._scanned = self._scanned, []
+        return scanned, [(logparse.classify(line), line) for line in lines]
+
+    async def _log_loop(self) -> None:
+        while True:
+            scanned, lines = await asyncio.to_thread(self._read_log)
+            if lines or scanned:
+                self._on_log_lines(scanned, lines)
+            await asyncio.sleep(LOG_READ_S)
+
+    def _on_log_lines(self, scanned: list[str], lines: list[tuple[str, str]]) -> None:
+        for line in scanned:
+            self.model.on_log_line(line)
+        ready_before = self.model.facts.phase == st.PHASE_READY
+        for _, line in lines:
+            self.model.on_log_line(line)
+        self.sink(ev.LogLines(tuple(lines)))
+        if not ready_before and self.model.facts.phase == st.PHASE_READY:
+            self.poll_now()
+        self.publish()
+
+    async def server_answers(self, url: str) -> bool:
+        """``GET url/health`` answers 200 (the no-server screen's retry)."""
+        client = ServerClient(url, timeout_s=1.0)
+        try:
+            return await client.health()
+        finally:
+            await client.aclose()
+
+
+def wall_clock() -> str:
+    """Local time ``HH:MM:SS`` for console lines in the log pane."""
+    return time.strftime("%H:%M:%S")
