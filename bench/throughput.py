@@ -20,6 +20,9 @@ Usage on the GPU machine (models from ``python -m bench.synthetic_models --prese
     python -m bench.throughput run --config gate --threshold 48 --recommend --models /tmp/models/8b/p0.2 --out $OUT
 Here, from the committed CSVs: python -m bench.throughput summarize bench/results/x2-2026-11-30c/*.csv
 
+Real traffic (variable lengths, Poisson arrivals; against a running server or one started like
+``run``; rows in OUT/real-traffic.csv) is ``traffic`` / ``summarize-traffic``, in bench/traffic.py.
+
 Bad input (a missing or malformed CSV, a path that is not there) ends with a one-line message on
 stderr and a non-zero exit, never a traceback; ``offcost``/``plot`` check ``--out`` before working
 and write nothing when there is nothing to write.
@@ -37,6 +40,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from bench import traffic
+from bench.errors import BenchError  # one class for this module (__main__ under -m) and bench.traffic
 from server_patch.contract import HYSTERESIS_FLAG, THRESHOLD_FLAG, GateConfig, GateConfigError
 
 CONCURRENCY = [1, 2, 4, 8, 16, 32, 64, 128]
@@ -58,11 +63,6 @@ CSV_COLUMNS = ["config", "p_wrong", "concurrency", "output_tok_s", "mean_tpot_ms
 INTEGER_COLUMNS = ("concurrency", "threshold")
 POSITIVE_COLUMNS = ("concurrency", "output_tok_s", "mean_tpot_ms", "p99_tpot_ms", "threshold")
 OPTIONAL_COLUMNS = ("accept_length", "threshold")
-
-
-class BenchError(Exception):
-    """Bad input the user can fix (a CSV, a path, a missing optional package): ``main`` prints the
-    message on stderr and exits 1, without a traceback."""
 
 
 _DRIVER = None
@@ -717,13 +717,14 @@ def main() -> None:
     o.add_argument("csv", type=Path, nargs="+", help="throughput CSVs")
     o.add_argument("--note", default="", help="what the OFF step was (commit, attention kernel)")
     o.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    traffic.add_parsers(sub)  # traffic, summarize-traffic (bench/traffic.py)
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     a.server_args = extra
     parser = sub.choices[a.cmd]
-    if extra and a.cmd != "run":
-        parser.error("arguments after -- are server arguments, only for run")
+    if extra and a.cmd not in ("run", "traffic"):
+        parser.error("arguments after -- are server arguments, only for run and traffic")
     if a.cmd == "run":
         if a.target is not None and not a.draft:
             parser.error("--target needs --draft")
@@ -743,9 +744,17 @@ def main() -> None:
         _check_run_paths(parser, a)
     elif a.cmd in ("plot", "offcost"):
         _check_out(parser, a.out, a.csv)
+    elif a.cmd in traffic.COMMANDS:
+        traffic.check_args(parser, a)
     try:
         if a.cmd == "run":
             run(a)
+        elif a.cmd == "summarize-traffic":
+            from bench.traffic_summary import summarize_traffic
+
+            summarize_traffic(a)
+        elif a.cmd in traffic.COMMANDS:
+            traffic.main(a)
         elif a.cmd == "summarize":
             summarize(a)
         elif a.cmd == "plot":
