@@ -14,7 +14,7 @@ from textual.containers import Vertical
 
 from console import fmt
 from console import state as st
-from console.widgets.base import SnapshotWidget, pack
+from console.widgets.base import LinesWidget, pack
 from console.widgets.batch_chart import BatchChart
 
 
@@ -64,30 +64,7 @@ def footer_lines(s: st.ConsoleSnapshot, width: int, label, value, note, stale=No
     return pack(parts, width)
 
 
-class _Lines(SnapshotWidget):
-    """A snapshot widget whose height is the number of lines it renders at its width."""
-
-    def lines(self, width: int) -> list[Text]:  # pragma: no cover - overridden
-        return []
-
-    def get_content_height(self, container, viewport, width: int) -> int:
-        return max(1, len(self.lines(width)))
-
-    _height = -1
-
-    def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
-        height = len(self.lines(self.size.width)) if self.size.width else -1
-        if height != self._height:  # re-layout only when the number of lines changes
-            self._height = height
-            self.refresh(layout=True)
-
-    def render(self) -> Text:
-        text = Text("\n", no_wrap=True).join(self.lines(self.size.width))
-        text.no_wrap = True
-        return text
-
-
-class LoadSummary(_Lines):
+class LoadSummary(LinesWidget):
     """``running 37  queue 0  5,980 tok/s`` (requests, from ``/v1/loads``)."""
 
     COMPONENT_CLASSES = {"load--label", "load--value", "load--stale"}
@@ -97,7 +74,7 @@ class LoadSummary(_Lines):
                              self.style_of("load--stale"))
 
 
-class LoadFooter(_Lines):
+class LoadFooter(LinesWidget):
     """Limits and token usage; in demo mode, where the tok/s numbers come from."""
 
     COMPONENT_CLASSES = {"load--label", "load--value", "load--note", "load--stale"}
