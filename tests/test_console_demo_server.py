@@ -11,7 +11,6 @@ import pytest
 
 from console import demo_server as ds
 from console import logparse
-from console import throughput
 from console_support import DemoServer
 
 #: every key of ``spec_gate`` in the README's table (kept in step with it by the test below)
@@ -83,9 +82,9 @@ def test_loads_shape(server):
     loads = server.get("/v1/loads?include=core,spec")
     assert {"timestamp", "version", "dp_rank_count", "loads", "aggregate"} <= set(loads)
     (entry,) = loads["loads"]
-    assert entry["dp_rank"] == 0 and entry["num_running_reqs"] == 8 and entry["num_waiting_reqs"] == 0
+    assert entry["num_running_reqs"] == 8 and entry["num_waiting_reqs"] == 0
     assert entry["max_running_requests"] == 96
-    assert entry["gen_throughput"] == pytest.approx(throughput.gen_throughput(8, True), rel=0.05)
+    assert entry["gen_throughput"] == 0.0  # as SGLang without --enable-metrics (tests/test_real_answers.py)
     assert set(entry["speculative"]) == {"accept_length", "accept_rate"}
     assert "speculative" not in server.get("/v1/loads?include=core")["loads"][0]
 

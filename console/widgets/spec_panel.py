@@ -131,6 +131,9 @@ class SpecBadge(SnapshotWidget):
         if glyphs and len(glyphs[0]) <= width:
             for row in glyphs:
                 text.append(row + "\n", "bold")
+            # the plain words too: block letters are invisible to copy-paste, grep and screen readers
+            _, reason, _ = badge_state(self.snapshot, max(1, width - len(label) - 3))
+            text.append(label + " · ", "bold")
             text.append(reason, self.style_of("spec-badge--reason"))
             if pinned:
                 text.append("\n" + pinned, "bold")
