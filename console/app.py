@@ -177,6 +177,8 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
             self.clear_notices(ev.KIND_CONNECTION)
         elif isinstance(event, ev.WorkerMismatch):
             self.notify(event.detail, title="worker class mismatch", severity="error", timeout=10)
+        elif isinstance(event, ev.InternalError):
+            self.notice(event.text, title="specconsole bug", severity="error", timeout=10, tag=event.where)
 
     def _show_outcome(self, outcome: ev.Outcome) -> None:
         for line in outcome.log_lines:

@@ -109,3 +109,11 @@ class WorkerMismatch:
     """The live worker class and the server log disagree (an alarm)."""
 
     detail: str
+
+
+@dataclass(frozen=True)
+class InternalError:
+    """A bug in the console itself (``where``: which part); it is reported and that part restarted."""
+
+    where: str
+    text: str

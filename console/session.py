@@ -36,6 +36,8 @@ LOG_READ_S = 0.25
 PROCESS_CHECK_S = 0.5
 #: seconds between snapshots when nothing else happens (durations on screen keep counting)
 CLOCK_S = 1.0
+#: seconds before a loop that raised runs again
+RESTART_AFTER_ERROR_S = 1.0
 
 
 class ConsoleSession:
@@ -71,11 +73,37 @@ class ConsoleSession:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def _spawn_task(self, coro) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn_task(self, coro, name: str = "") -> asyncio.Task:
+        """Run ``coro`` as a task of this session; an exception in it is reported, not lost."""
+        task = asyncio.get_running_loop().create_task(self._reported(coro, name or coro.__name__))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def _spawn_loop(self, factory, name: str) -> asyncio.Task:
+        """Run the loop ``factory()`` as a task; after an exception it is reported and restarted
+        (a bug in one answer's handling must not stop polling for the rest of the session)."""
+
+        async def forever() -> None:
+            while not self.quitting:
+                if await self._reported(factory(), name):
+                    return
+                await asyncio.sleep(RESTART_AFTER_ERROR_S)
+
+        return self._spawn_task(forever(), name)
+
+    async def _reported(self, coro, name: str) -> bool:
+        """Await ``coro``; True when it ended normally, False after an exception (reported)."""
+        try:
+            await coro
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - shown to the operator instead of vanishing
+            text = f"internal error in {name}: {type(exc).__name__}: {exc}"
+            self.console_line(text + " (please report it)")
+            self.sink(ev.InternalError(name, text))
+            return False
 
     def configure(self, config: AppConfig, nvml_module: Any = None) -> None:
         """Switch to another session config before :meth:`start` (the no-server screen's choice)."""
@@ -88,8 +116,8 @@ class ConsoleSession:
 
     def start_gpus(self) -> None:
         """Start reading NVML every poll interval (also without a server)."""
-        self._spawn_task(self._gpu_loop())
-        self._spawn_task(self._clock_loop())
+        self._spawn_loop(self._gpu_loop, "the NVML reads")
+        self._spawn_loop(self._clock_loop, "the clock")
 
     def start(self) -> None:
         """Start polling (and the server child in launch/demo mode)."""
@@ -109,10 +137,10 @@ class ConsoleSession:
         if cfg.mode == "attach" and cfg.log_path is not None and not cfg.log_path.exists():
             self.console_line(f"log {cfg.log_path}: no such file yet; it is followed once it appears")
         if self.follower is not None:
-            self._spawn_task(self._log_loop())
+            self._spawn_loop(self._log_loop, "the log reader")
         if self.proc is not None:
-            self._spawn_task(self._process_loop())
-        self._spawn_task(self._poll_loop())
+            self._spawn_loop(self._process_loop, "the server watch")
+        self._spawn_loop(self._poll_loop, "the poll loop")
         self.publish()
 
     async def close(self) -> None:

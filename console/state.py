@@ -68,6 +68,16 @@ RankState = make_dataclass(
 )
 
 
+#: One bucket of the auto threshold's learned curve (``spec_gate.auto_buckets``): its batch sizes
+#: ``lo``..``hi`` (req), estimated output tok/s with speculation on / off, the samples behind them,
+#: the accept length, whether speculation is preferred there; fields: ``contract.BUCKET_FIELDS``.
+Bucket = make_dataclass(
+    "Bucket", [(name, Any, field(default=None)) for name in contract.BUCKET_FIELDS],
+    frozen=True, namespace={"__module__": __name__})
+_BUCKET_TYPES = {"lo": _int, "hi": _int, "on_tok_s": _float, "off_tok_s": _float, "on_samples": _int,
+                 "off_samples": _int, "accept_length": _float, "on": _bool}
+
+
 def _convert(tag: str, value: Any) -> Any:
     """A spec_gate value of JSON type ``tag`` (contract.SPEC_GATE_FIELDS) as the console keeps it."""
     if tag == "switch":
@@ -75,6 +85,9 @@ def _convert(tag: str, value: Any) -> Any:
             return None
         return LastSwitch(step=_int(value.get("step")), direction=_str(value.get("direction")),
                           batch_size=_int(value.get("batch_size")))
+    if tag == "buckets":
+        return tuple(Bucket(**{name: _BUCKET_TYPES.get(name, _str)(b.get(name)) for name in contract.BUCKET_FIELDS})
+                     for b in (value if isinstance(value, (list, tuple)) else ()) if isinstance(b, Mapping))
     if tag == "ranks":
         return tuple(RankState(**{name: _convert(contract.SPEC_GATE_FIELDS[name], r.get(name))
                                   for name in contract.RANK_FIELDS})
@@ -99,7 +112,7 @@ def _ranks_disagree(self) -> bool:
 #: RankState, ``last_switch`` a LastSwitch or None).
 GateState = make_dataclass(
     "GateState",
-    [(name, _field_type(tag), field(default=() if tag == "ranks" else None))
+    [(name, _field_type(tag), field(default=() if tag in ("ranks", "buckets") else None))
      for name, tag in contract.SPEC_GATE_FIELDS.items()],
     frozen=True,
     namespace={"__module__": __name__, "from_json": classmethod(_gate_from_json),

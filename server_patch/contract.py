@@ -2,7 +2,7 @@
 
 Everything a client or the server must agree on is defined here and imported from here:
 ``server_patch`` (the SGLang plugin), the console, the demo server and ``bench/``. The prose
-version is ``docs/contract.md``; ``tests/test_contract.py`` keeps the two in step.
+version is ``docs/contract.md``; ``tests/test_console_demo_server.py`` keeps the two in step.
 
 * the two server options (CLI flags, ``/set_internal_state`` keys) and their defaults;
 * the rules for a threshold N and hysteresis H (``N >= 1``, ``0 <= H < N``, and, where the
@@ -29,6 +29,10 @@ GATE_KEYS = (THRESHOLD_KEY, HYSTERESIS_KEY)
 THRESHOLD_FLAG = "--" + THRESHOLD_KEY.replace("_", "-")
 HYSTERESIS_FLAG = "--" + HYSTERESIS_KEY.replace("_", "-")
 DEFAULT_HYSTERESIS = 0
+#: the threshold value that lets the gate find the crossover itself (server_patch/auto_threshold.py)
+AUTO = "auto"
+#: spec_gate ``mode`` values
+MODE_MANUAL, MODE_AUTO = "manual", "auto"
 
 #: keys of the ``POST /set_internal_state`` answer for a request with gate keys
 SET_ANSWER_KEYS = ("updated", "reason", "threshold", "hysteresis", "decode_step")
@@ -133,12 +137,34 @@ def resume_below(threshold: int, hysteresis: int) -> int:
     return threshold - hysteresis
 
 
+def parse_threshold(value: Any) -> Optional[int]:
+    """A threshold from the CLI or ``/set_internal_state``: an integer N, or None for ``"auto"``.
+
+    Raises:
+        GateConfigError: anything else (``True``, ``"16"``, ``2.5``).
+    """
+    if value == AUTO:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GateConfigError(f"threshold must be an integer, got {value!r} (or {AUTO!r})")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class GateConfig:
-    """Threshold N (decode batch size at which speculation turns off) and hysteresis H (req)."""
+    """Threshold N (decode batch size at which speculation turns off) and hysteresis H (req).
 
-    threshold: int
+    ``threshold`` None is the auto threshold: the gate decides per decode batch from its own
+    measurements (``server_patch/auto_threshold.py``); H is kept for a later manual N.
+    """
+
+    threshold: Optional[int]
     hysteresis: int = DEFAULT_HYSTERESIS
+
+    @property
+    def auto(self) -> bool:
+        """The auto threshold is on."""
+        return self.threshold is None
 
     def validate(self, max_running_requests: Optional[int] = None) -> "GateConfig":
         """Return self if valid, else raise :class:`GateConfigError` with the server's reason.
@@ -146,25 +172,33 @@ class GateConfig:
         At startup ``max_running_requests`` is None (it is not final yet; a too large N only
         warns, :func:`capacity_warnings`); at run time it is the scheduler's value.
         """
-        require_int("threshold", self.threshold)
+        if not self.auto:
+            require_int("threshold", self.threshold)
         require_int("hysteresis", self.hysteresis)
-        problem = (threshold_problem(self.threshold, max_running_requests)
-                   or hysteresis_problem(self.hysteresis, self.threshold))
+        problem = (None if self.auto else threshold_problem(self.threshold, max_running_requests)) \
+            or hysteresis_problem(self.hysteresis, self.threshold)
         if problem is not None:
             raise GateConfigError(problem.server_message())
         return self
 
     @property
     def resume_below(self) -> int:
-        """Speculation resumes when the decode batch size is ``< N - H``."""
+        """Speculation resumes when the decode batch size is ``< N - H`` (manual N only)."""
+        assert self.threshold is not None, "the auto threshold has no fixed N"
         return resume_below(self.threshold, self.hysteresis)
+
+
+def wire_threshold(config: GateConfig) -> Any:
+    """The threshold as the server reports it in answers and server args: N, or ``"auto"``."""
+    return AUTO if config.auto else config.threshold
 
 
 def parse_update(current: GateConfig, update: Mapping[str, Any],
                  max_running_requests: Optional[int]) -> GateConfig:
     """Apply a ``/set_internal_state`` ``server_args`` dict to ``current``, all or nothing.
 
-    Either key may be sent alone; the other keeps its current value.
+    Either key may be sent alone; the other keeps its current value. The threshold ``"auto"``
+    turns the auto threshold on, an integer back to a manual N.
 
     Raises:
         GateConfigError: a key other than the two gate keys is present, a value is not an
@@ -176,8 +210,8 @@ def parse_update(current: GateConfig, update: Mapping[str, Any],
             f"gate keys cannot be mixed with other keys ({', '.join(others)}); send them separately")
     if not any(k in update for k in GATE_KEYS):
         raise GateConfigError("no gate key in the update")
-    new = GateConfig(threshold=update.get(THRESHOLD_KEY, current.threshold),
-                     hysteresis=update.get(HYSTERESIS_KEY, current.hysteresis))
+    threshold = parse_threshold(update[THRESHOLD_KEY]) if THRESHOLD_KEY in update else current.threshold
+    new = GateConfig(threshold=threshold, hysteresis=update.get(HYSTERESIS_KEY, current.hysteresis))
     return new.validate(max_running_requests)
 
 
@@ -228,7 +262,9 @@ def never_back_on(threshold: Optional[int], hysteresis: Optional[int]) -> bool:
 
 #: JSON type tags of the spec_gate fields: ``str``, ``bool``, ``int`` (a count, size, step or
 #: rank, >= 0), ``float``, ``switch`` (an object with SWITCH_FIELDS, or null), ``ranks`` (a list
-#: of objects with RANK_FIELDS). Any field may be null where the server does not know it.
+#: of objects with RANK_FIELDS), ``buckets`` (a list of objects with BUCKET_FIELDS). Any field may
+#: be null where the server does not know it. ``threshold`` is the manual N, or in auto mode
+#: the learned crossover (null until one is found).
 SPEC_GATE_FIELDS: Dict[str, str] = {
     "worker_class": "str",
     "spec_version": "str",
@@ -271,6 +307,13 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_early_seq_lens_steps": "int",
     "off_early_seq_lens_checks": "int",
     "off_early_seq_lens_mismatches": "int",
+    "mode": "str",
+    "auto_reason": "str",
+    "auto_buckets": "buckets",
+    "auto_probes": "int",
+    "auto_probe_steps": "int",
+    "auto_probe_share": "float",
+    "decisions_digest": "int",
     "tp_rank": "int",
     "tp_size": "int",
     "ranks": "ranks",
@@ -280,12 +323,18 @@ RANK_FIELDS: Tuple[str, ...] = (
     "tp_rank", "spec_enabled", "threshold", "hysteresis", "switches", "decode_steps_on",
     "decode_steps_off", "off_attention_checks", "off_attention_mismatches",
     "off_early_seq_lens_checks", "off_early_seq_lens_mismatches", "off_kv_only_checks",
-    "off_kv_only_mismatches", "off_resume_steps",
+    "off_kv_only_mismatches", "off_resume_steps", "mode", "decisions_digest",
 )
 #: ``last_switch``: decode step index, ``"on"``/``"off"``, batch size (req)
 SWITCH_FIELDS: Tuple[str, ...] = ("step", "direction", "batch_size")
-#: the fields whose values all TP ranks must share (a difference is an alarm)
-RANK_AGREEMENT_FIELDS: Tuple[str, ...] = ("spec_enabled", "threshold", "hysteresis")
+#: ``auto_buckets``: per measured batch-size bucket, its range (req), the estimated output tok/s
+#: with speculation on and off, their sample counts, the accept length, the preferred mode
+BUCKET_FIELDS: Tuple[str, ...] = ("lo", "hi", "on_tok_s", "off_tok_s", "on_samples", "off_samples",
+                                  "accept_length", "on")
+#: the fields whose values all TP ranks must share (a difference is an alarm); equal
+#: ``decisions_digest`` means the same decision at every decode step
+RANK_AGREEMENT_FIELDS: Tuple[str, ...] = ("spec_enabled", "threshold", "hysteresis", "mode",
+                                          "decisions_digest")
 #: where an EAGLE worker class name maps to (``spec_version``); any other class is refused
 WORKER_FAMILIES = {"EAGLEWorker": "v1", "EAGLEWorkerV2": "v2"}
 
@@ -332,24 +381,32 @@ def rank_entry(status: Mapping[str, Any]) -> Dict[str, Any]:
 
 LOG_TAG = "spec_gate:"
 SWITCH_RE = re.compile(r"spec_gate: speculation (?P<dir>on|off) \(batch (?P<bs>\d+) (?P<op>[<>]=?) (?P<n>\d+)\)")
-CHANGE_RE = re.compile(r"spec_gate: (?P<key>threshold|hysteresis) (?P<old>\d+) -> (?P<new>\d+)")
+CHANGE_RE = re.compile(r"spec_gate: (?P<key>threshold|hysteresis) (?P<old>\d+|auto) -> (?P<new>\d+|auto)")
 REJECTED_RE = re.compile(r"spec_gate: rejected ")
 WORKER_RE = re.compile(
     r"spec_gate: worker=(?P<worker>\S+) spec=(?P<spec>\S+) overlap=(?P<overlap>\S+)"
-    r"(?: threshold=(?P<threshold>\d+))?(?: hysteresis=(?P<hysteresis>\d+))?"
+    r"(?: threshold=(?P<threshold>\d+|auto))?(?: hysteresis=(?P<hysteresis>\d+))?"
 )
 
 
-def switch_line(direction: str, batch_size: int, config: GateConfig) -> str:
-    """``spec_gate: speculation off (batch 37 >= 32)`` / ``... on (batch 20 < 28)``."""
+AUTO_SWITCH_RE = re.compile(r"spec_gate: speculation (?P<dir>on|off) \(auto: batch (?P<bs>\d+)")
+
+
+def switch_line(direction: str, batch_size: int, config: GateConfig, detail: str = "") -> str:
+    """``spec_gate: speculation off (batch 37 >= 32)`` / ``... on (batch 20 < 28)``; with the auto
+    threshold ``spec_gate: speculation off (auto: batch 48, est. 7,900 vs 6,100 tok/s)``."""
+    if config.auto:
+        return f"spec_gate: speculation {direction} (auto: batch {batch_size}{', ' + detail if detail else ''})"
     if direction == "off":
         return f"spec_gate: speculation off (batch {batch_size} >= {config.threshold})"
     return f"spec_gate: speculation on (batch {batch_size} < {config.resume_below})"
 
 
-def change_line(key: str, old: int, new: int) -> str:
-    """``spec_gate: threshold 32 -> 33`` (``key``: ``threshold`` or ``hysteresis``)."""
-    return f"spec_gate: {key} {old} -> {new}"
+def change_line(key: str, old: Optional[int], new: Optional[int]) -> str:
+    """``spec_gate: threshold 32 -> 33`` (``key``: ``threshold`` or ``hysteresis``; a None
+    threshold is the auto threshold: ``spec_gate: threshold 32 -> auto``)."""
+    show = lambda v: AUTO if v is None else v  # noqa: E731
+    return f"spec_gate: {key} {show(old)} -> {show(new)}"
 
 
 def rejected_line(update: Any, reason: str) -> str:
@@ -359,8 +416,9 @@ def rejected_line(update: Any, reason: str) -> str:
 
 def worker_line(worker_class: str, spec_version: str, overlap: bool, config: GateConfig) -> str:
     """The startup line that names the live worker: ``spec_gate: worker=EAGLEWorkerV2 spec=v2 ...``."""
+    threshold = AUTO if config.auto else config.threshold
     return (f"spec_gate: worker={worker_class} spec={spec_version} overlap={'on' if overlap else 'off'} "
-            f"threshold={config.threshold} hysteresis={config.hysteresis}")
+            f"threshold={threshold} hysteresis={config.hysteresis}")
 
 
 # -- run-time proofs -------------------------------------------------------------------------------

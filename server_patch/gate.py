@@ -1,9 +1,12 @@
 """The speculation gate as pure policy: no SGLang, no torch.
 
-Semantics (the README's contract): speculation is ON while the final decode batch size is
-``< threshold`` (N); it turns OFF when the batch size reaches N, and turns back ON only when
-the batch size falls below ``N - hysteresis`` (H). Prefill/extend batches are never gated; the
-caller only feeds decode batch sizes.
+Semantics (``docs/contract.md``): with a manual threshold N speculation is ON while the final
+decode batch size is ``< N``; it turns OFF when the batch size reaches N, and turns back ON only
+when the batch size falls below ``N - hysteresis`` (H). With the auto threshold the decision per
+decode batch is :class:`server_patch.auto_threshold.AutoPolicy`'s, from the step times and accept
+lengths fed by :meth:`SpecGate.record_step` (kept in both modes, so the learned curve is there to
+see and to switch to). Prefill/extend batches are never gated; the caller only feeds decode
+batch sizes.
 """
 
 from __future__ import annotations
@@ -12,7 +15,12 @@ import dataclasses
 from collections import deque
 from typing import Any, Deque, Dict, Optional, Tuple
 
-from server_patch.contract import GateConfig, fields_of, switch_line
+from server_patch import auto_threshold as auto
+from server_patch.contract import MODE_AUTO, MODE_MANUAL, GateConfig, fields_of, switch_line
+
+#: decisions_digest: a rolling hash of every decision (equal on two TP ranks = the same decision
+#: at every decode step)
+_DIGEST_MOD = (1 << 61) - 1
 
 
 @dataclasses.dataclass
@@ -46,6 +54,10 @@ class SpecGate:
         self.switches = 0
         self.last_switch: Optional[Switch] = None
         self._accept: Deque[Tuple[int, int]] = deque(maxlen=self.ACCEPT_WINDOW)
+        self.costs = auto.StepCosts()
+        self.policy = auto.AutoPolicy()
+        self.probing = False  # the batch being run now is an auto-threshold probe
+        self.decisions_digest = 0
         self._since_on = [0, 0, 0]  # accepted tokens, verifies, batches since the last off->on
         self._first_on: Optional[float] = None  # accept length of the first ON batch after it
 
@@ -55,9 +67,15 @@ class SpecGate:
         return self.decode_steps_on + self.decode_steps_off
 
     @property
-    def threshold(self) -> int:
-        """N in force (req)."""
-        return self.config.threshold
+    def threshold(self) -> Optional[int]:
+        """N in force (req): the manual one, or the auto threshold's learned crossover (None
+        until it found one)."""
+        return auto.crossover(self.policy.table) if self.config.auto else self.config.threshold
+
+    @property
+    def mode(self) -> str:
+        """``manual`` or ``auto``."""
+        return MODE_AUTO if self.config.auto else MODE_MANUAL
 
     @property
     def hysteresis(self) -> int:
@@ -68,15 +86,24 @@ class SpecGate:
         """Decide for one decode batch of ``batch_size`` requests; return the Switch if it flipped."""
         self.last_decode_batch_size = batch_size
         cfg = self.config
+        if cfg.auto:
+            on, self.probing = self.policy.decide(batch_size, self.decode_steps)
+        else:
+            self.probing = False
+            on = self.spec_enabled
+            if self.spec_enabled and batch_size >= cfg.threshold:
+                on = False
+            elif not self.spec_enabled and batch_size < cfg.resume_below:
+                on = True
+            self.policy.on = on  # so a switch to auto starts from the mode in force
         switch = None
-        if self.spec_enabled and batch_size >= cfg.threshold:
-            self.spec_enabled = False
-            switch = Switch(self.decode_steps, "off", batch_size)
-        elif not self.spec_enabled and batch_size < cfg.resume_below:
-            self.spec_enabled = True
-            switch = Switch(self.decode_steps, "on", batch_size)
-            self._since_on = [0, 0, 0]
-            self._first_on = None
+        if on != self.spec_enabled:
+            self.spec_enabled = on
+            switch = Switch(self.decode_steps, "on" if on else "off", batch_size)
+            if on:
+                self._since_on = [0, 0, 0]
+                self._first_on = None
+        self.decisions_digest = (self.decisions_digest * 1_000_003 + (1 if on else 2)) % _DIGEST_MOD
         if switch is not None:
             self.switches += 1
             self.last_switch = switch
@@ -91,6 +118,62 @@ class SpecGate:
         """Install a validated config (takes effect at the next ``decide``); return the old one."""
         old, self.config = self.config, config
         return old
+
+    # -- the auto threshold's inputs and table ---------------------------------------------
+
+    def record_step(self, batch_size: int, on: bool, step_time_s: float, tokens: int) -> bool:
+        """One decode batch's measured step time (s) and output tokens (see auto_threshold)."""
+        return self.costs.add(batch_size, on, step_time_s, tokens, self.decode_steps)
+
+    def refresh_table(self) -> list:
+        """Rebuild the auto threshold's table from this rank's estimates; returns its wire form
+        (TP rank 0 broadcasts it; :meth:`set_table` installs it on every rank)."""
+        self.policy.table = auto.build_table(self.costs, self.policy.table, self.decode_steps)
+        return self.policy.table.to_wire()
+
+    def set_table(self, wire: list) -> None:
+        """Install TP rank 0's table (:meth:`refresh_table`)."""
+        self.policy.table = auto.Table.from_wire(wire)
+
+    @property
+    def auto_buckets(self) -> list:
+        """The learned curve: per measured bucket, ON / OFF tok/s, samples, the preferred mode."""
+        return auto.report(self.costs, self.policy.table)
+
+    @property
+    def auto_probes(self) -> int:
+        """Probe bursts run so far."""
+        return len(self.policy.probe_starts)
+
+    @property
+    def auto_probe_steps(self) -> int:
+        """Decode steps run as probes so far."""
+        return self.policy.probe_steps
+
+    @property
+    def auto_probe_share(self) -> Optional[float]:
+        """Probe steps over decode steps (None before any decode step)."""
+        return self.policy.probe_steps / self.decode_steps if self.decode_steps else None
+
+    @property
+    def auto_reason(self) -> Optional[str]:
+        """Why the last decode batch ran as it did in auto mode, e.g. ``auto: OFF at batch 48
+        (est. ON 6,100 vs OFF 7,900 tok/s)``; None in manual mode."""
+        if not self.config.auto:
+            return None
+        bs = self.last_decode_batch_size
+        state = "ON" if self.spec_enabled else "OFF"
+        return f"auto: {state} at batch {bs} ({self.estimate_text(bs)})"
+
+    def estimate_text(self, batch_size: int) -> str:
+        """``est. ON 6,100 vs OFF 7,900 tok/s`` at ``batch_size``, or what is missing."""
+        if self.probing:
+            return "probing: measuring this mode here"
+        b = self.costs.bucket(batch_size) if batch_size else None
+        on_rate, off_rate = b.rates(batch_size) if b is not None else (None, None)
+        if on_rate is None or off_rate is None:
+            return "learning: not measured both ways yet"
+        return f"est. ON {on_rate:,.0f} vs OFF {off_rate:,.0f} tok/s"
 
     def record_accept(self, num_verifies: int, num_correct_drafts: int) -> None:
         """Record one speculative decode batch: ``num_verifies`` requests verified, drafts accepted."""
@@ -136,6 +219,6 @@ class SpecGate:
         return fields_of(self)
 
 
-def switch_log_line(switch: Switch, config: GateConfig) -> str:
+def switch_log_line(switch: Switch, config: GateConfig, detail: str = "") -> str:
     """The contract's log line for a switch, e.g. ``spec_gate: speculation off (batch 37 >= 32)``."""
-    return switch_line(switch.direction, switch.batch_size, config)
+    return switch_line(switch.direction, switch.batch_size, config, detail)

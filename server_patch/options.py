@@ -15,6 +15,7 @@ import os
 from typing import Optional
 
 from server_patch.contract import (
+    AUTO,
     DEFAULT_HYSTERESIS,
     HYSTERESIS_FLAG,
     HYSTERESIS_KEY,
@@ -22,6 +23,7 @@ from server_patch.contract import (
     THRESHOLD_KEY,
     GateConfig,
     GateConfigError,
+    parse_threshold,
 )
 
 ENV_VAR = "SPECCONSOLE_SPEC_GATE"
@@ -33,11 +35,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         THRESHOLD_FLAG,
         dest=THRESHOLD_KEY,
-        type=int,
+        type=_threshold_arg,
         default=None,
-        metavar="N",
+        metavar="N|auto",
         help="Run EAGLE speculation only while the decode batch size is < N; off at >= N. "
-        "Absent: no gating (specconsole changes nothing).",
+        f"{AUTO!r}: decide per decode batch from the server's own measured step times and accept "
+        "length. Absent: no gating (specconsole changes nothing).",
     )
     group.add_argument(
         HYSTERESIS_FLAG,
@@ -47,6 +50,16 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         metavar="H",
         help=f"Once off, resume speculation only when the batch size is < N - H (default {DEFAULT_HYSTERESIS}).",
     )
+
+
+def _threshold_arg(text: str):
+    """argparse type of the threshold: an integer, or ``auto`` (kept as the string)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer or {AUTO!r}, got {text!r}") from None
 
 
 def config_from_namespace(ns: argparse.Namespace) -> Optional[GateConfig]:
@@ -61,12 +74,14 @@ def config_from_namespace(ns: argparse.Namespace) -> Optional[GateConfig]:
         if hysteresis is not None:
             raise GateConfigError(f"{HYSTERESIS_FLAG} needs {THRESHOLD_FLAG}")
         return None
-    return GateConfig(threshold, DEFAULT_HYSTERESIS if hysteresis is None else hysteresis).validate()
+    return GateConfig(parse_threshold(threshold),
+                      DEFAULT_HYSTERESIS if hysteresis is None else hysteresis).validate()
 
 
 def export_to_env(config: GateConfig, environ=os.environ) -> None:
     """Publish the config for child processes (they inherit the environment)."""
-    environ[ENV_VAR] = json.dumps({"threshold": config.threshold, "hysteresis": config.hysteresis})
+    threshold = AUTO if config.auto else config.threshold
+    environ[ENV_VAR] = json.dumps({"threshold": threshold, "hysteresis": config.hysteresis})
 
 
 def config_from_env(environ=os.environ) -> Optional[GateConfig]:
@@ -80,6 +95,7 @@ def config_from_env(environ=os.environ) -> Optional[GateConfig]:
         return None
     try:
         data = json.loads(raw)
-        return GateConfig(int(data["threshold"]), int(data.get("hysteresis", DEFAULT_HYSTERESIS))).validate()
+        threshold = data["threshold"] if data["threshold"] == AUTO else int(data["threshold"])
+        return GateConfig(parse_threshold(threshold), int(data.get("hysteresis", DEFAULT_HYSTERESIS))).validate()
     except (ValueError, KeyError, TypeError) as exc:
         raise GateConfigError(f"{ENV_VAR}={raw!r} is malformed: {exc}") from exc

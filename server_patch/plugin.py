@@ -19,7 +19,7 @@ import logging
 import os
 from importlib.metadata import entry_points
 
-from server_patch import compat, http_fixes, options, scheduler_hooks, tokenizer_hooks
+from server_patch import compat, contract, http_fixes, options, scheduler_hooks, tokenizer_hooks
 from server_patch.contract import HYSTERESIS_KEY, THRESHOLD_KEY
 
 logger = logging.getLogger("server_patch.spec_gate")
@@ -108,13 +108,13 @@ def after_from_cli_args(server_args, cls, cli_args, *args, **kwargs):
     compat.check_sglang_version(compat.sglang_version())
     compat.check_server_args(server_args)
     require_plugin_visible()
-    setattr(server_args, THRESHOLD_KEY, config.threshold)
+    setattr(server_args, THRESHOLD_KEY, contract.wire_threshold(config))
     setattr(server_args, HYSTERESIS_KEY, config.hysteresis)
     options.export_to_env(config)
     enable_runtime_hooks()
     logger.info(
-        "spec_gate: enabled threshold=%d hysteresis=%d (decided per decode batch in every scheduler)",
-        config.threshold,
+        "spec_gate: enabled threshold=%s hysteresis=%d (decided per decode batch in every scheduler)",
+        contract.wire_threshold(config),
         config.hysteresis,
     )
     return None

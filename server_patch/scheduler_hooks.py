@@ -17,9 +17,10 @@ Every hook is a pass-through on a scheduler without a gate (``_spec_gate`` unset
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Dict, Optional
 
-from server_patch import compat, contract, options
+from server_patch import auto_threshold, compat, contract, options
 from server_patch.contract import (
     DECODE_STEP_KEY,
     GATE_KEYS,
@@ -41,6 +42,7 @@ logger = logging.getLogger("server_patch.spec_gate")
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 GATE_ATTR = "_spec_gate"
 OFF_RESULT_ATTR = "_spec_gate_off"
+RESUME_RESULT_ATTR = "_spec_gate_resume"  # the full OFF step before the first ON step after OFF
 
 
 class GateRuntime:
@@ -63,6 +65,9 @@ class GateRuntime:
         self.runner = runner_factory(worker, self.spec_version)
         self.in_off_result = False  # set while an OFF step's result is processed
         self.max_running_requests: Optional[int] = None  # the scheduler's, set by status()
+        self.step_tokens: Optional[int] = None  # output tokens of the ON batch being processed
+        self.step_timer = auto_threshold.StepTimer()
+        self._scheduler = scheduler
         self._wrap_worker(worker)
 
     def _wrap_worker(self, worker: Any) -> None:
@@ -83,10 +88,42 @@ class GateRuntime:
                 if saved is not None:  # v1 counts per-request verifies inside verify()
                     restore_req_spec_counters(saved)
                 setattr(result, OFF_RESULT_ATTR, True)
+                if resume:
+                    setattr(result, RESUME_RESULT_ATTR, True)
                 return result
             return forward(batch, *args, **kwargs)
 
         worker.forward_batch_generation = forward_batch_generation
+
+    # -- the auto threshold's inputs (server_patch/auto_threshold.py) -------------------------
+
+    def on_decode_result(self, batch: Any, result: Any) -> None:
+        """A decode batch's result was just processed: feed its step time (auto_threshold.StepTimer)
+        and output tokens (ON: verified requests + accepted drafts; OFF: one per request)."""
+        kind = ("resume" if getattr(result, RESUME_RESULT_ATTR, False)
+                else "off" if getattr(result, OFF_RESULT_ATTR, False) else "on")
+        bs = batch.batch_size()
+        sample = self.step_timer.observe(getattr(batch, "forward_iter", None), kind, time.perf_counter(), bs)
+        if sample is None:
+            return
+        tokens = bs if not sample.on else self.step_tokens
+        if tokens is not None:
+            self.gate.record_step(bs, sample.on, sample.step_time_s, tokens)
+
+    def sync_table(self) -> None:
+        """Every SYNC_EVERY decode steps: TP rank 0 rebuilds the auto threshold's table from its
+        estimates and, at TP > 1, broadcasts it on the TP CPU group (as the scheduler broadcasts
+        requests), so every rank decides from the same table. Called at the same decode step on
+        every rank (every rank runs the same batches)."""
+        sched = self._scheduler
+        if self.tp_size <= 1:
+            self.gate.refresh_table()
+            return
+        from sglang.srt.utils import broadcast_pyobj
+
+        wire = [self.gate.refresh_table()] if self.tp_rank == 0 else []
+        wire = broadcast_pyobj(wire, sched.tp_group.rank, sched.tp_cpu_group, src=sched.tp_group.ranks[0])
+        self.gate.set_table(wire[0])
 
     # -- spec_gate fields that live on the runner under other names (contract.SPEC_GATE_FIELDS)
 
@@ -215,10 +252,11 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     if not runtime.runner.has_off_cuda_graph:
         logger.warning("spec_gate: CUDA graphs are disabled; OFF steps run eagerly")
     # max_running_requests is final once init_model_worker returns (scheduler.py:727-741).
-    for warning in contract.capacity_warnings(
-        config.threshold, scheduler.max_running_requests, runtime.cuda_graph_max_bs
-    ):
-        logger.warning("spec_gate: %s", warning.long)
+    if not config.auto:
+        for warning in contract.capacity_warnings(
+            config.threshold, scheduler.max_running_requests, runtime.cuda_graph_max_bs
+        ):
+            logger.warning("spec_gate: %s", warning.long)
     return None
 
 
@@ -229,21 +267,28 @@ def after_get_next_batch_to_run(ret, scheduler, *args, **kwargs):
     gate = runtime.gate
     gate.current_off = False
     if ret is not None and ret.forward_mode.is_decode():
+        if gate.decode_steps % auto_threshold.SYNC_EVERY == 0:
+            runtime.sync_table()
         switch = gate.decide(ret.batch_size())
         if switch is not None:
-            logger.info(switch_log_line(switch, gate.config))
+            if gate.probing:
+                logger.debug(switch_log_line(switch, gate.config, "probe"))
+            else:
+                logger.info(switch_log_line(switch, gate.config, gate.estimate_text(switch.batch_size)))
     return None
 
 
 def around_process_batch_result_decode(original, scheduler, batch, result, *args, **kwargs):
     runtime = _runtime(scheduler)
-    if runtime is None or not getattr(result, OFF_RESULT_ATTR, False):
+    if runtime is None:
         return original(scheduler, batch, result, *args, **kwargs)
-    runtime.in_off_result = True
+    runtime.in_off_result = bool(getattr(result, OFF_RESULT_ATTR, False))
+    runtime.step_tokens = None
     try:
         return original(scheduler, batch, result, *args, **kwargs)
     finally:
         runtime.in_off_result = False
+        runtime.on_decode_result(batch, result)
 
 
 def around_update_spec_metrics(original, scheduler, bs, num_correct_drafts, *args, **kwargs):
@@ -252,6 +297,7 @@ def around_update_spec_metrics(original, scheduler, bs, num_correct_drafts, *arg
         if runtime.in_off_result:
             return None  # an OFF step proposes no drafts; it is not a speculative step
         runtime.gate.record_accept(bs, num_correct_drafts)
+        runtime.step_tokens = bs + num_correct_drafts
     return original(scheduler, bs, num_correct_drafts, *args, **kwargs)
 
 
@@ -317,7 +363,7 @@ def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
             False,
             {
                 REASON_KEY: str(exc),
-                THRESHOLD_KEY: gate.config.threshold,
+                THRESHOLD_KEY: contract.wire_threshold(gate.config),
                 HYSTERESIS_KEY: gate.config.hysteresis,
             },
         )
@@ -327,13 +373,13 @@ def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
     if old.hysteresis != new.hysteresis:
         logger.info(contract.change_line("hysteresis", old.hysteresis, new.hysteresis))
     global_args = _global_server_args()
-    setattr(global_args, THRESHOLD_KEY, new.threshold)
+    setattr(global_args, THRESHOLD_KEY, contract.wire_threshold(new))
     setattr(global_args, HYSTERESIS_KEY, new.hysteresis)
     return _reply(
         True,
         {
             REASON_KEY: None,
-            THRESHOLD_KEY: new.threshold,
+            THRESHOLD_KEY: contract.wire_threshold(new),
             HYSTERESIS_KEY: new.hysteresis,
             DECODE_STEP_KEY: gate.decode_steps,  # the new config decides from this step on
         },

@@ -682,7 +682,8 @@ def test_app_config_defaults():
     # the console reads the server only through the contract
     ("console.app, console.cli, console.headless_check", {"server_patch", "server_patch.contract"}),
     # the simulated server drives server_patch's own (pure) gate
-    ("console.demo_server", {"server_patch", "server_patch.contract", "server_patch.gate"}),
+    ("console.demo_server", {"server_patch", "server_patch.contract", "server_patch.gate",
+                             "server_patch.auto_threshold"}),
 ])
 def test_console_never_imports_sglang_or_server_patch(modules, allowed):
     code = (f"import sys, {modules}; "

@@ -114,7 +114,7 @@ def test_the_real_spec_gate_keys_are_the_contracts():
         if tag.startswith("gate-"):
             gate = paths["/server_info"]["body"]["internal_states"][0]["spec_gate"]
             assert set(gate) <= set(contract.SPEC_GATE_FIELDS), tag
-            assert set(gate["ranks"][0]) == set(contract.RANK_FIELDS), tag
+            assert set(gate["ranks"][0]) <= set(contract.RANK_FIELDS), tag  # recorded before mode, digest
 
 
 # -- the demo server answers like the real one ------------------------------------------------

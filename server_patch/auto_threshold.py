@@ -1,0 +1,325 @@
+"""Auto threshold: speculation on or off per decode batch from the server's own measurements.
+
+Pure policy (no SGLang, no torch), fed by the scheduler hooks.
+
+**The decision.** For a decode batch of ``b`` requests, speculation is on when its expected
+output rate is higher::
+
+    ON:  b * A(b) / t_on(b)  tok/s        OFF:  b / t_off(b)  tok/s
+
+``t_on(b)``, ``t_off(b)``: the scheduler's own per-iteration time (s) of decode batches of that
+size with speculation on / off -- the time between the results of two consecutive decode batches
+(``time.perf_counter`` after each result is processed; a prefill or idle iteration in between,
+a change of mode, or a resume step drops the sample), which is the period the server really
+produces tokens at, GPU- or CPU-bound; ``A(b)``: the accept length (tokens per request per ON
+step: accepted drafts + the bonus token, from SGLang's ``update_spec_metrics``) measured live.
+Both per batch-size bucket (BUCKET_EDGES), as exponential moving averages that forget old
+samples (weight ``ALPHA`` per sample), so a change of draft quality or prompt mix is followed.
+The comparison is the one of ``shared/design/auto-threshold-anchors.md``: speculate iff
+``A(b) > t_on(b) / t_off(b)``.
+
+**Exploration.** Both modes must be measured at the batch sizes that occur. A bucket whose
+other mode has fewer than MIN_SAMPLES samples, or none newer than STALE_STEPS decode steps, is
+probed: PROBE_LEN decode steps in the other mode, at most once every PROBE_GAP decode steps per
+bucket, and never more than PROBE_SHARE of all decode steps (plus PROBE_ALLOWANCE steps to learn
+at startup). A probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
+
+**Stability.** A bucket's preference flips only when the other mode is better by MARGIN (the
+two estimates close together keep the current one), and after any switch the mode is kept for
+DWELL decode steps, so a batch size hovering at the crossover cannot flip it every step (vLLM's
+dynamic speculation lost up to 10x throughput that way: vLLM issue 49548).
+
+**TP ranks decide alike.** Step times differ a little between TP ranks, so only TP rank 0's
+estimates count: every SYNC_EVERY decode steps rank 0 computes the :class:`Table` (per bucket:
+the preferred mode and whether it needs a probe) and the scheduler hooks broadcast it on the TP
+CPU group; between syncs each rank decides from that shared table, the batch size and the decode
+step count alone (:meth:`AutoPolicy.decide` is deterministic), so every rank takes the same
+decision at every step (``decisions_digest`` in ``spec_gate.ranks`` proves it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from typing import Any, Dict, List, Optional, Tuple
+
+#: lower edges of the batch-size buckets (req): bucket i holds sizes [edge_i, edge_{i+1})
+BUCKET_EDGES: Tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384,
+                                 512, 768, 1024, 1536, 2048)
+ALPHA = 0.2  # EMA weight of a new sample (~the last 10 samples count)
+MIN_SAMPLES = 4  # samples of a mode in a bucket before its estimate is used
+STALE_STEPS = 2_048  # decode steps after which a mode's estimate in a bucket is re-measured
+PROBE_LEN = 8  # decode steps of one probe (the first one or two are transitions, not samples)
+PROBE_GAP = 256  # decode steps between two probes of one bucket
+PROBE_SHARE = 0.01  # probes use at most this share of all decode steps ...
+PROBE_ALLOWANCE = 256  # ... plus this many steps to learn at startup
+MARGIN = 0.03  # a bucket's preference flips when the other mode is better by this fraction
+DWELL = 32  # decode steps a mode is kept after a switch
+SYNC_EVERY = 64  # decode steps between two tables (and their broadcast at TP > 1)
+OUTLIER = 4.0  # a step time this many times the estimate is dropped (a GC pause, a stall)
+
+
+def bucket_of(batch_size: int) -> int:
+    """Index of the bucket of ``batch_size`` (req, >= 1) in BUCKET_EDGES."""
+    return max(0, bisect.bisect_right(BUCKET_EDGES, batch_size) - 1)
+
+
+def bucket_range(index: int) -> Tuple[int, Optional[int]]:
+    """``(lowest, highest)`` batch size of bucket ``index`` (highest None for the last)."""
+    hi = BUCKET_EDGES[index + 1] - 1 if index + 1 < len(BUCKET_EDGES) else None
+    return BUCKET_EDGES[index], hi
+
+
+@dataclasses.dataclass
+class Ema:
+    """An exponential moving average with its sample count and the decode step of its last sample."""
+
+    value: Optional[float] = None
+    count: int = 0
+    last_step: int = -1
+
+    def add(self, x: float, step: int, alpha: float = ALPHA) -> None:
+        """One sample ``x`` at decode step ``step``."""
+        self.value = x if self.value is None else (1 - alpha) * self.value + alpha * x
+        self.count += 1
+        self.last_step = step
+
+    def fresh(self, step: int) -> bool:
+        """Enough samples, recent enough at decode step ``step``."""
+        return self.count >= MIN_SAMPLES and step - self.last_step <= STALE_STEPS
+
+
+@dataclasses.dataclass
+class BucketCosts:
+    """One bucket's estimates: step time ON and OFF (s), accept length ON (tok/req/step)."""
+
+    t_on: Ema = dataclasses.field(default_factory=Ema)
+    t_off: Ema = dataclasses.field(default_factory=Ema)
+    accept: Ema = dataclasses.field(default_factory=Ema)
+
+    def rates(self, batch_size: float) -> Tuple[Optional[float], Optional[float]]:
+        """Expected output tok/s ``(ON, OFF)`` at ``batch_size`` (None where not measured)."""
+        on = off = None
+        if self.t_on.value and self.accept.value:
+            on = batch_size * self.accept.value / self.t_on.value
+        if self.t_off.value:
+            off = batch_size / self.t_off.value
+        return on, off
+
+
+class StepCosts:
+    """The estimator: per-bucket EMAs of t_on, t_off and A from the server's decode steps."""
+
+    def __init__(self) -> None:
+        self.buckets: Dict[int, BucketCosts] = {}
+
+    def add(self, batch_size: int, on: bool, step_time_s: float, tokens: int, step: int) -> bool:
+        """One decode batch of ``batch_size`` requests that ran ``on`` (speculation) in
+        ``step_time_s`` seconds and produced ``tokens`` output tokens, at decode step ``step``.
+        Returns False for a sample it dropped (empty, non-positive time, an outlier)."""
+        if batch_size < 1 or not step_time_s > 0:
+            return False
+        b = self.buckets.setdefault(bucket_of(batch_size), BucketCosts())
+        t = b.t_on if on else b.t_off
+        if t.count >= MIN_SAMPLES and t.value is not None and step_time_s > OUTLIER * t.value:
+            return False
+        t.add(step_time_s, step)
+        if on:
+            b.accept.add(tokens / batch_size, step)
+        return True
+
+    def bucket(self, batch_size: int) -> Optional[BucketCosts]:
+        """The estimates of ``batch_size``'s bucket, or None before any sample there."""
+        return self.buckets.get(bucket_of(batch_size))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSample:
+    """One usable measurement: a decode batch of ``batch_size`` requests ran ``on`` (speculation)
+    in ``step_time_s`` seconds."""
+
+    batch_size: int
+    on: bool
+    step_time_s: float
+
+
+class StepTimer:
+    """Turns the moments decode results are processed into step-time samples.
+
+    A batch's step time is the time from the previous decode result to its own, kept only when
+    the two were decode batches in a row (``forward_iter`` contiguous: no prefill or other batch
+    between them) that ran the same way (``kind``: ``on``, ``off``, or ``resume`` -- the full OFF
+    step before the first ON step after OFF steps, never a sample).
+    """
+
+    def __init__(self) -> None:
+        self._last: Optional[Tuple[Optional[int], str, float]] = None
+
+    def observe(self, forward_iter: Optional[int], kind: str, now_s: float, batch_size: int) -> Optional[StepSample]:
+        """The result of batch ``forward_iter`` that ran as ``kind`` was processed at ``now_s``."""
+        prev, self._last = self._last, (forward_iter, kind, now_s)
+        if prev is None or forward_iter is None or prev[0] is None or forward_iter != prev[0] + 1:
+            return None
+        if kind != prev[1] or kind == "resume":
+            return None
+        return StepSample(batch_size, kind == "on", now_s - prev[2])
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One bucket of the table: ``on`` (speculation preferred there) and ``probe``: the mode that
+    still needs measuring there (True ON, False OFF, None: both are measured)."""
+
+    on: bool
+    probe: Optional[bool] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """What every TP rank decides from: per bucket index, its :class:`Entry` (rank 0's estimates)."""
+
+    entries: Tuple[Tuple[int, Entry], ...] = ()
+
+    def get(self, index: int) -> Optional[Entry]:
+        """The entry of bucket ``index``, or None when it has no estimate yet."""
+        for i, e in self.entries:
+            if i == index:
+                return e
+        return None
+
+    def preferred(self, index: int) -> bool:
+        """``on`` for bucket ``index``: its own entry, else the nearest bucket below with one (a
+        smaller batch speculates at least as well), else the nearest above, else on."""
+        own = self.get(index)
+        if own is not None:
+            return own.on
+        below = [(i, e) for i, e in self.entries if i < index]
+        if below:
+            return max(below, key=lambda x: x[0])[1].on
+        above = [(i, e) for i, e in self.entries if i > index]
+        return min(above, key=lambda x: x[0])[1].on if above else True
+
+    def to_wire(self) -> List[Tuple[int, bool, Optional[bool]]]:
+        """A compact, picklable form for the TP broadcast."""
+        return [(i, e.on, e.probe) for i, e in self.entries]
+
+    @classmethod
+    def from_wire(cls, data: List[Tuple[int, bool, Optional[bool]]]) -> "Table":
+        """The table :meth:`to_wire` sent."""
+        return cls(tuple((int(i), Entry(bool(on), None if probe is None else bool(probe)))
+                         for i, on, probe in data))
+
+
+def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
+    """The table from the estimates at decode step ``step``.
+
+    A bucket with both modes measured (fresh) prefers the one with the higher expected tok/s; to
+    flip its previous preference the other must be better by MARGIN. A bucket with a mode not
+    measured keeps its previous preference (a new bucket: its neighbours', else ON; OFF when only
+    OFF was ever seen there) and asks for a probe of the unmeasured mode unless that mode is the
+    preferred one (running it measures it).
+    """
+    entries = []
+    for index in sorted(costs.buckets):
+        b = costs.buckets[index]
+        lo, hi = bucket_range(index)
+        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo)
+        before = previous.get(index)
+        on_known = b.t_on.fresh(step) and b.accept.fresh(step)
+        off_known = b.t_off.fresh(step)
+        if on_known and off_known:
+            was_on = before.on if before is not None else on_rate >= off_rate
+            if was_on:
+                on = not off_rate > on_rate * (1 + MARGIN)
+            else:
+                on = on_rate > off_rate * (1 + MARGIN)
+            entries.append((index, Entry(on)))
+            continue
+        on = before.on if before is not None else previous.preferred(index)
+        if off_known and not b.t_on.count:
+            on = False
+        missing = [mode for mode, known in ((True, on_known), (False, off_known)) if not known]
+        probe = next((mode for mode in missing if mode != on), None)
+        entries.append((index, Entry(on, probe)))
+    return Table(tuple(entries))
+
+
+class AutoPolicy:
+    """The per-step decision of the auto threshold (identical on every TP rank: it reads only the
+    shared :class:`Table`, the batch size and the decode step)."""
+
+    def __init__(self) -> None:
+        self.table = Table()
+        self.on = True  # the mode of the last decode batch
+        self.last_switch_step = -DWELL  # the decode step of the last switch that was not a probe
+        self.probe_left = 0
+        self.probe_on: Optional[bool] = None  # the mode of the probe under way (None: none)
+        self.resume_mode = True  # the mode the probe interrupted
+        self.probe_steps = 0
+        self.probe_starts: List[int] = []  # decode steps at which probes began
+        self.last_probe: Dict[int, int] = {}  # bucket -> decode step its last probe began
+
+    def decide(self, batch_size: int, step: int) -> Tuple[bool, bool]:
+        """Mode for decode batch number ``step`` (0-based) of ``batch_size`` requests:
+        ``(speculation on, this step is a probe)``. When a probe ends, the mode it interrupted is
+        back at once (the dwell holds only the switches the table asked for)."""
+        index = bucket_of(batch_size)
+        if self.probe_left > 0:
+            self.probe_left -= 1
+            self.probe_steps += 1
+            self.on = self.probe_on
+            return self.on, True
+        if self.probe_on is not None:
+            self.probe_on, self.on = None, self.resume_mode
+        want = self.table.preferred(index)
+        entry = self.table.get(index)
+        budget = PROBE_SHARE * step + PROBE_ALLOWANCE
+        if (entry is not None and entry.probe is not None and entry.probe != want
+                and self.probe_steps + PROBE_LEN <= budget
+                and step - self.last_probe.get(index, -PROBE_GAP) >= PROBE_GAP):
+            self.last_probe[index] = step
+            self.probe_starts.append(step)
+            self.probe_on, self.resume_mode = entry.probe, self.on
+            self.probe_left = PROBE_LEN - 1
+            self.probe_steps += 1
+            self.on = self.probe_on
+            return self.on, True
+        if want != self.on and step - self.last_switch_step < DWELL:
+            want = self.on  # dwell: a switch holds for DWELL steps
+        if want != self.on:
+            self.on, self.last_switch_step = want, step
+        return want, False
+
+
+def crossover(table: Table) -> Optional[int]:
+    """The learned threshold: the lowest batch size from which every measured bucket prefers OFF
+    (None while no bucket prefers OFF, or while a bucket above one that does prefers ON)."""
+    off = [i for i, e in table.entries if not e.on]
+    if not off:
+        return None
+    lowest = min(off)
+    if any(e.on for i, e in table.entries if i > lowest):
+        lowest = max(i for i, e in table.entries if e.on) + 1
+        if lowest >= len(BUCKET_EDGES) or not any(i >= lowest for i in off):
+            return None
+    return BUCKET_EDGES[lowest]
+
+
+def report(costs: StepCosts, table: Table) -> List[Dict[str, Any]]:
+    """Per measured bucket, for ``spec_gate.auto_buckets``: its range (req), the estimated output
+    tok/s ON and OFF at its middle, the sample counts, the accept length, the preferred mode."""
+    out = []
+    for index in sorted(costs.buckets):
+        b = costs.buckets[index]
+        lo, hi = bucket_range(index)
+        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo)
+        entry = table.get(index)
+        out.append({
+            "lo": lo, "hi": hi,
+            "on_tok_s": round(on_rate, 1) if on_rate is not None else None,
+            "off_tok_s": round(off_rate, 1) if off_rate is not None else None,
+            "on_samples": b.t_on.count, "off_samples": b.t_off.count,
+            "accept_length": round(b.accept.value, 3) if b.accept.value is not None else None,
+            "on": entry.on if entry is not None else None,
+        })
+    return out

@@ -1,0 +1,250 @@
+"""The auto threshold's estimator and decision on step-time traces from the H200 runs.
+
+Step times come from ``bench/results/throughput.csv`` (one H200, 8B-shaped pair, p = 0.2,
+2026-11-30: mean TPOT per concurrency with and without speculation, and the accept length) and
+the weak draft's run (``x2-2026-11-30e``, p = 0.5, accept length 1.87): an ON step of a batch
+takes TPOT x accept length, an OFF step TPOT, with seeded noise. The simulation drives the gate
+exactly as the scheduler hooks do: the table is refreshed every SYNC_EVERY decode steps before
+the decision, and a step's sample is kept only when the previous step ran the same way
+(``auto_threshold.StepTimer``).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from server_patch import auto_threshold as auto
+from server_patch.contract import GateConfig, parse_update
+from server_patch.gate import SpecGate
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+def _costs(path: Path, p_wrong: str) -> dict:
+    """``{concurrency: {"none": tpot_s, "always": tpot_s, "accept": A}}`` of one CSV."""
+    out: dict = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            if row["p_wrong"] != p_wrong or row["config"] not in ("none", "always"):
+                continue
+            c = out.setdefault(int(row["concurrency"]), {})
+            c[row["config"]] = float(row["mean_tpot_ms"]) / 1000
+            if row["config"] == "always":
+                c["accept"] = float(row["accept_length"])
+    return out
+
+
+P02 = _costs(RESULTS / "throughput.csv", "0.2")
+P05 = {c: {"none": v["none"]} for c, v in P02.items()}  # the same target: no speculation as p = 0.2
+for _c, _v in _costs(RESULTS / "x2-2026-11-30e" / "p05" / "throughput.csv", "0.5").items():
+    P05.setdefault(_c, {}).update({k: _v[k] for k in ("always", "accept")})
+
+
+def model(costs: dict, batch: int) -> dict:
+    """Costs at ``batch`` (req): the nearest measured concurrency at or below it."""
+    c = max(k for k in costs if k <= batch) if batch >= min(costs) else min(costs)
+    return costs[c]
+
+
+def rates(costs: dict, batch: int) -> tuple[float, float]:
+    """Expected output tok/s (ON, OFF) at ``batch`` under ``costs``."""
+    m = model(costs, batch)
+    return batch / m["always"], batch / m["none"]
+
+
+class Sim:
+    """One scheduler's gate fed as the hooks feed it."""
+
+    def __init__(self, seed: int = 0, noise: float = 0.03, config: GateConfig = GateConfig(None)) -> None:
+        self.gate = SpecGate(config)
+        self.rng = random.Random(seed)
+        self.noise = noise
+        self.timer = auto.StepTimer()
+        self.clock = 0.0
+        self.tokens = 0
+        self.switches_not_probe = 0
+
+    def step(self, batch: int, costs: dict, table_from: "Sim | None" = None) -> bool:
+        g = self.gate
+        if g.decode_steps % auto.SYNC_EVERY == 0:
+            wire = (table_from or self).gate.refresh_table() if table_from is None else table_from.wire
+            g.set_table(wire)
+            self.wire = wire
+        before = g.spec_enabled
+        g.decide(batch)
+        on = g.spec_enabled
+        if on != before and not g.probing:
+            self.switches_not_probe += 1
+        m = model(costs, batch)
+        accept = m["accept"] if on else 1.0
+        step_time = (m["always"] * accept if on else m["none"]) * max(0.2, 1 + self.rng.gauss(0, self.noise))
+        self.clock += step_time
+        tokens = round(batch * accept)
+        self.tokens += tokens
+        sample = self.timer.observe(g.decode_steps, "on" if on else "off", self.clock, batch)
+        if sample is not None:
+            g.record_step(batch, on, sample.step_time_s, tokens)
+        return on
+
+
+def run(sim: Sim, sizes, costs: dict) -> tuple[float, list[bool]]:
+    """Output tok/s over ``sizes`` (one decode batch each) and the mode of every step."""
+    t0, n0 = sim.clock, sim.tokens
+    modes = [sim.step(b, costs) for b in sizes]
+    return (sim.tokens - n0) / (sim.clock - t0), modes
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4, 8, 16, 32, 64, 128])
+def test_at_each_measured_batch_size_auto_is_within_3_percent_of_the_better_static_mode(batch):
+    sim = Sim(seed=batch)
+    run(sim, [batch] * 2000, P02)  # learning, probing
+    tok_s, modes = run(sim, [batch] * 4000, P02)
+    on_rate, off_rate = rates(P02, batch)
+    best = max(on_rate, off_rate)
+    assert tok_s >= 0.97 * best, (batch, tok_s, on_rate, off_rate)
+    steady = modes[200:]
+    assert sum(m == (on_rate > off_rate) for m in steady) >= 0.97 * len(steady)
+    assert sim.gate.auto_probe_share <= auto.PROBE_SHARE + auto.PROBE_ALLOWANCE / sim.gate.decode_steps
+
+
+def test_the_learned_crossover_lies_between_the_measured_sizes_where_the_modes_cross():
+    sim = Sim(seed=7)
+    for batch in (1, 4, 8, 16, 32, 64, 128):
+        run(sim, [batch] * 1500, P02)
+    crossing = auto.crossover(sim.gate.policy.table)
+    # p = 0.2: speculation wins up to 16 requests (3456 vs 2953 tok/s), loses from 32 (4737 vs 5192)
+    assert crossing is not None and 17 <= crossing <= 32, crossing
+    assert sim.gate.threshold == crossing and sim.gate.mode == "auto"
+
+
+def test_a_weaker_draft_moves_the_crossover_down():
+    sim = Sim(seed=3)
+    for batch in (1, 4, 8, 16, 32, 64):
+        run(sim, [batch] * 1500, P05)
+    crossing = auto.crossover(sim.gate.policy.table)
+    # p = 0.5 (accept 1.87): speculation wins up to 4 requests, breaks even at 8, loses at 16
+    assert crossing is not None and 6 <= crossing <= 16, crossing
+
+
+def test_noise_and_outliers_do_not_flip_a_clear_decision():
+    sim = Sim(seed=11, noise=0.15)
+    run(sim, [64] * 1000, P02)
+    sim.rng = random.Random(5)
+    modes = []
+    for i in range(3000):
+        if i % 50 == 0:  # a stall (GC pause, a slow host) every 50 steps: 10x the step time
+            sim.clock += 10 * P02[64]["none"]
+        modes.append(sim.step(64, P02))
+    assert sim.gate.spec_enabled is False and sum(modes) <= 0.02 * len(modes)  # only probes
+
+
+def test_two_close_estimates_do_not_thrash():
+    close = {b: {"none": v["none"], "always": v["none"] * 0.995 * 3.0, "accept": 3.0} for b, v in P02.items()}
+    sim = Sim(seed=2, noise=0.05)  # ON is 0.5% better than OFF: within noise and the margin
+    run(sim, [24] * 8000, close)
+    assert sim.switches_not_probe <= 8000 / 1000, sim.switches_not_probe  # thrash: every few steps
+
+
+def test_a_batch_size_hovering_at_the_crossover_switches_at_most_once_per_dwell():
+    sim = Sim(seed=4)
+    for batch in (16, 32):
+        run(sim, [batch] * 2000, P02)
+    hover = [16 if i % 2 else 32 for i in range(4000)]  # alternates buckets every step
+    run(sim, hover, P02)
+    assert sim.switches_not_probe <= 4000 / auto.DWELL + 4
+
+
+def test_a_worse_draft_is_followed_within_tens_of_steps_while_on():
+    sim = Sim(seed=9)
+    run(sim, [16] * 2000, P02)  # p = 0.2: ON wins at 16
+    assert sim.gate.spec_enabled
+    _, modes = run(sim, [16] * 2000, P05)  # the prompt mix changed: accept 2.97 -> 1.87, OFF wins
+    first_off = next(i for i, m in enumerate(modes) if not m)
+    assert first_off <= 100, first_off
+    assert not any(modes[first_off + auto.SYNC_EVERY:][:500]) or sum(modes[first_off:]) <= 0.02 * len(modes)
+
+
+def test_a_better_draft_is_found_again_while_off():
+    sim = Sim(seed=10)
+    run(sim, [16] * 3000, P05)  # weak draft: OFF at 16
+    assert not sim.gate.spec_enabled
+    _, modes = run(sim, [16] * (3 * auto.STALE_STEPS), P02)  # better draft: ON wins at 16 again
+    settled = next(i for i in range(len(modes)) if all(modes[i:i + 200]))
+    assert settled <= auto.STALE_STEPS + 6 * auto.SYNC_EVERY, settled
+
+
+def test_tp_ranks_decide_alike_from_rank_0s_table():
+    r0, r1 = Sim(seed=1), Sim(seed=2)  # the two ranks measure different step times
+    sizes = [1] * 800 + [64] * 1500 + [4] * 800 + [128] * 1500 + [24] * 1000
+    for b in sizes:
+        r0.step(b, P02)
+        r1.step(b, P02, table_from=r0)
+    assert r0.gate.decisions_digest == r1.gate.decisions_digest
+    assert (r0.gate.decode_steps_on, r0.gate.switches) == (r1.gate.decode_steps_on, r1.gate.switches)
+
+
+def _duration(sim: Sim, phases, costs: dict) -> float:
+    """Seconds to produce each phase's output tokens at its batch size, one phase after another
+    (the benchmark's time-varying load: the same work for every configuration)."""
+    t0 = sim.clock
+    for batch, tokens in phases:
+        target = sim.tokens + tokens
+        while sim.tokens < target:
+            sim.step(batch, costs)
+    return sim.clock - t0
+
+
+def test_a_time_varying_load_beats_both_static_modes():
+    # bench/throughput.py's TIME_VARYING stages (max concurrency, requests x 256 output tokens)
+    phases = [(1, 16 * 256), (64, 256 * 256), (4, 32 * 256), (128, 512 * 256), (2, 16 * 256)]
+    t_auto = _duration(Sim(seed=5), phases, P02)
+    t_on = _duration(Sim(config=GateConfig(10**6)), phases, P02)
+    t_off = _duration(Sim(config=GateConfig(1)), phases, P02)
+    assert t_auto < min(t_on, t_off), (t_auto, t_on, t_off)
+
+
+def test_the_probe_share_is_bounded():
+    sim = Sim(seed=6)
+    run(sim, [64] * 50_000, P02)
+    share = sim.gate.auto_probe_steps / sim.gate.decode_steps
+    assert share <= auto.PROBE_SHARE + auto.PROBE_ALLOWANCE / 50_000
+    assert sim.gate.auto_probes >= 2  # the other mode is re-measured (stale estimates)
+
+
+def test_switching_between_manual_and_auto_at_run_time():
+    gate = SpecGate(GateConfig(32, 4))
+    gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": "auto"}, 128))
+    assert gate.config.auto and gate.mode == "auto" and gate.config.hysteresis == 4
+    gate.decide(8)
+    assert gate.auto_reason == "auto: ON at batch 8 (learning: not measured both ways yet)"
+    gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": 24}, 128))
+    assert gate.mode == "manual" and gate.threshold == 24 and gate.auto_reason is None
+    with pytest.raises(ValueError, match="integer"):
+        parse_update(gate.config, {"speculative_disable_batch_threshold": "automatic"}, 128)
+
+
+def test_buckets_and_the_table():
+    assert [auto.bucket_of(b) for b in (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16, 17)] == [0, 1, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7]
+    assert auto.bucket_range(auto.bucket_of(40)) == (32, 47)
+    table = auto.Table.from_wire([(3, True, None), (9, False, True)])
+    assert table.preferred(0) is True and table.preferred(7) is True and table.preferred(12) is False
+    assert auto.Table.from_wire(table.to_wire()) == table
+    assert auto.crossover(table) == auto.BUCKET_EDGES[9]
+    assert auto.crossover(auto.Table.from_wire([(3, True, None)])) is None
+    assert math.isclose(auto.StepCosts().buckets.get(0, auto.BucketCosts()).rates(1)[0] or 0, 0)
+
+
+def test_the_step_timer_keeps_only_consecutive_steps_of_one_kind():
+    t = auto.StepTimer()
+    assert t.observe(10, "on", 1.00, 8) is None  # the first
+    assert t.observe(11, "on", 1.02, 8) == auto.StepSample(8, True, pytest.approx(0.02))
+    assert t.observe(13, "on", 1.05, 8) is None  # a prefill ran between
+    assert t.observe(14, "off", 1.06, 8) is None  # the mode changed
+    assert t.observe(15, "resume", 1.07, 8) is None and t.observe(16, "resume", 1.08, 8) is None
+    assert t.observe(17, "on", 1.09, 8) is None  # after the resume step
+    assert t.observe(None, "on", 1.10, 8) is None
