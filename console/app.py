@@ -68,8 +68,9 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
         Binding("plus,equals_sign", "threshold_step(1)", "Thr+1", key_display="+"),
         Binding("minus", "threshold_step(-1)", "Thr-1", key_display="-"),
         Binding("t", "threshold_dialog", "Set"),
+        Binding("a", "threshold_auto", "Auto", show=False),
         # --readonly: the keys above are hidden (check_action) and these say why instead
-        Binding("plus,equals_sign,minus,t", "readonly_notice", "Read-only", show=False),
+        Binding("plus,equals_sign,minus,t,a", "readonly_notice", "Read-only", show=False),
         Binding("slash", "log_prompt('search')", "Search", key_display="/"),
         Binding("n", "next_match(1)", "Next match", show=False),
         Binding("N", "next_match(-1)", "Previous match", show=False),
@@ -254,7 +255,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, NoServerScreen) and action not in ("quit", "help", "command_palette"):
             return False
-        if action in ("threshold_step", "threshold_dialog"):
+        if action in ("threshold_step", "threshold_dialog", "threshold_auto"):
             if isinstance(self.focused, Input):
                 return False  # typing into a search/filter box: + - t are text, not threshold keys
             # hidden in --readonly (the footer does not offer them); readonly_notice answers the keys
@@ -284,6 +285,10 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
     def action_threshold_step(self, delta: int) -> None:
         """``+``/``-``: the pending target (else spec_gate's threshold) +- 1 req, sent at once."""
         self.session.step_threshold(delta)
+
+    def action_threshold_auto(self) -> None:
+        """``a``: the auto threshold on, or back to a manual N at its learned crossover."""
+        self.session.toggle_auto()
 
     def action_threshold_dialog(self) -> None:
         err = self.model.check_request()

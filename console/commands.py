@@ -15,7 +15,9 @@ def console_commands(app: Any) -> Iterator[SystemCommand]:
     if not app.cfg.readonly and app.cfg.mode != "none":
         yield SystemCommand("Threshold +1", "Raise the speculation threshold by 1 req", lambda: app.action_threshold_step(1))
         yield SystemCommand("Threshold -1", "Lower the speculation threshold by 1 req", lambda: app.action_threshold_step(-1))
-        yield SystemCommand("Set threshold / hysteresis…", "Enter exact values", app.action_threshold_dialog)
+        yield SystemCommand("Set threshold / hysteresis…", "Enter exact values (or auto)", app.action_threshold_dialog)
+        yield SystemCommand("Auto threshold on / off", "Let the gate find the crossover, or fix N there",
+                            app.action_threshold_auto)
     yield SystemCommand("Search log…", "Highlight lines containing a text", lambda: app.action_log_prompt("search"))
     yield SystemCommand("Filter log…", "Show only lines containing a text", lambda: app.action_log_prompt("include"))
     yield SystemCommand("Hide log lines…", "Hide lines containing a text", lambda: app.action_log_prompt("exclude"))

@@ -57,6 +57,7 @@ from urllib.parse import parse_qs, urlparse
 from console import throughput
 from server_patch import contract
 from server_patch.contract import GateConfig, GateConfigError
+from server_patch import auto_threshold
 from server_patch.gate import SpecGate
 
 SGLANG_VERSION = "0.5.12"
@@ -76,6 +77,11 @@ while True:
 """
 
 
+def _threshold_arg(text: str) -> int | str:
+    """``--speculative-disable-batch-threshold``: an integer, or ``auto``."""
+    return text if text == contract.AUTO else int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser: the SGLang options the simulation uses, plus the demo/test knobs."""
     p = argparse.ArgumentParser(prog="python -m console.demo_server", description=__doc__.split("\n\n")[0])
@@ -88,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=3)
     p.add_argument("--speculative-eagle-topk", type=int, default=1)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=4)
-    p.add_argument(contract.THRESHOLD_FLAG, dest=contract.THRESHOLD_KEY, type=int, default=None)
+    p.add_argument(contract.THRESHOLD_FLAG, dest=contract.THRESHOLD_KEY, type=_threshold_arg, default=None)
     p.add_argument(contract.HYSTERESIS_FLAG, dest=contract.HYSTERESIS_KEY, type=int,
                    default=contract.DEFAULT_HYSTERESIS)
     p.add_argument("--max-running-requests", type=int, default=96)
@@ -265,9 +271,11 @@ class Simulation:
             max_running_requests=args.max_running_requests, cuda_graph_max_bs=args.cuda_graph_max_bs,
             tp_size=args.tp_size)
         threshold = getattr(args, contract.THRESHOLD_KEY)
-        self.gate = (SpecGate(GateConfig(threshold, getattr(args, contract.HYSTERESIS_KEY)))
+        self.gate = (SpecGate(GateConfig(contract.parse_threshold(threshold), getattr(args, contract.HYSTERESIS_KEY)))
                      if threshold is not None else None)
         self.runner = SimulatedRunner(early_seq_lens=self.identity.spec_version == "v2")
+        self.timer = auto_threshold.StepTimer()  # step times on the simulated clock
+        self.clock_s = 0.0  # simulated GPU time (s)
         #: accepted changes not applied yet, in the order they were accepted
         self.pending: list[GateConfig] = []
         self.pending_at = 0.0
@@ -315,9 +323,13 @@ class Simulation:
         self.step += 1
         if self.gate is None:
             return True
+        if self.gate.decode_steps % auto_threshold.SYNC_EVERY == 0:
+            self.gate.refresh_table()  # as the scheduler hooks do (TP rank 0's table)
         switch = self.gate.decide(self.batch)
         if switch is not None:
-            self._log_ranks(contract.switch_line(switch.direction, switch.batch_size, self.gate.config))
+            if not self.gate.probing:
+                self._log_ranks(contract.switch_line(switch.direction, switch.batch_size, self.gate.config,
+                                                     self.gate.estimate_text(switch.batch_size)))
         return self.gate.spec_enabled
 
     def tick(self, now: float) -> None:
@@ -354,15 +366,28 @@ class Simulation:
             self.token_usage = min(1.0, (self.batch + self.waiting * 0.2) * 384 / 812_345 * 8)
 
     def _run_step(self, on: bool, graph: bool) -> None:
-        """The decode batch just decided, run ON (a speculative verify) or OFF."""
+        """The decode batch just decided, run ON (a speculative verify) or OFF; its step time
+        (from the H200 table) and output tokens feed the gate's auto-threshold estimates."""
+        resume = on and self.runner.draft_stale and graph
         self.runner.step(on, graph)
-        if on and self.gate is not None and self.accept_now is not None:
+        if self.gate is None:
+            return
+        tokens = self.batch
+        if on and self.accept_now is not None:
             accept = self.accept_now
             # the first ON batch after OFF steps: the OFF steps' draft extend kept the draft's KV
             # current, so it is only a little below the usual accept length
             if self.gate.steps_since_on == 0 and self.gate.switches:
                 accept -= 0.1
-            self.gate.record_accept(self.batch, max(0, round(self.batch * (accept - 1.0))))
+            correct = max(0, round(self.batch * (accept - 1.0)))
+            self.gate.record_accept(self.batch, correct)
+            tokens += correct
+        kind = "resume" if resume else "on" if on else "off"
+        tput = throughput.gen_throughput(self.batch, on) * (1.0 + self.rng.uniform(-0.02, 0.02))
+        self.clock_s += tokens / tput if tput > 0 else 0.0
+        sample = self.timer.observe(self.step, kind, self.clock_s, self.batch)
+        if sample is not None:
+            self.gate.record_step(self.batch, sample.on, sample.step_time_s, tokens)
 
     def _apply_pending(self) -> None:
         """Apply the accepted changes one by one, in order, logging each (as every TP rank does)."""
@@ -383,9 +408,9 @@ class Simulation:
             return None
         return self.pending[-1] if self.pending else self.gate.config
 
-    def _current(self) -> tuple[int | None, int | None]:
+    def _current(self) -> tuple[int | str | None, int | None]:
         cfg = self._effective_config()
-        return (None, None) if cfg is None else (cfg.threshold, cfg.hysteresis)
+        return (None, None) if cfg is None else (contract.wire_threshold(cfg), cfg.hysteresis)
 
     def decode_line(self) -> str | None:
         """SGLang's periodic ``Decode batch`` line for the current state (None when idle)."""
@@ -583,7 +608,7 @@ class Simulation:
             self.pending.append(new)
             ticks = math.ceil(delay / self.args.tick) if delay > 0 and self.args.tick > 0 else 0
             decode_step = self.step + ticks * self.steps_per_tick
-            return contract.set_answer(True, None, new.threshold, new.hysteresis, decode_step)
+            return contract.set_answer(True, None, contract.wire_threshold(new), new.hysteresis, decode_step)
 
 
 class _BigInt:
@@ -723,12 +748,12 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     server_patch checks them.
     """
     n, h = getattr(args, contract.THRESHOLD_KEY), getattr(args, contract.HYSTERESIS_KEY)
-    problem = contract.hysteresis_problem(h, None) if n is None else None
+    problem = contract.hysteresis_problem(h, None) if n in (None, contract.AUTO) else None
     if problem is not None:
         parser.error(f"{contract.HYSTERESIS_FLAG}: {problem.server_message()}")
     if n is not None:
         try:
-            GateConfig(n, h).validate()
+            GateConfig(contract.parse_threshold(n), h).validate()
         except GateConfigError as exc:
             parser.error(f"{contract.THRESHOLD_FLAG} / {contract.HYSTERESIS_FLAG}: {exc}")
     if not 1 <= args.port <= 65535:

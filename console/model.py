@@ -46,6 +46,14 @@ UNANSWERED_TTL_S = 600.0
 UNANSWERED_GRACE_S = 3.0
 
 
+def set_threshold(g: st.GateState | None) -> int | str | None:
+    """The threshold a change compares with: ``"auto"`` while the auto threshold runs (its learned
+    crossover moves by itself), else spec_gate's N."""
+    if g is None:
+        return None
+    return contract.AUTO if g.mode == contract.MODE_AUTO else g.threshold
+
+
 def validate_threshold(value: int, max_running_requests: int | None, hysteresis: int | None = None) -> str | None:
     """Client-side check before sending: None if ``value`` may be sent, else the refusal
     (``contract.threshold_problem``: [1, max running requests], and above ``hysteresis`` when given)."""
@@ -130,7 +138,7 @@ class ConsoleModel:
         if self.connection.reachable is not True and self.message_kind == KIND_CONNECTION:
             self.set_message(None)  # e.g. "server unreachable: threshold not changed" is over
         if self.message_kind == KIND_REJECTED and sample.gate is not None and (
-                (sample.gate.threshold, sample.gate.hysteresis) != self._rejected_against):
+                (set_threshold(sample.gate), sample.gate.hysteresis) != self._rejected_against):
             self.set_message(None)  # the reason was about values that are no longer the server's
         self.connection = st.ConnectionState(url=self.url, reachable=True)
         figures = self.load.update(sample, self._sample_at)
@@ -140,7 +148,8 @@ class ConsoleModel:
             self.tput_history.append(figures.throughput.value)
         if sample.gate is not None and sample.gate.switches is not None:
             now = self.clock()
-            self.switch_samples.append((now, sample.gate.switches))
+            # a probe of the auto threshold switches twice by design: not thrash
+            self.switch_samples.append((now, sample.gate.switches - 2 * (sample.gate.auto_probes or 0)))
             while self.switch_samples and now - self.switch_samples[0][0] > SWITCH_WINDOW_S:
                 self.switch_samples.popleft()
         lines = self._check_external(sample.gate) + self._check_pending() + self._check_unanswered()
@@ -216,7 +225,7 @@ class ConsoleModel:
     def target(self) -> tuple[int | None, int | None]:
         """(threshold, hysteresis) a new change starts from: the pending targets, else spec_gate's."""
         g, p = self.gate, self.pending
-        t = g.threshold if g else None
+        t = set_threshold(g)
         h = g.hysteresis if g else None
         if p is not None:
             t = p.threshold if p.threshold is not None else t
@@ -251,10 +260,10 @@ class ConsoleModel:
             return "no answer from the server yet: threshold not changed"
         if self.gate is None:
             return f"this server runs without the speculation gate ({contract.THRESHOLD_FLAG})"
-        if self.gate.threshold is None:
+        if self.gate.threshold is None and self.gate.mode != contract.MODE_AUTO:
             return ("spec_gate has no threshold (it does not follow specconsole's contract: a server "
                     "patched by another version?): threshold not changed")
-        if threshold is None:
+        if threshold is None or threshold == contract.AUTO:
             return None
         return validate_threshold(threshold, self.snapshot_max_running(),
                                   self.target()[1] if hysteresis is None else None)
@@ -269,13 +278,32 @@ class ConsoleModel:
         return None
 
     def step_threshold(self, delta: int) -> Outcome:
-        """``+``/``-``: the target threshold +- ``delta``; see :meth:`request_change`."""
+        """``+``/``-``: the target threshold +- ``delta``; see :meth:`request_change`. From the
+        auto threshold it leaves auto for a manual N at the learned crossover +- ``delta``."""
         err = self.check_request()
         if err:
             return self.refuse(err)
         base = self.base_threshold()
-        assert base is not None  # check_request refuses a spec_gate without a threshold
+        if base == contract.AUTO:
+            base = self.gate.threshold  # the learned crossover
+            if base is None:
+                return self.refuse("the auto threshold has not found a crossover yet: set N with t "
+                                   "(threshold not changed)")
+        assert isinstance(base, int)  # check_request refuses a spec_gate without a threshold
         return self.request_change(base + delta, None)
+
+    def toggle_auto(self) -> Outcome:
+        """``a``: the auto threshold on, or off again to a manual N at its learned crossover."""
+        err = self.check_request()
+        if err:
+            return self.refuse(err)
+        if self.target()[0] != contract.AUTO:
+            return self.request_change(contract.AUTO, None)
+        crossing = self.gate.threshold
+        if crossing is None:
+            return self.refuse("the auto threshold has not found a crossover yet: set N with t "
+                               "(auto stays on)")
+        return self.request_change(crossing, None)
 
     def request_change(self, threshold: int | None, hysteresis: int | None) -> Outcome:
         """Validate a change and make it the new target (queued for sending: :meth:`next_to_send`).
@@ -301,7 +329,7 @@ class ConsoleModel:
         self.pending = st.PendingChange(
             threshold=threshold if threshold is not None else (p.threshold if p else None),
             hysteresis=hysteresis if hysteresis is not None else (p.hysteresis if p else None),
-            old_threshold=p.old_threshold if p else g.threshold,
+            old_threshold=p.old_threshold if p else set_threshold(g),
             old_hysteresis=p.old_hysteresis if p else g.hysteresis,
             since=self.clock(),
         )
@@ -347,7 +375,7 @@ class ConsoleModel:
             self.set_message(f"rejected: {reason}", "error", KIND_REJECTED)
             gate = self.sample.gate if self.sample is not None else None
             self._rejected_against = ((result.threshold, result.hysteresis) if result.threshold is not None
-                                      else (gate.threshold, gate.hysteresis) if gate is not None else (None, None))
+                                      else (set_threshold(gate), gate.hysteresis) if gate is not None else (None, None))
             if not self._queued:
                 self._fall_back(result.threshold, result.hysteresis)
             return Outcome(ok=False, level="error", panel=self.message,
@@ -382,7 +410,7 @@ class ConsoleModel:
             # unknown whether it applied: watched, confirmed if spec_gate shows it later
             self._unanswered = st.PendingChange(
                 threshold=sent.get("threshold"), hysteresis=sent.get("hysteresis"),
-                old_threshold=p.old_threshold if p else (g.threshold if g else None),
+                old_threshold=p.old_threshold if p else set_threshold(g),
                 old_hysteresis=p.old_hysteresis if p else (g.hysteresis if g else None),
                 since=self.clock(),
             )
@@ -403,7 +431,7 @@ class ConsoleModel:
         said as such, instead of leaving this console's last outcome standing under it."""
         if gate is None:
             return []
-        now_values, before = (gate.threshold, gate.hysteresis), self._gate_values
+        now_values, before = (set_threshold(gate), gate.hysteresis), self._gate_values
         self._gate_values = now_values
         if before is None or now_values == before or self.pending is not None or self.sending:
             return []  # nothing to compare, no change, or this console's own change under way
@@ -429,7 +457,7 @@ class ConsoleModel:
             return []
         parts = []
         if u.threshold is not None and u.threshold != u.old_threshold:
-            parts.append(("threshold", u.old_threshold, u.threshold, g.threshold))
+            parts.append(("threshold", u.old_threshold, u.threshold, set_threshold(g)))
         if u.hysteresis is not None and u.hysteresis != u.old_hysteresis:
             parts.append(("hysteresis", u.old_hysteresis, u.hysteresis, g.hysteresis))
         if not parts:
@@ -454,7 +482,7 @@ class ConsoleModel:
     def _fall_back(self, threshold: int | None, hysteresis: int | None) -> None:
         """After a rejection: pending only what the server reports beyond spec_gate's values."""
         g, p = self.gate, self.pending
-        t = threshold if g is not None and threshold is not None and threshold != g.threshold else None
+        t = threshold if g is not None and threshold is not None and threshold != set_threshold(g) else None
         h = hysteresis if g is not None and hysteresis is not None and hysteresis != g.hysteresis else None
         if p is None or (t is None and h is None):
             self.pending = None
@@ -469,7 +497,7 @@ class ConsoleModel:
             return []
         if self._sample_at <= self._accepted_at:
             return []  # this sample may predate the change
-        ok = (p.threshold is None or g.threshold == p.threshold) and (p.hysteresis is None or g.hysteresis == p.hysteresis)
+        ok = (p.threshold is None or set_threshold(g) == p.threshold) and (p.hysteresis is None or g.hysteresis == p.hysteresis)
         if ok:
             self.pending = None
             parts = []
@@ -482,7 +510,7 @@ class ConsoleModel:
             return [text]
         if self.clock() - self._accepted_at > CONFIRM_TIMEOUT_S:
             self.pending = None
-            text = f"{_describe(p.threshold, p.hysteresis)} accepted but spec_gate still shows threshold {g.threshold} hysteresis {g.hysteresis}"
+            text = f"{_describe(p.threshold, p.hysteresis)} accepted but spec_gate still shows threshold {set_threshold(g)} hysteresis {g.hysteresis}"
             self.set_message(text, "error")
             return [text]
         return []

@@ -203,7 +203,11 @@ class ConsoleSession:
         """``+``/``-``: the pending target (else spec_gate's threshold) +- ``delta`` req, sent at once."""
         return self._requested(self.model.step_threshold(delta))
 
-    def request_change(self, threshold: int | None, hysteresis: int | None) -> ev.Outcome:
+    def toggle_auto(self) -> ev.Outcome:
+        """``a``: the auto threshold on, or back to a manual N at its learned crossover."""
+        return self._requested(self.model.toggle_auto())
+
+    def request_change(self, threshold: int | str | None, hysteresis: int | None) -> ev.Outcome:
         """Validate a gate change, make it the pending target and send it (absolute values)."""
         return self._requested(self.model.request_change(threshold, hysteresis))
 

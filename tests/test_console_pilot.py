@@ -110,7 +110,7 @@ async def test_a_hysteresis_not_below_the_threshold_is_refused_in_the_dialog(mak
         await pilot.pause(0.1)
         help_label = app.screen.query_one("#threshold-help")  # not cut at the dialog's edge (it was)
         lines = str(help_label.render()).splitlines()
-        assert lines == ["SPEC OFF at batch size >= N (N: 1..96 req)", "ON again below N - H (H: 0..N-1 req)"]
+        assert lines == ["SPEC OFF at batch size >= N (N: 1..96 req, or auto)", "ON again below N - H (H: 0..N-1 req)"]
         assert help_label.content_region.height >= 2
         assert max(map(len, lines)) <= help_label.content_region.width
         hys = app.screen.query_one("#hysteresis-input")

@@ -14,7 +14,8 @@ HELP = r"""# specconsole — keys
 |---|---|
 | `+` / `=` | threshold + 1 req: each press steps the pending target and sends it; shown as `→ N pending` until `spec_gate` confirms N |
 | `-` | threshold - 1 req (refused before sending outside [1, max running requests] or at/below the hysteresis) |
-| `t` | set threshold and hysteresis exactly (plain integers) |
+| `t` | set threshold and hysteresis exactly (plain integers; the threshold may be `auto`) |
+| `a` | auto threshold on (the gate finds the crossover from its own step times), or off again at the learned crossover |
 | `/` | search the log; `n` / `N` next / previous match |
 | `f` | show only log lines containing … (`a\|b`: a or b) |
 | `x` | hide log lines containing … |
@@ -32,7 +33,10 @@ HELP = r"""# specconsole — keys
   threshold 32`: the last decode batch from `spec_gate`); the live worker class from `spec_gate` and whether SGLang's
   startup log line agrees (`✗ MISMATCH` is an alarm); threshold N and hysteresis H (off at
   decode batch >= N, back on below N - H; `N-H = 1` is warned: once off, never back on),
-  switches, accept length; the details scroll (`Tab` to the panel, then `↑` `↓`).
+  switches, accept length; with the auto threshold `N auto (≈24)`, why it runs as it does
+  (`auto: OFF at batch 48 (est. ON 6,100 vs OFF 7,900 tok/s)`) and the learned curve (ON vs
+  OFF tok/s per batch size, the live batch marked `◀`); the details scroll (`Tab` to the panel,
+  then `↑` `↓`).
 * **Load** — running requests (from `/v1/loads`) per poll as bars against the threshold line
   (`─` N: the row of sizes >= N; `┄` N - H), queue length (req), generation throughput (tok/s).
   Greyed and marked `stale` while the server is down.

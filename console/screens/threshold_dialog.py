@@ -15,13 +15,14 @@ from textual.widgets import Button, Input, Label
 
 from console.model import validate_hysteresis, validate_threshold
 from console.textual_compat import OrderedInput
+from server_patch import contract
 
 
 @dataclass(frozen=True)
 class ThresholdRequest:
-    """What to send; None means "leave unchanged"."""
+    """What to send; None means "leave unchanged"; ``threshold`` ``"auto"``: the auto threshold."""
 
-    threshold: int | None
+    threshold: int | str | None
     hysteresis: int | None
 
 
@@ -31,12 +32,16 @@ _INTEGER = re.compile(r"-?[0-9]+")
 MAX_DIGITS = 9
 
 
-def parse_int_field(name: str, text: str, upper: int | None = None) -> int | None | str:
+def parse_int_field(name: str, text: str, upper: int | None = None, auto: bool = False) -> int | None | str:
     """The field's integer, None when empty (unchanged), or why it is refused (a str).
-    ``upper``: the largest value that makes sense, named when the number is absurdly long."""
+    ``upper``: the largest value that makes sense, named when the number is absurdly long;
+    ``auto``: the word ``auto`` is a value too (the threshold field), returned as ``"auto"``
+    -- told apart from a refusal by the caller's check ``== contract.AUTO``."""
     value = text.strip()
     if not value:
         return None
+    if auto and value.lower() == contract.AUTO:
+        return contract.AUTO
     if not _INTEGER.fullmatch(value):
         return f"{name} {value!r} is not a whole number: type digits only (e.g. 32)"
     if len(value.lstrip("-")) > MAX_DIGITS:
@@ -58,20 +63,21 @@ def parse_request(
         their digits); the threshold must lie in [1, max running requests] and the hysteresis in
         [0, threshold - 1] (the README's contract; refused here, before sending).
     """
-    thr = parse_int_field("threshold", threshold_text, max_running_requests)
-    if isinstance(thr, str):
+    thr = parse_int_field("threshold", threshold_text, max_running_requests, auto=True)
+    if isinstance(thr, str) and thr != contract.AUTO:
         return thr
     hys = parse_int_field("hysteresis", hysteresis_text)
     if isinstance(hys, str):
         return hys
     thr = current_threshold if thr is None else thr
     hys = current_hysteresis if hys is None else hys
-    if thr is not None:
-        err = validate_threshold(thr, max_running_requests)
+    manual = thr if isinstance(thr, int) else None
+    if manual is not None:
+        err = validate_threshold(manual, max_running_requests)
         if err:
             return err
     if hys is not None:
-        err = validate_hysteresis(hys, thr)
+        err = validate_hysteresis(hys, manual)
         if err:
             return err
     req = ThresholdRequest(
@@ -84,17 +90,19 @@ def parse_request(
 
 
 class WholeNumber(Validator):
-    """A field of the dialog: empty (unchanged) or a plain integer (``parse_int_field``); the
-    range against the other field is the contract's, checked on send (:func:`parse_request`)."""
+    """A field of the dialog: empty (unchanged) or a plain integer (``parse_int_field``; the
+    threshold also ``auto``); the range against the other field is the contract's, checked on
+    send (:func:`parse_request`)."""
 
-    def __init__(self, name: str, upper: int | None = None) -> None:
+    def __init__(self, name: str, upper: int | None = None, auto: bool = False) -> None:
         super().__init__()
         self.field_name = name
         self.upper = upper
+        self.auto = auto
 
     def validate(self, value: str) -> ValidationResult:
-        result = parse_int_field(self.field_name, value, self.upper)
-        return self.failure(result) if isinstance(result, str) else self.success()
+        result = parse_int_field(self.field_name, value, self.upper, self.auto)
+        return self.failure(result) if isinstance(result, str) and result != contract.AUTO else self.success()
 
 
 class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
@@ -112,12 +120,13 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
         span = f"1..{self.max_running}" if self.max_running is not None else ">= 1"
         with Vertical(id="threshold-body"):
             # two short lines: one long line was cut at the dialog's edge (70 columns)
-            yield Label(f"SPEC OFF at batch size >= N (N: {span} req)\nON again below N - H (H: 0..N-1 req)",
-                        id="threshold-help")
+            yield Label(f"SPEC OFF at batch size >= N (N: {span} req, or auto)\n"
+                        "ON again below N - H (H: 0..N-1 req)", id="threshold-help")
             with Horizontal(classes="field"):
                 yield Label("threshold N (req)", classes="field-label")
                 yield OrderedInput(str(self.threshold if self.threshold is not None else ""), id="threshold-input",
-                                   validators=[WholeNumber("threshold", self.max_running)], validate_on=["changed"])
+                                   validators=[WholeNumber("threshold", self.max_running, auto=True)],
+                                   validate_on=["changed"])
             with Horizontal(classes="field"):
                 yield Label("hysteresis H (req)", classes="field-label")
                 yield OrderedInput(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input",

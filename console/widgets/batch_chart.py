@@ -147,8 +147,9 @@ class BatchChart(SnapshotWidget):
         w, h = self.size.width, self.size.height
         if w < 6 or h < 1:
             return Text("")
+        auto = g is not None and g.mode == contract.MODE_AUTO  # the learned crossover, no hysteresis
         labels, cells, _ = chart_rows(
-            s.batch_history, g.threshold if g else None, g.hysteresis if g else None, w, h
+            s.batch_history, g.threshold if g else None, None if auto or g is None else g.hysteresis, w, h
         )
         styles = {
             "on": self.style_of("batch-chart--on"),

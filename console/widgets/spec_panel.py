@@ -70,6 +70,10 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
                            "gate not enabled on this server"], "-unknown"
     bs = s.decode_batch
     n, h = g.threshold, g.hysteresis or 0
+    if g.mode == contract.MODE_AUTO and g.spec_enabled is not None:
+        label = "SPEC ON" if g.spec_enabled else "SPEC OFF"
+        reasons = [r for r in (g.auto_reason,) if r] + [f"auto: decode batch {fmt.num(bs)}", f"auto: batch {fmt.num(bs)}"]
+        return label, reasons, "-on" if g.spec_enabled else "-off"
     if g.spec_enabled is True:
         return "SPEC ON", [f"decode batch {fmt.num(bs)} < threshold {fmt.num(n)}", f"batch {fmt.num(bs)} < N {fmt.num(n)}"], "-on"
     if g.spec_enabled is False:
@@ -89,9 +93,14 @@ def pinned_values(s: st.ConsoleSnapshot) -> str:
     """``N 32 · H 4`` (``N 32→33`` while a change is pending): shown next to SPEC ON/OFF, so the
     threshold stays in view however far the details are scrolled. Empty without a gate."""
     g = s.gate
-    if g is None or s.stale or g.threshold is None:
+    if g is None or s.stale or (g.threshold is None and g.mode != contract.MODE_AUTO):
         return ""
     p = s.pending
+    if g.mode == contract.MODE_AUTO:
+        n = f"N auto (≈{g.threshold})" if g.threshold is not None else "N auto (learning)"
+        if p is not None and p.threshold is not None and p.threshold != contract.AUTO:
+            n += f"→{p.threshold}"
+        return n
     n = f"N {g.threshold}"
     if p is not None and p.threshold is not None and p.threshold != g.threshold:
         n += f"→{p.threshold}"
@@ -165,9 +174,10 @@ def gate_warnings(s: st.ConsoleSnapshot) -> list[str]:
     out = []
     if g is None:
         return out
-    if contract.never_back_on(g.threshold, g.hysteresis):
+    auto = g.mode == contract.MODE_AUTO
+    if not auto and contract.never_back_on(g.threshold, g.hysteresis):
         out.append(f"N-H = {contract.resume_below(g.threshold, g.hysteresis)}: once off, never back on")
-    if g.threshold is not None:
+    if g.threshold is not None and not auto:
         out.extend(w.short for w in contract.capacity_warnings(g.threshold, s.max_running_requests, None))
     bs = s.decode_batch
     if bs is not None and g.cuda_graph_max_bs is not None and bs > g.cuda_graph_max_bs:
@@ -226,8 +236,14 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
             rows.append([Text("⚠ " + s.worker.detail, d["alarm"])])
         return rows
     p = s.pending
-    thr = _t(("threshold ", d["label"]), (fmt.num(g.threshold, "req"), d["value"]))
-    if p is not None and p.threshold is not None and p.threshold != g.threshold:
+    auto = g.mode == contract.MODE_AUTO
+    if auto:
+        crossing = f" (crossover ≈ {fmt.num(g.threshold, 'req')})" if g.threshold is not None else " (learning)"
+        thr = _t(("threshold ", d["label"]), ("auto", d["value"]), (crossing, d["dim"]))
+    else:
+        thr = _t(("threshold ", d["label"]), (fmt.num(g.threshold, "req"), d["value"]))
+    shown = contract.AUTO if auto else g.threshold
+    if p is not None and p.threshold is not None and p.threshold != shown:
         thr.append(f" → {p.threshold} pending", d["pending"])
     hys = _t(("hysteresis ", d["label"]), (fmt.num(g.hysteresis, "req"), d["value"]))
     if p is not None and p.hysteresis is not None and p.hysteresis != g.hysteresis:
@@ -247,6 +263,10 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     if al is None and s.load is not None:
         al = s.load.accept_length
     rows.append([sw, _t(("accept ", d["label"]), (fmt.num(al, "tok/step", 2), d["value"]))])
+    if auto and g.auto_probes is not None:
+        share = f" ({g.auto_probe_share * 100:.1f}% of decode steps)" if g.auto_probe_share is not None else ""
+        rows.append([_t(("auto probes ", d["label"]), (f"{fmt.num(g.auto_probes)}{share}", d["value"]))])
+    rows.extend(learned_curve(s, d))
     # the rest: below the fold on small terminals (scroll)
     rows.append([
         _t(("max running ", d["label"]), (fmt.num(s.max_running_requests, "req"), d["value"])),
@@ -316,6 +336,27 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         t.rstrip()
         rows.append([t])
     rows.append([Text(s.worker.detail, d["dim"])])
+    return rows
+
+
+def learned_curve(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
+    """The auto threshold's learned curve, one row per measured batch-size bucket: its batch sizes,
+    the estimated output tok/s with speculation on and off, the preferred mode, the live decode
+    batch marked ``◀``; shown in auto mode (the server measures it in manual mode too)."""
+    g = s.gate
+    if g is None or not g.auto_buckets or g.mode != contract.MODE_AUTO:
+        return []
+    rows = [[_t(("learned  batch   ON tok/s  OFF tok/s", d["label"]))]]
+    bs = g.last_decode_batch_size
+    for b in g.auto_buckets:
+        span = f"{b.lo}" if b.hi in (b.lo, None) else f"{b.lo}-{b.hi}"
+        mode = {True: "ON", False: "OFF", None: "?"}[b.on]
+        here = bs is not None and b.lo is not None and b.lo <= bs and (b.hi is None or bs <= b.hi)
+        line = _t((f"  {span:>10}  {fmt.num(b.on_tok_s):>8}  {fmt.num(b.off_tok_s):>9}  ", d["value"]),
+                  (f"{mode:<3}", d["ok"] if b.on else d["value"]))
+        if here:
+            line.append(f" ◀ batch {bs}", d["pending"])
+        rows.append([line])
     return rows
 
 
