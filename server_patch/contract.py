@@ -262,7 +262,8 @@ def never_back_on(threshold: Optional[int], hysteresis: Optional[int]) -> bool:
 
 #: JSON type tags of the spec_gate fields: ``str``, ``bool``, ``int`` (a count, size, step or
 #: rank, >= 0), ``float``, ``switch`` (an object with SWITCH_FIELDS, or null), ``ranks`` (a list
-#: of objects with RANK_FIELDS), ``buckets`` (a list of objects with BUCKET_FIELDS). Any field may
+#: of objects with RANK_FIELDS), ``buckets`` (a list of objects with BUCKET_FIELDS), ``gpu`` (an
+#: object with GPU_FIELDS). Any field may
 #: be null where the server does not know it. ``threshold`` is the manual N, or in auto mode
 #: the learned crossover (null until one is found).
 SPEC_GATE_FIELDS: Dict[str, str] = {
@@ -314,6 +315,9 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "auto_probe_steps": "int",
     "auto_probe_share": "float",
     "decisions_digest": "int",
+    "host": "str",
+    "node_rank": "int",
+    "gpu": "gpu",
     "tp_rank": "int",
     "tp_size": "int",
     "ranks": "ranks",
@@ -323,10 +327,17 @@ RANK_FIELDS: Tuple[str, ...] = (
     "tp_rank", "spec_enabled", "threshold", "hysteresis", "switches", "decode_steps_on",
     "decode_steps_off", "off_attention_checks", "off_attention_mismatches",
     "off_early_seq_lens_checks", "off_early_seq_lens_mismatches", "off_kv_only_checks",
-    "off_kv_only_mismatches", "off_resume_steps", "mode", "decisions_digest",
+    "off_kv_only_mismatches", "off_resume_steps", "mode", "decisions_digest", "host", "node_rank", "gpu",
 )
 #: ``last_switch``: decode step index, ``"on"``/``"off"``, batch size (req)
 SWITCH_FIELDS: Tuple[str, ...] = ("step", "direction", "batch_size")
+#: ``gpu``: a rank's own GPU as its scheduler reads it with NVML (server_patch/rank_gpu.py): host
+#: and node rank, CUDA ordinal, UUID, NVML index, name, utilization %, memory used/total MiB,
+#: temperature °C, power and power limit W, SM clock MHz (None where not supported), ``error``
+#: (None, or why NVML could not be read), ``read_ms`` (mean cost of one NVML reading, ms)
+GPU_FIELDS: Tuple[str, ...] = ("host", "node_rank", "gpu_id", "uuid", "nvml_index", "name", "util_pct",
+                               "mem_used_mib", "mem_total_mib", "temp_c", "power_w", "power_limit_w",
+                               "sm_clock_mhz", "error", "read_ms")
 #: ``auto_buckets``: per measured batch-size bucket, its range (req), the estimated output tok/s
 #: with speculation on and off, their sample counts, the accept length, the preferred mode
 BUCKET_FIELDS: Tuple[str, ...] = ("lo", "hi", "on_tok_s", "off_tok_s", "on_samples", "off_samples",

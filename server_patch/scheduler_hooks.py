@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any, Dict, Optional
 
-from server_patch import auto_threshold, compat, contract, options
+from server_patch import auto_threshold, compat, contract, metrics, options, rank_gpu
 from server_patch.contract import (
     DECODE_STEP_KEY,
     GATE_KEYS,
@@ -68,6 +68,8 @@ class GateRuntime:
         self.step_tokens: Optional[int] = None  # output tokens of the ON batch being processed
         self.step_timer = auto_threshold.StepTimer()
         self._scheduler = scheduler
+        self.rank_gpu = rank_gpu.for_scheduler(scheduler)
+        self.metrics = metrics.GateMetrics.for_scheduler(scheduler)
         self._wrap_worker(worker)
 
     def _wrap_worker(self, worker: Any) -> None:
@@ -124,6 +126,20 @@ class GateRuntime:
         wire = [self.gate.refresh_table()] if self.tp_rank == 0 else []
         wire = broadcast_pyobj(wire, sched.tp_group.rank, sched.tp_cpu_group, src=sched.tp_group.ranks[0])
         self.gate.set_table(wire[0])
+
+    # -- this rank's GPU (server_patch/rank_gpu.py) ----------------------------------------
+
+    @property
+    def gpu(self) -> Dict[str, Any]:
+        return self.rank_gpu.report()
+
+    @property
+    def host(self) -> str:
+        return self.rank_gpu.identity["host"]
+
+    @property
+    def node_rank(self) -> int:
+        return self.rank_gpu.identity["node_rank"]
 
     # -- spec_gate fields that live on the runner under other names (contract.SPEC_GATE_FIELDS)
 
@@ -183,7 +199,14 @@ class GateRuntime:
     def status(self, max_running_requests: Optional[int]) -> Dict[str, Any]:
         """This rank's ``spec_gate`` dict (the README's contract), without ``ranks``."""
         self.max_running_requests = max_running_requests
-        return contract.spec_gate_status(self, self.gate, self.runner, _RunnerDefaults)
+        return contract.spec_gate_status(*self._sources())
+
+    def value(self, name: str) -> Any:
+        """One spec_gate field of this rank (as :meth:`status` finds it)."""
+        return next(getattr(s, name) for s in self._sources() if hasattr(s, name))
+
+    def _sources(self) -> tuple:
+        return self, self.gate, self.runner, _RunnerDefaults
 
 
 class _RunnerDefaults:
@@ -237,6 +260,7 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
         _refuse(str(exc))
     runtime = GateRuntime(scheduler, SpecGate(config))
     setattr(scheduler, GATE_ATTR, runtime)
+    runtime.rank_gpu.start()
     logger.info(contract.worker_line(runtime.worker_class, runtime.spec_version, runtime.overlap, config))
     kv_reason = getattr(runtime.runner, "off_draft_extend_reason", None)
     logger.info(
@@ -269,6 +293,7 @@ def after_get_next_batch_to_run(ret, scheduler, *args, **kwargs):
     if ret is not None and ret.forward_mode.is_decode():
         if gate.decode_steps % auto_threshold.SYNC_EVERY == 0:
             runtime.sync_table()
+            runtime.metrics.update(runtime)
         switch = gate.decide(ret.batch_size())
         if switch is not None:
             if gate.probing:
@@ -375,6 +400,7 @@ def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
     global_args = _global_server_args()
     setattr(global_args, THRESHOLD_KEY, contract.wire_threshold(new))
     setattr(global_args, HYSTERESIS_KEY, new.hysteresis)
+    runtime.metrics.update(runtime)
     return _reply(
         True,
         {
@@ -391,6 +417,7 @@ def after_get_internal_state(result, scheduler, *args, **kwargs):
     if runtime is None:
         return None
     status = runtime.status(scheduler.max_running_requests)
+    runtime.metrics.update(runtime)
     mine = contract.rank_entry(status)
     ranks = [mine]
     if scheduler.tp_size > 1:

@@ -285,6 +285,8 @@ def test_internal_state_carries_spec_gate_for_the_console():
     assert gate["worker_class"] == "EAGLEWorker" and gate["spec_version"] == "v1"
     assert gate["spec_enabled"] is False and gate["switches"] == 1
     assert gate["last_switch"] == {"step": 0, "direction": "off", "batch_size": 9}
+    (rank,) = gate["ranks"]
+    assert rank.pop("host") and rank.pop("node_rank") == 0 and set(rank.pop("gpu")) >= {"uuid", "error"}
     assert gate["ranks"] == [{"tp_rank": 0, "spec_enabled": False, "threshold": 8, "hysteresis": 0,
                               "switches": 1, "decode_steps_on": 0, "decode_steps_off": 1,
                               "off_attention_checks": 0, "off_attention_mismatches": 0,
