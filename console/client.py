@@ -2,10 +2,10 @@
 
 Async (httpx.AsyncClient) so polling runs in a Textual async worker without blocking the UI.
 Endpoints used: ``GET /health``, ``GET /server_info``, ``GET /v1/loads?include=core,spec``,
-``POST /set_internal_state``. Nothing else about the server is assumed. The requests of each
-poll are :data:`POLL_REQUESTS`; :data:`OWN_REQUEST_LINES` is how the server's access log prints
-them (the log pane hides those lines), and :attr:`ServerClient.local_addresses` the client
-addresses they came from.
+``GET /metrics`` (only with ``--enable-metrics``), ``POST /set_internal_state``. Nothing else
+about the server is assumed. The requests of each poll are :data:`POLL_REQUESTS`;
+:data:`OWN_REQUEST_LINES` is how the server's access log prints them (the log pane hides those
+lines), and :attr:`ServerClient.local_addresses` the client addresses they came from.
 
 Errors: every failure to get an answer (connection refused, timeout, HTTP 5xx, not JSON)
 raises :class:`ServerUnreachable` with a short human reason; :class:`Backoff` turns a run of
@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from console.state import NOT_JSON_REASON, GateState, LoadState, ServerSample, SetResult
+from console.state import NOT_JSON_REASON, GateState, LoadState, MetricsState, ServerSample, SetResult
 from server_patch import contract
 
 #: HTTP timeout per request, seconds
@@ -31,7 +31,8 @@ DEFAULT_TIMEOUT_S = 5.0
 #: poll goes here, so that its access-log lines are known as the console's own too
 POLL_SERVER_INFO = ("GET", "/server_info", None)
 POLL_LOADS = ("GET", "/v1/loads", {"include": "core,spec"})
-POLL_REQUESTS = (POLL_SERVER_INFO, POLL_LOADS)
+POLL_METRICS = ("GET", "/metrics", None)  # only with --enable-metrics
+POLL_REQUESTS = (POLL_SERVER_INFO, POLL_LOADS, POLL_METRICS)
 #: local addresses of the client's connections that are remembered (a keep-alive connection
 #: keeps one; a reconnect after an outage adds one)
 MAX_LOCAL_ADDRESSES = 32
@@ -135,17 +136,75 @@ def _reason(exc: BaseException, api_key_given: bool = False) -> str:
     return type(exc).__name__ + (f": {exc}" if str(exc) else "")
 
 
-def parse_server_info(info: dict[str, Any], loads: dict[str, Any] | None) -> ServerSample:
-    """Turn ``/server_info`` (+ optional ``/v1/loads``) JSON into a :class:`ServerSample`.
+#: the /metrics series the console reads (name -> MetricsState field); the counter is
+#: exposed as ``<name>_total``, and only its ``mode="decode"`` samples count
+METRIC_SERIES = {
+    "sglang:num_running_reqs": "running_reqs",
+    "sglang:num_queue_reqs": "queue_reqs",
+    "sglang:gen_throughput": "gen_throughput",
+    "sglang:realtime_tokens_total": "decode_tokens_total",
+    "sglang:spec_accept_length": "accept_length",
+}
+
+
+def parse_metrics(text: str) -> MetricsState:
+    """The console's series of a Prometheus text body (SGLang's ``/metrics``), summed over ranks
+    (the accept length averaged). Lines of other series are skipped before parsing (the body is
+    ~70 KB); a malformed body gives a MetricsState of None values."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = tuple(METRIC_SERIES)
+    kept = "\n".join(line for line in text.splitlines() if line.startswith(wanted)) + "\n"
+    values: dict[str, list[float]] = {}
+    try:
+        for family in text_string_to_metric_families(kept):
+            for sample in family.samples:
+                name = METRIC_SERIES.get(sample.name)
+                if name is None or (name == "decode_tokens_total" and sample.labels.get("mode") != "decode"):
+                    continue
+                values.setdefault(name, []).append(float(sample.value))
+    except ValueError:
+        return MetricsState()
+
+    def total(name: str) -> float | None:
+        vals = values.get(name)
+        return sum(vals) if vals else None
+
+    running, queue = total("running_reqs"), total("queue_reqs")
+    accept = values.get("accept_length")
+    return MetricsState(
+        running_reqs=int(running) if running is not None else None,
+        queue_reqs=int(queue) if queue is not None else None,
+        gen_throughput=total("gen_throughput"),
+        decode_tokens_total=total("decode_tokens_total"),
+        accept_length=sum(accept) / len(accept) if accept else None,
+    )
+
+
+def _first_state(info: dict[str, Any]) -> dict[str, Any]:
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        return states[0]
+    return {}
+
+
+def metrics_enabled(info: dict[str, Any]) -> bool | None:
+    """Whether the server runs with ``--enable-metrics`` (its server args in ``/server_info``)."""
+    value = _first_state(info).get("enable_metrics", info.get("enable_metrics"))
+    return value if isinstance(value, bool) else None
+
+
+def parse_server_info(info: dict[str, Any], loads: dict[str, Any] | None, metrics: MetricsState | None = None,
+                      loads_error: str | None = None) -> ServerSample:
+    """Turn ``/server_info`` (+ optional ``/v1/loads`` JSON and ``/metrics``) into a :class:`ServerSample`.
 
     ``gate`` is None when ``internal_states[0]`` has no ``spec_gate`` (gate not enabled).
     """
     gate = None
-    states = info.get("internal_states")
-    if isinstance(states, list) and states:
-        first = states[0]
-        if isinstance(first, dict) and isinstance(first.get("spec_gate"), dict):
-            gate = GateState.from_json(first["spec_gate"])
+    first = _first_state(info)
+    if isinstance(first.get("spec_gate"), dict):
+        gate = GateState.from_json(first["spec_gate"])
+    tput = first.get("last_gen_throughput")
     version = info.get("version") if isinstance(info.get("version"), str) else None
     if version is None and gate is not None:
         version = gate.sglang_version
@@ -157,6 +216,10 @@ def parse_server_info(info: dict[str, Any], loads: dict[str, Any] | None) -> Ser
         load=load,
         simulated=bool(sim),
         simulated_note=sim.get("note") if isinstance(sim, dict) else None,
+        metrics=metrics,
+        last_gen_throughput=float(tput) if isinstance(tput, (int, float)) and not isinstance(tput, bool) else None,
+        metrics_enabled=metrics_enabled(info),
+        loads_error=loads_error,
     )
 
 
@@ -237,9 +300,13 @@ class ServerClient:
         return resp.status_code == 200
 
     async def poll(self) -> ServerSample:
-        """One poll: ``/server_info`` then ``/v1/loads?include=core,spec``.
+        """One poll: ``/server_info``, then ``/v1/loads?include=core,spec``, then ``/metrics`` when
+        the server runs with ``--enable-metrics``.
 
-        A server without ``/v1/loads`` (404) still yields a sample with ``load=None``.
+        Only ``/server_info`` must answer: a ``/v1/loads`` that fails (SGLang 0.5.12 with
+        ``--enable-metrics`` on FastAPI >= 0.137 answers HTTP 500 there) or is missing (404)
+        leaves ``load=None`` with the reason in ``loads_error``; a failing ``/metrics`` leaves
+        ``metrics=None``.
 
         Raises:
             ServerUnreachable: ``/server_info`` did not answer with JSON.
@@ -250,18 +317,27 @@ class ServerClient:
             raise ServerUnreachable("HTTP 200: /server_info is not a JSON object (not an SGLang server?)")
         if "internal_states" not in info:  # every SGLang 0.5.x /server_info has it
             raise ServerUnreachable("HTTP 200: /server_info has no internal_states (not an SGLang server?)")
-        loads = None
+        loads, loads_error = None, None
         if self._loads_supported:
             try:
                 resp = await self._get(POLL_LOADS)
                 if resp.status_code == 404:
                     self._loads_supported = False
+                    loads_error = status_reason(404, self.api_key_given)
                 else:
                     resp.raise_for_status()
                     loads = resp.json()
             except (httpx.HTTPError, ValueError) as exc:
-                raise ServerUnreachable(_reason(exc, self.api_key_given)) from exc
-        return parse_server_info(info, loads)
+                loads_error = _reason(exc, self.api_key_given)
+        metrics = None
+        if metrics_enabled(info):
+            try:
+                resp = await self._get(POLL_METRICS)
+                resp.raise_for_status()
+                metrics = parse_metrics(resp.text)
+            except httpx.HTTPError:
+                pass
+        return parse_server_info(info, loads if isinstance(loads, dict) else None, metrics, loads_error)
 
     async def set_gate(self, threshold: int | None = None, hysteresis: int | None = None) -> SetResult:
         """``POST /set_internal_state`` with the gate keys given (either or both).

@@ -49,6 +49,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlparse
@@ -59,6 +60,7 @@ from server_patch.contract import GateConfig, GateConfigError
 from server_patch.gate import SpecGate
 
 SGLANG_VERSION = "0.5.12"
+MAX_TOTAL_TOKENS = 803_947  # KV cache tokens (the recorded 8B-shaped server's)
 NOTE = "simulated server; " + throughput.SOURCE_NOTE
 
 _SCHEDULER_CODE = """
@@ -94,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--api-key", default=None)
+    p.add_argument("--enable-metrics", action="store_true",
+                   help="serve /metrics and fill /v1/loads' gen_throughput, as SGLang does with it")
     # demo / test knobs
     p.add_argument("--load", default="1,64,4,128", help="concurrency levels (req), e.g. 1,64,4,128; one value = constant")
     p.add_argument("--phase-seconds", type=float, default=10.0, help="seconds per load level (ramp + hold)")
@@ -109,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--apply-delay", type=float, default=0.0,
                    help="seconds before an accepted gate change takes effect (a slow decode step)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--loads-error", type=int, default=None, metavar="STATUS",
+                   help="answer /v1/loads with this HTTP status (500: SGLang 0.5.12 with --enable-metrics "
+                        "on FastAPI >= 0.137, without the plugin's mend)")
     return p
 
 
@@ -272,6 +279,11 @@ class Simulation:
         self.accept_recent: float | None = None
         self.accept_now: float | None = None
         self.token_usage = 0.0
+        #: what SGLang's periodic figures show: the values at the last Decode batch line
+        self.logged_tput = 0.0
+        self.logged_batch = 0
+        self.logged_waiting = 0
+        self.decode_tokens = 0  # decode tokens so far (sglang:realtime_tokens_total{mode="decode"})
         self.t0 = time.monotonic()
         self.ready = False
 
@@ -333,6 +345,7 @@ class Simulation:
                 steps_per_s /= self.accept_now
             steps = max(1, int(round(steps_per_s * a.tick)))
             self.steps_per_tick = steps
+            self.decode_tokens += int(round(self.tput * a.tick))
             graph = self.batch <= a.cuda_graph_max_bs
             for k in range(steps):
                 if k:
@@ -384,6 +397,7 @@ class Simulation:
             rate = (al - 1.0) / max(1, self.args.speculative_num_steps)
             tokens = self.batch * 384
             graph = self.batch <= self.args.cuda_graph_max_bs
+            self.logged_tput, self.logged_batch, self.logged_waiting = self.tput, self.batch, self.waiting
             return (
                 f"Decode batch, #running-req: {self.batch}, #token: {tokens}, token usage: {self.token_usage:.2f}, "
                 f"accept len: {al:.2f}, accept rate: {rate:.2f}, cuda graph: {graph}, "
@@ -401,13 +415,15 @@ class Simulation:
         return status
 
     def server_info(self) -> dict[str, Any]:
-        """``GET /server_info``: server args, version, internal_states (+ ``simulated``)."""
+        """``GET /server_info``: server args, version, internal_states (+ ``simulated``, the demo's
+        one key of its own). ``last_gen_throughput`` changes only with each ``Decode batch`` line
+        and is not reset when idle, as SGLang 0.5.12's."""
         a = self.args
         with self.lock:
-            state: dict[str, Any] = {
-                "last_gen_throughput": round(self.tput, 2),
-                "avg_spec_accept_length": self.accept_recent,
-            }
+            state: dict[str, Any] = {"last_gen_throughput": round(self.logged_tput, 2),
+                                     "enable_metrics": a.enable_metrics}
+            if self.accept_recent is not None:
+                state["avg_spec_accept_length"] = self.accept_recent
             if self.gate is not None:
                 state["spec_gate"] = self.spec_gate()
             return {
@@ -417,6 +433,7 @@ class Simulation:
                 "tp_size": a.tp_size,
                 "max_running_requests": a.max_running_requests,
                 "cuda_graph_max_bs": a.cuda_graph_max_bs,
+                "enable_metrics": a.enable_metrics,
                 "host": a.host,
                 "port": a.port,
                 "version": SGLANG_VERSION,
@@ -425,35 +442,76 @@ class Simulation:
             }
 
     def loads(self, include: set[str]) -> dict[str, Any]:
-        """``GET /v1/loads?include=...`` in SGLang 0.5.12's shape (one DP rank)."""
+        """``GET /v1/loads?include=...`` in SGLang 0.5.12's shape (one DP rank): live running
+        requests and queue; ``gen_throughput`` (the last ``Decode batch`` figure) only with
+        ``--enable-metrics``, else 0.0, as SGLang fills it."""
         a = self.args
         with self.lock:
+            used = int(self.token_usage * MAX_TOTAL_TOKENS)
+            tput = round(self.logged_tput, 2) if a.enable_metrics else 0.0
             entry: dict[str, Any] = {
-                "dp_rank": 0,
                 "num_running_reqs": self.batch,
                 "num_waiting_reqs": self.waiting,
-                "gen_throughput": round(self.tput, 2),
-                "max_running_requests": a.max_running_requests,
+                "num_used_tokens": used,
+                "num_total_tokens": used,
+                "max_total_num_tokens": MAX_TOTAL_TOKENS,
                 "token_usage": round(self.token_usage, 4),
+                "gen_throughput": tput,
+                "cache_hit_rate": 0.0,
+                "utilization": 0.0,
+                "max_running_requests": a.max_running_requests,
+                "num_total_reqs": self.batch + self.waiting,
             }
-            if "spec" in include or "all" in include:
-                al = self.accept_recent if self.accept_recent is not None else 0.0
+            if ("spec" in include or "all" in include) and self.accept_recent is not None:
+                al = self.accept_recent
                 entry["speculative"] = {
                     "accept_length": round(al, 3),
-                    "accept_rate": round(max(0.0, al - 1.0) / max(1, a.speculative_num_steps), 3),
+                    "accept_rate": round(max(0.0, al - 1.0) / max(1, a.speculative_num_steps), 3)
+                    if a.enable_metrics else 0.0,
                 }
             return {
-                "timestamp": time.time(),
+                "timestamp": datetime.now(timezone.utc).isoformat(),
                 "version": SGLANG_VERSION,
                 "dp_rank_count": 1,
                 "loads": [entry],
                 "aggregate": {
                     "total_running_reqs": self.batch,
                     "total_waiting_reqs": self.waiting,
-                    "total_gen_throughput": round(self.tput, 2),
+                    "total_reqs": self.batch + self.waiting,
+                    "total_used_tokens": used,
+                    "total_tokens": used,
                     "avg_token_usage": round(self.token_usage, 4),
+                    "avg_throughput": tput,
+                    "avg_utilization": 0.0,
                 },
             }
+
+    def metrics_text(self) -> str:
+        """``GET /metrics`` (``--enable-metrics``): the series the console reads, in SGLang's names
+        and labels (gauges from the last ``Decode batch`` line, the decode token counter live)."""
+        labels = ('{engine_type="unified",model_name="%s",moe_ep_rank="0",pp_rank="0",tp_rank="0"}'
+                  % self.args.model_path)
+        decode = labels[:-1] + ',mode="decode"}'
+        with self.lock:
+            lines = [
+                "# HELP sglang:num_running_reqs The number of running requests.",
+                "# TYPE sglang:num_running_reqs gauge",
+                f"sglang:num_running_reqs{labels} {float(self.logged_batch)}",
+                "# HELP sglang:num_queue_reqs The number of requests in the waiting queue.",
+                "# TYPE sglang:num_queue_reqs gauge",
+                f"sglang:num_queue_reqs{labels} {float(self.logged_waiting)}",
+                "# HELP sglang:gen_throughput The generation throughput (token/s).",
+                "# TYPE sglang:gen_throughput gauge",
+                f"sglang:gen_throughput{labels} {self.logged_tput}",
+                "# HELP sglang:realtime_tokens_total Total number of tokens processed.",
+                "# TYPE sglang:realtime_tokens_total counter",
+                f"sglang:realtime_tokens_total{decode} {float(self.decode_tokens)}",
+            ]
+            if self.accept_recent is not None:
+                lines += ["# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.",
+                          "# TYPE sglang:spec_accept_length gauge",
+                          f"sglang:spec_accept_length{labels} {self.accept_recent}"]
+        return "\n".join(lines) + "\n"
 
     def body_error(self, body: Any) -> str | None:
         """Why ``body`` is not a ``/set_internal_state`` request at all (HTTP 400), or None."""
@@ -561,6 +619,14 @@ def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _send_text(self, code: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
+            data = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def _authorized(self, path: str) -> bool:
             if not api_key or path == "/health":
                 return True
@@ -577,10 +643,14 @@ def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
                 self._send(200 if sim.ready else 503, {})
             elif url.path in ("/server_info", "/get_server_info"):
                 self._send(200, sim.server_info())
+            elif url.path == "/v1/loads" and sim.args.loads_error:
+                self._send_text(sim.args.loads_error, "Internal Server Error")  # what uvicorn answers
             elif url.path == "/v1/loads":
                 q = parse_qs(url.query)
                 include = set(",".join(q.get("include", ["core"])).split(","))
                 self._send(200, sim.loads(include))
+            elif url.path == "/metrics" and sim.args.enable_metrics:
+                self._send_text(200, sim.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
             else:
                 self._send(404, {"detail": "Not Found"})
 
@@ -665,6 +735,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"--port must be from 1 to 65535, got {args.port}")
     if args.crash_after is not None and not (math.isfinite(args.crash_after) and args.crash_after >= 0):
         parser.error(f"--crash-after must be >= 0 seconds, got {args.crash_after}")
+    if args.loads_error is not None and not 400 <= args.loads_error <= 599:
+        parser.error(f"--loads-error must be an HTTP error status from 400 to 599, got {args.loads_error}")
     if not 1 <= args.exit_code <= 255:
         parser.error(f"--exit-code must be from 1 to 255 (a process exit status), got {args.exit_code}")
     for name in ("max_running_requests", "cuda_graph_max_bs", "tp_size"):

@@ -31,6 +31,7 @@ from typing import Callable
 from console import logparse
 from console import state as st
 from console.events import KIND_CONNECTION, KIND_REJECTED, Outcome
+from console.load_figures import LoadTracker
 from server_patch import contract
 
 #: seconds after which an accepted change that spec_gate still does not show is reported
@@ -89,6 +90,7 @@ class ConsoleModel:
         self.log_path = log_path
         self.clock = clock
         self.facts = logparse.LogFacts()
+        self.load = LoadTracker()
         self.sample: st.ServerSample | None = None
         self.connection = st.ConnectionState(url=url)
         self.pending: st.PendingChange | None = None
@@ -112,6 +114,8 @@ class ConsoleModel:
         self._accepted_at: float | None = None  # when the server accepted the latest target
         self._sample_at = 0.0  # when the poll behind the current sample started
         self._rejected_against: tuple[int | None, int | None] = (None, None)  # N/H when rejected
+        self._gate_values: tuple[int | None, int | None] | None = None  # spec_gate's N/H at the last poll
+        self._sent: deque[tuple[float, dict[str, int]]] = deque(maxlen=256)  # changes POSTed (time, change)
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -129,21 +133,17 @@ class ConsoleModel:
                 (sample.gate.threshold, sample.gate.hysteresis) != self._rejected_against):
             self.set_message(None)  # the reason was about values that are no longer the server's
         self.connection = st.ConnectionState(url=self.url, reachable=True)
-        bs = None
-        if sample.load is not None and sample.load.running_reqs is not None:
-            bs = sample.load.running_reqs
-        elif sample.gate is not None:
-            bs = sample.gate.last_decode_batch_size
-        if bs is not None:
-            self.batch_history.append(bs)
-        if sample.load is not None and sample.load.gen_throughput is not None:
-            self.tput_history.append(sample.load.gen_throughput)
+        figures = self.load.update(sample, self._sample_at)
+        if figures.running.value is not None:
+            self.batch_history.append(int(figures.running.value))
+        if figures.throughput.value is not None:
+            self.tput_history.append(figures.throughput.value)
         if sample.gate is not None and sample.gate.switches is not None:
             now = self.clock()
             self.switch_samples.append((now, sample.gate.switches))
             while self.switch_samples and now - self.switch_samples[0][0] > SWITCH_WINDOW_S:
                 self.switch_samples.popleft()
-        lines = self._check_pending() + self._check_unanswered()
+        lines = self._check_external(sample.gate) + self._check_pending() + self._check_unanswered()
         return Outcome(ok=True, level=self.message_level if lines else "info",
                        panel=self.message if lines else None, log_lines=tuple(lines))
 
@@ -178,8 +178,11 @@ class ConsoleModel:
             hist.append(None if row.lost else row.util_pct)
 
     def on_log_line(self, line: str) -> None:
-        """A log line (facts about the worker and startup phase)."""
+        """A log line (facts about the worker and startup phase; the load of a decode line)."""
         self.facts.feed(line)
+        stats = logparse.parse_decode(line)
+        if stats is not None:
+            self.load.on_decode_line(stats, self.clock())
         if self.process is not None and self.process.phase not in (st.PHASE_CRASHED, st.PHASE_STOPPING, st.PHASE_STOPPED):
             if self.process.phase != st.PHASE_READY:
                 self.process = replace(self.process, phase=self.facts.phase)
@@ -322,6 +325,7 @@ class ConsoleModel:
         if self._inflight is not None or not self._queued:
             return None
         self._inflight = self._queued.pop(0)
+        self._sent.append((self.clock(), dict(self._inflight)))
         return dict(self._inflight)
 
     @property
@@ -393,6 +397,26 @@ class ConsoleModel:
         self._queued, self._inflight = [], None
         self._accepted_at = None
         self._unanswered = None
+
+    def _check_external(self, gate: st.GateState | None) -> list[str]:
+        """spec_gate's N or H changed to a value this console did not send (another console, curl):
+        said as such, instead of leaving this console's last outcome standing under it."""
+        if gate is None:
+            return []
+        now_values, before = (gate.threshold, gate.hysteresis), self._gate_values
+        self._gate_values = now_values
+        if before is None or now_values == before or self.pending is not None or self.sending:
+            return []  # nothing to compare, no change, or this console's own change under way
+        recent = [c for t, c in self._sent if self.clock() - t <= UNANSWERED_TTL_S]
+        parts = []
+        for key, old, new in (("threshold", before[0], now_values[0]), ("hysteresis", before[1], now_values[1])):
+            if old != new and not any(c.get(key) == new for c in recent):
+                parts.append(f"{key} changed to {new}")
+        if not parts:
+            return []
+        text = " and ".join(parts) + " outside this console"
+        self.set_message(text, "info")
+        return [text]
 
     def _check_unanswered(self) -> list[str]:
         """A change without an answer: confirmed when spec_gate shows it, else said once to be not applied."""
@@ -496,6 +520,7 @@ class ConsoleModel:
             switches_per_min=self.switch_rate(),
             poll_delay_s=self.poll_delay_s,
             now=self.clock(),
+            figures=self.load.figures,
         )
 
 

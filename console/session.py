@@ -323,6 +323,7 @@ class ConsoleSession:
         """Start the server again after a crash (check :meth:`restart_problem` first)."""
         m = self.model
         m.sample = None
+        m.load.reset()
         m.reset_changes()
         m.set_message(None)
         m.connection = st.ConnectionState(url=self.cfg.url)

@@ -157,14 +157,67 @@ class LoadState:
 
 
 @dataclass(frozen=True)
+class MetricsState:
+    """What the console reads of SGLang's ``/metrics`` (``--enable-metrics``), summed over ranks.
+
+    ``running_reqs`` / ``queue_reqs`` (req) and ``gen_throughput`` (tok/s) are gauges SGLang
+    refreshes every 40 decode batches and after each prefill batch; ``decode_tokens_total`` is
+    the counter ``sglang:realtime_tokens_total{mode="decode"}`` (tokens, grows on every decode
+    batch: its rate between polls is the exact decode throughput); ``accept_length`` the
+    speculative accept length of the last 40 decode batches.
+    """
+
+    running_reqs: int | None = None
+    queue_reqs: int | None = None
+    gen_throughput: float | None = None
+    decode_tokens_total: float | None = None
+    accept_length: float | None = None
+
+
+@dataclass(frozen=True)
 class ServerSample:
-    """One poll of the server: version, gate (None: gate not enabled), load (None: no /v1/loads)."""
+    """One poll of the server: version, gate (None: gate not enabled), load (None: no
+    ``/v1/loads`` answer), metrics (None: no ``/metrics``), ``/server_info``'s
+    ``last_gen_throughput`` (tok/s over the last 40 decode batches, never reset when idle),
+    whether the server runs with ``--enable-metrics``, and why ``/v1/loads`` gave no answer."""
 
     version: str | None
     gate: GateState | None
     load: LoadState | None
     simulated: bool = False
     simulated_note: str | None = None
+    metrics: MetricsState | None = None
+    last_gen_throughput: float | None = None
+    metrics_enabled: bool | None = None
+    loads_error: str | None = None
+
+
+#: where a load figure came from (Figure.source)
+SRC_LOADS = "/v1/loads"
+SRC_METRICS = "/metrics"
+SRC_SERVER_INFO = "server_info"
+SRC_SPEC_GATE = "spec_gate"
+SRC_LOG = "log"
+SRC_IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A load figure and its source (``SRC_*``): ``value`` None means unknown (shown ``n/a``,
+    never 0). ``window`` says what it averages over, e.g. ``40 decode batches`` (None: live)."""
+
+    value: float | None = None
+    source: str | None = None
+    window: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadFigures:
+    """What the Load panel shows: running requests and queue (req), decode throughput (tok/s)."""
+
+    running: Figure = field(default_factory=Figure)
+    queue: Figure = field(default_factory=Figure)
+    throughput: Figure = field(default_factory=Figure)
 
 
 @dataclass(frozen=True)
@@ -376,15 +429,13 @@ class ConsoleSnapshot:
     switches_per_min: float | None = None
     poll_delay_s: float | None = None
     now: float = 0.0
+    figures: LoadFigures = field(default_factory=LoadFigures)
 
     @property
     def running_batch(self) -> int | None:
-        """Running batch size (req): /v1/loads if present, else spec_gate's last decode batch."""
-        if self.load is not None and self.load.running_reqs is not None:
-            return self.load.running_reqs
-        if self.gate is not None:
-            return self.gate.last_decode_batch_size
-        return None
+        """Running requests (req) from the best source that answered (``figures.running``)."""
+        v = self.figures.running.value
+        return None if v is None else int(v)
 
     @property
     def decode_batch(self) -> int | None:

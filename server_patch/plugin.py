@@ -7,6 +7,8 @@ applies the registered hooks. What gets registered:
 - always, and only in the main process's argument parsing: two ``ServerArgs`` hooks that add
   ``--speculative-disable-batch-threshold`` / ``--speculative-disable-hysteresis`` to SGLang's CLI.
   Without those options they change nothing.
+- always, where the installed FastAPI is 0.137 or newer: the mend of SGLang's metrics middleware
+  that makes ``/v1/loads`` answer with ``--enable-metrics`` (``server_patch/http_fixes.py``).
 - only when the gate was asked for (``SPECCONSOLE_SPEC_GATE`` set, which the CLI hook does
   before SGLang spawns its schedulers): the scheduler and tokenizer-manager hooks.
 """
@@ -17,7 +19,7 @@ import logging
 import os
 from importlib.metadata import entry_points
 
-from server_patch import compat, options, scheduler_hooks, tokenizer_hooks
+from server_patch import compat, http_fixes, options, scheduler_hooks, tokenizer_hooks
 from server_patch.contract import HYSTERESIS_KEY, THRESHOLD_KEY
 
 logger = logging.getLogger("server_patch.spec_gate")
@@ -39,6 +41,7 @@ def register() -> None:
         _cli_registered = True
         HookRegistry.register(f"{SERVER_ARGS}.add_cli_args", after_add_cli_args, HookType.AFTER)
         HookRegistry.register(f"{SERVER_ARGS}.from_cli_args", after_from_cli_args, HookType.AFTER)
+        http_fixes.register(HookRegistry, HookType)  # /v1/loads with --enable-metrics on FastAPI >= 0.137
     if os.environ.get(options.ENV_VAR):
         enable_runtime_hooks()
 

@@ -44,21 +44,25 @@ def real_log_lines() -> list[str]:
 
 # -- the console's own requests ----------------------------------------------------------------
 
-async def test_the_own_request_lines_are_exactly_what_the_client_sends():
+@pytest.mark.parametrize("metrics", [False, True], ids=["plain", "enable-metrics"])
+async def test_the_own_request_lines_are_exactly_what_the_client_sends(metrics):
     sent: list[str] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
         sent.append(f"{request.method} {request.url.raw_path.decode()} HTTP/1.1")
         if request.url.path == "/server_info":
-            return httpx.Response(200, json={"internal_states": [{}]})
+            return httpx.Response(200, json={"internal_states": [{"enable_metrics": metrics}]})
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text="")
         return httpx.Response(200, json={"loads": []})
 
     c = client.ServerClient("http://127.0.0.1:1", transport=httpx.MockTransport(answer))
     await c.poll()
     await c.aclose()
-    assert tuple(sent) == client.OWN_REQUEST_LINES
-    # ... and exactly how the real server's access log prints them
-    assert client.OWN_REQUEST_LINES == ("GET /server_info HTTP/1.1", "GET /v1/loads?include=core%2Cspec HTTP/1.1")
+    assert set(sent) <= set(client.OWN_REQUEST_LINES) and len(sent) == (3 if metrics else 2)
+    # ... and exactly how the real server's access log prints them (fixture lines 91-92)
+    assert client.OWN_REQUEST_LINES == ("GET /server_info HTTP/1.1", "GET /v1/loads?include=core%2Cspec HTTP/1.1",
+                                        "GET /metrics HTTP/1.1")
 
 
 async def test_the_client_knows_the_address_the_server_sees():
@@ -98,7 +102,8 @@ def test_own_polls_in_the_real_log_are_recognised_exactly():
     # every /server_info and /v1/loads poll of the console: 210 polls of two requests
     assert len(own) == 420
     assert all(f"INFO:     {CONSOLE_ADDR} - " in line and line.endswith('" 200 OK') for line in own)
-    assert {accesslog.access_line(line).request for line in own} == set(client.OWN_REQUEST_LINES)
+    # (this server ran without --enable-metrics: the console did not poll /metrics)
+    assert {accesslog.access_line(line).request for line in own} == set(client.OWN_REQUEST_LINES[:2])
     kept = [line for line in lines if line not in set(own)]
     requests = [a for a in map(accesslog.access_line, kept) if a is not None]
     # other clients stay: the load generator's /server_info from other ports, /generate, /health,

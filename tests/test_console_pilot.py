@@ -67,7 +67,7 @@ async def test_panels_show_values_from_the_server(make_app):
         assert f"decode batch 8 < threshold {gate['threshold']}" in text  # spec_gate's last decode batch
         assert gate["worker_class"] == "EAGLEWorkerV2" and "EAGLEWorkerV2 ✓ log agrees" in text
         assert f"threshold {gate['threshold']} req" in text and f"hysteresis {gate['hysteresis']} req" in text
-        assert "running 8  queue 0" in text and "tok/s" in text and "requests (/v1/loads)" in text
+        assert "running 8  queue 0" in text and "tok/s" in text and "from /v1/loads" in text
         assert "SGLang 0.5.12" in text
         # GPU row from the (fake) NVML
         assert "37%" in text and "51 °C" in text and "312/700 W" in text and "1,980 MHz" in text

@@ -37,12 +37,13 @@ LOG = [
 BATCHES = [1, 2, 4, 8, 12, 18, 24, 30, 37, 44, 52, 60, 64, 64, 62, 55, 46, 37, 30, 26, 22, 20, 21] * 3
 
 
-def _gate(bs: int, spec_enabled: bool) -> dict:
+def _gate(bs: int, spec_enabled: bool, poll: int = 0) -> dict:
+    """spec_gate of a busy server (its decode steps advance by 50 per poll)."""
     return {
         "worker_class": "EAGLEWorkerV2", "spec_version": "v2", "overlap": True, "sglang_version": "0.5.12",
         "speculative_algorithm": "EAGLE3", "topk": 1, "num_steps": 3, "num_draft_tokens": 4,
         "spec_enabled": spec_enabled, "threshold": 32, "hysteresis": 4, "max_running_requests": 96,
-        "cuda_graph_max_bs": 96, "last_decode_batch_size": bs, "decode_steps_on": 81234, "decode_steps_off": 40321,
+        "cuda_graph_max_bs": 96, "last_decode_batch_size": bs, "decode_steps_on": 81234 + 50 * poll, "decode_steps_off": 40321,
         "switches": 6, "last_switch": {"step": 120111, "direction": "on", "batch_size": 20},
         "accept_length_recent": 2.94, "off_cuda_graph": True, "off_steps_cuda_graph": 40321, "tp_rank": 0,
         "tp_size": 2, "ranks": [
@@ -79,7 +80,7 @@ def feed(app: FrozenApp) -> None:
     for line in LOG:
         m.on_log_line(line)
     spec = True
-    for bs in BATCHES:  # follow the gate rule so the states are consistent
+    for poll, bs in enumerate(BATCHES):  # follow the gate rule so the states are consistent
         if spec and bs >= 32:
             spec = False
         elif not spec and bs < 28:
@@ -87,7 +88,7 @@ def feed(app: FrozenApp) -> None:
         loads = {"loads": [{"dp_rank": 0, "num_running_reqs": bs, "num_waiting_reqs": 0,
                             "gen_throughput": 3210.0, "max_running_requests": 96, "token_usage": 0.08,
                             "speculative": {"accept_length": 2.94, "accept_rate": 0.65}}]}
-        m.on_sample(parse_server_info({"version": "0.5.12", "internal_states": [{"spec_gate": _gate(bs, spec)}]}, loads))
+        m.on_sample(parse_server_info({"version": "0.5.12", "internal_states": [{"spec_gate": _gate(bs, spec, poll)}]}, loads))
     fake = SimulatedNvml([
         SimDevice(util_pct=0.0, temp_c=54, power_w=412),
         SimDevice(util_pct=0.0, temp_c=83, power_w=0, unsupported={"power", "power_limit"}),
@@ -194,7 +195,7 @@ async def test_nothing_is_cut_off_at_80x24(setup):
     if setup is _pending:
         assert "threshold 32 req → 33 pending" in text and "hysteresis 4 req → 2 pending" in text
     if setup is _down:
-        assert "HTTP 401 unauthorized: pass --api-key" in text and "Load · requests (/v1/loads) · stale" in text
+        assert "HTTP 401 unauthorized: pass --api-key" in text and "Load · requests · stale" in text
     if setup is _thrash:
         assert "switches 6 (45/min: thrashing)" in text
     if setup is _held_off:

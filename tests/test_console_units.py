@@ -85,9 +85,13 @@ def test_parsing_is_robust_to_garbage():
 
 
 def test_snapshot_running_batch_falls_back_to_spec_gate():
+    from console.load_figures import LoadTracker
+
     g = st.GateState.from_json(GATE)
-    assert st.ConsoleSnapshot(gate=g).running_batch == 12
-    assert st.ConsoleSnapshot(gate=g, load=st.LoadState(running_reqs=3)).running_batch == 3
+    running = LoadTracker().update(st.ServerSample("0.5.12", g, None), at=0.0).running
+    assert (running.value, running.source) == (12, st.SRC_SPEC_GATE)
+    running = LoadTracker().update(st.ServerSample("0.5.12", g, st.LoadState(running_reqs=3)), at=0.0).running
+    assert (running.value, running.source) == (3, st.SRC_LOADS)
     assert st.ConsoleSnapshot().running_batch is None
 
 
@@ -348,8 +352,8 @@ def test_a_rejection_reason_goes_once_the_server_has_other_values():
     m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 10 must be < threshold 5", 5, 4))
     m.on_sample(_sample(threshold=5, hysteresis=4))
     assert m.snapshot().message == "rejected: hysteresis 10 must be < threshold 5"
-    m.on_sample(_sample(threshold=40, hysteresis=8))
-    assert m.snapshot().message is None
+    m.on_sample(_sample(threshold=40, hysteresis=8))  # another client's change, said as such
+    assert m.snapshot().message == "threshold changed to 40 and hysteresis changed to 8 outside this console"
 
 
 def test_connection_and_histories():
@@ -767,9 +771,8 @@ def test_h200_reference_is_in_the_repo_and_cited_on_screen():
     assert "measured on an H200, synthetic 8B pair, SGLang 0.5.12" in demo_server.NOTE
     for bs, none, eagle, accept in throughput.H200_TABLE:  # the docstring carries the same table
         assert f"| {bs} | {none:.0f} | {eagle:.0f} |" in throughput.__doc__
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    console_section = readme[readme.index("## The console"):]
-    assert "shared/gpu" not in console_section and "console/throughput.py" in console_section
+    console_doc = (Path(__file__).resolve().parents[1] / "docs" / "console.md").read_text()
+    assert "shared/gpu" not in console_doc and "console/throughput.py" in console_doc
 
 
 def test_switch_rate_is_shown_only_when_the_gate_thrashes():
@@ -827,7 +830,9 @@ def test_stale_values_while_the_server_is_down():
 
     g = st.GateState.from_json(GATE)
     load = st.LoadState(running_reqs=50, waiting_reqs=3, gen_throughput=8574.0)
-    up = st.ConsoleSnapshot(gate=g, load=load, sample_seen=True, connection=st.ConnectionState(reachable=True))
+    figures = st.LoadFigures(st.Figure(50, st.SRC_LOADS), st.Figure(3, st.SRC_LOADS), st.Figure(8574.0, st.SRC_METRICS))
+    up = st.ConsoleSnapshot(gate=g, load=load, sample_seen=True, connection=st.ConnectionState(reachable=True),
+                            figures=figures)
     down = replace(up, connection=st.ConnectionState(reachable=False, down_since=1.0))
     crashed = replace(up, process=st.ProcessState(phase=st.PHASE_CRASHED, exit_code=1))
     assert not up.stale and down.stale and crashed.stale

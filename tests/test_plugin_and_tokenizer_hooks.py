@@ -38,6 +38,10 @@ def registry(monkeypatch):
 
 
 def test_without_the_option_only_the_cli_flags_are_registered(registry, monkeypatch):
+    """... and, where FastAPI >= 0.137 is installed, the /v1/loads mend (server_patch/http_fixes.py)."""
+    from server_patch import http_fixes
+
+    monkeypatch.setattr(http_fixes, "fastapi_needs_mend", lambda version: False)
     monkeypatch.delenv(options.ENV_VAR, raising=False)
     plugin.register()
     plugin.register()  # idempotent
@@ -46,6 +50,11 @@ def test_without_the_option_only_the_cli_flags_are_registered(registry, monkeypa
         ("sglang.srt.server_args.ServerArgs.from_cli_args", "AFTER"),
     ]
     assert registry.applied == 0
+    monkeypatch.setattr(plugin, "_cli_registered", False)
+    monkeypatch.setattr(http_fixes, "fastapi_needs_mend", lambda version: True)
+    registry.hooks.clear()
+    plugin.register()
+    assert (http_fixes.TARGET, "REPLACE") in registry.hooks
 
 
 def test_scheduler_processes_get_every_runtime_hook_when_enabled(registry, monkeypatch):

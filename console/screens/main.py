@@ -25,8 +25,8 @@ from console.widgets.status_bar import StatusBar
 
 TALL_ROWS = 34
 TALLER_ROWS = 56
-#: the load panel's title: its numbers are requests, as SGLang's /v1/loads reports them
-LOAD_TITLE = "Load · requests (/v1/loads)"
+#: the load panel's title: its counts are requests (where each figure came from: its footer)
+LOAD_TITLE = "Load · requests"
 WIDE_COLS = 120
 
 

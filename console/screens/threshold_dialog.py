@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
+from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Input, Label
 
 from console.model import validate_hysteresis, validate_threshold
@@ -82,6 +83,20 @@ def parse_request(
     return req
 
 
+class WholeNumber(Validator):
+    """A field of the dialog: empty (unchanged) or a plain integer (``parse_int_field``); the
+    range against the other field is the contract's, checked on send (:func:`parse_request`)."""
+
+    def __init__(self, name: str, upper: int | None = None) -> None:
+        super().__init__()
+        self.field_name = name
+        self.upper = upper
+
+    def validate(self, value: str) -> ValidationResult:
+        result = parse_int_field(self.field_name, value, self.upper)
+        return self.failure(result) if isinstance(result, str) else self.success()
+
+
 class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
     """Two inputs; Enter sends, Escape cancels. Dismisses with a request or None."""
 
@@ -101,10 +116,12 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
                         id="threshold-help")
             with Horizontal(classes="field"):
                 yield Label("threshold N (req)", classes="field-label")
-                yield OrderedInput(str(self.threshold if self.threshold is not None else ""), id="threshold-input")
+                yield OrderedInput(str(self.threshold if self.threshold is not None else ""), id="threshold-input",
+                                   validators=[WholeNumber("threshold", self.max_running)], validate_on=["changed"])
             with Horizontal(classes="field"):
                 yield Label("hysteresis H (req)", classes="field-label")
-                yield OrderedInput(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input")
+                yield OrderedInput(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input",
+                                   validators=[WholeNumber("hysteresis")], validate_on=["changed"])
             yield Label("", id="threshold-error")
             with Horizontal(id="threshold-buttons"):
                 yield Button("Send", id="send", variant="primary")
@@ -120,10 +137,10 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
         """Say at once when a field is not a plain integer (nothing typed is silently dropped)."""
         error = ""
         for name in ("threshold", "hysteresis"):
-            upper = self.max_running if name == "threshold" else None
-            result = parse_int_field(name, self.query_one(f"#{name}-input", Input).value, upper)
-            if isinstance(result, str):
-                error = result
+            field = self.query_one(f"#{name}-input", Input)
+            result = field.validate(field.value)
+            if result is not None and not result.is_valid:
+                error = result.failure_descriptions[0]
                 break
         self.query_one("#threshold-error", Label).update(error)
 

@@ -25,6 +25,31 @@ class SnapshotWidget(Widget):
         return self.get_component_rich_style(name, partial=True)
 
 
+class LinesWidget(SnapshotWidget):
+    """A snapshot widget whose height is the number of lines :meth:`lines` gives at its width;
+    the layout is refreshed only when that number changes."""
+
+    _height = -1
+
+    def lines(self, width: int) -> list[Text]:  # pragma: no cover - overridden
+        """The widget's lines, laid out ``width`` cells wide."""
+        return []
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return max(1, len(self.lines(width)))
+
+    def watch_snapshot(self, snapshot: ConsoleSnapshot) -> None:
+        height = len(self.lines(self.size.width)) if self.size.width else -1
+        if height != self._height:
+            self._height = height
+            self.refresh(layout=True)
+
+    def render(self) -> Text:
+        text = Text("\n", no_wrap=True).join(self.lines(self.size.width))
+        text.no_wrap = True
+        return text
+
+
 def wrap(text: Text, width: int, indent: int = 2) -> list[Text]:
     """``text`` broken at spaces into lines of at most ``width`` cells (continuations indented).
 

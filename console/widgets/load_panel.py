@@ -14,19 +14,43 @@ from textual.containers import Vertical
 
 from console import fmt
 from console import state as st
-from console.widgets.base import SnapshotWidget, pack
+from console.widgets.base import LinesWidget, pack
 from console.widgets.batch_chart import BatchChart
 
 
 def summary(s: st.ConsoleSnapshot) -> list[tuple[str, str]]:
     """``[(label, value), ...]`` for the summary line: running requests, queue (both req, as the
-    panel title says), generation throughput."""
-    load = s.load
+    panel title says), decode throughput (``n/a`` where no source gives it, never a made-up 0)."""
+    f = s.figures
     return [
-        ("running ", fmt.num(s.running_batch)),
-        ("queue ", fmt.num(load.waiting_reqs if load else None)),
-        ("", fmt.num(load.gen_throughput if load else None, "tok/s")),
+        ("running ", fmt.num(f.running.value)),
+        ("queue ", fmt.num(f.queue.value)),
+        ("", fmt.num(f.throughput.value, "tok/s")),
     ]
+
+
+#: short names of the sources for a narrow panel
+_SHORT = {st.SRC_LOADS: "loads", st.SRC_METRICS: "metrics", st.SRC_SERVER_INFO: "info", st.SRC_SPEC_GATE: "gate"}
+
+
+def sources(s: st.ConsoleSnapshot, width: int | None = None) -> str:
+    """Where the figures came from, e.g. ``from /v1/loads · tok/s /metrics`` or
+    ``from spec_gate · tok/s server_info (40-batch avg)``, the longest form that fits ``width``
+    (None: the longest); "" before any figure."""
+    run, tput = s.figures.running, s.figures.throughput
+    if run.source is None and tput.source is None:
+        return ""
+
+    def form(short: bool, window: bool) -> str:
+        name = (lambda x: _SHORT.get(x, x)) if short else (lambda x: x)
+        parts = [f"from {name(run.source)}"] if run.source is not None else []
+        tail = f"tok/s {name(tput.source)}" if tput.source not in (None, run.source) else ""
+        if window and tput.window:
+            tail = f"{tail or 'tok/s'} ({tput.window})"
+        return " · ".join(parts + ([tail] if tail else []))
+
+    forms = [form(False, True), form(False, False), form(True, False)]
+    return next((x for x in forms if width is None or len(x) <= width), forms[-1])
 
 
 def summary_lines(s: st.ConsoleSnapshot, width: int, label, value, stale) -> list[Text]:
@@ -47,10 +71,11 @@ def footer_lines(s: st.ConsoleSnapshot, width: int, label, value, note, stale=No
     where the tok/s numbers come from."""
     if s.simulated_note:
         words = "simulated: " + s.simulated_note.removeprefix("simulated server; ")
-        lines = pack([Text(words, note)], width)
-        if len(lines) > 2 and words.endswith(")") and " (" in words:
+        src = [Text(sources(s, width), note)] if sources(s) else []
+        lines = pack([Text(words, note), *src], width)
+        if len(lines) > 3 and words.endswith(")") and " (" in words:
             # keep the panel's chart tall enough: the source file reference is in the help and README
-            lines = pack([Text(words[: words.rindex(" (")], note)], width)
+            lines = pack([Text(words[: words.rindex(" (")], note), *src], width)
         return lines
     parts = []
     if s.stale and stale is not None:
@@ -61,33 +86,13 @@ def footer_lines(s: st.ConsoleSnapshot, width: int, label, value, note, stale=No
         t.append(lab, label)
         t.append(val, value)
         parts.append(t)
+    src = sources(s, width)
+    if src:
+        parts.append(Text(src, note))
     return pack(parts, width)
 
 
-class _Lines(SnapshotWidget):
-    """A snapshot widget whose height is the number of lines it renders at its width."""
-
-    def lines(self, width: int) -> list[Text]:  # pragma: no cover - overridden
-        return []
-
-    def get_content_height(self, container, viewport, width: int) -> int:
-        return max(1, len(self.lines(width)))
-
-    _height = -1
-
-    def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
-        height = len(self.lines(self.size.width)) if self.size.width else -1
-        if height != self._height:  # re-layout only when the number of lines changes
-            self._height = height
-            self.refresh(layout=True)
-
-    def render(self) -> Text:
-        text = Text("\n", no_wrap=True).join(self.lines(self.size.width))
-        text.no_wrap = True
-        return text
-
-
-class LoadSummary(_Lines):
+class LoadSummary(LinesWidget):
     """``running 37  queue 0  5,980 tok/s`` (requests, from ``/v1/loads``)."""
 
     COMPONENT_CLASSES = {"load--label", "load--value", "load--stale"}
@@ -97,7 +102,7 @@ class LoadSummary(_Lines):
                              self.style_of("load--stale"))
 
 
-class LoadFooter(_Lines):
+class LoadFooter(LinesWidget):
     """Limits and token usage; in demo mode, where the tok/s numbers come from."""
 
     COMPONENT_CLASSES = {"load--label", "load--value", "load--note", "load--stale"}

@@ -16,7 +16,7 @@ from textual.containers import Vertical, VerticalScroll
 
 from console import fmt
 from console import state as st
-from console.widgets.base import SnapshotWidget, pack
+from console.widgets.base import LinesWidget, SnapshotWidget, pack
 from server_patch import contract
 
 # 3-row block font for the badge on tall terminals (only the letters it needs)
@@ -131,6 +131,9 @@ class SpecBadge(SnapshotWidget):
         if glyphs and len(glyphs[0]) <= width:
             for row in glyphs:
                 text.append(row + "\n", "bold")
+            # the plain words too: block letters are invisible to copy-paste, grep and screen readers
+            _, reason, _ = badge_state(self.snapshot, max(1, width - len(label) - 3))
+            text.append(label + " · ", "bold")
             text.append(reason, self.style_of("spec-badge--reason"))
             if pinned:
                 text.append("\n" + pinned, "bold")
@@ -324,7 +327,7 @@ def detail_lines(s: st.ConsoleSnapshot, d: dict, width: int = 80) -> list[Text]:
     return lines
 
 
-class SpecDetails(SnapshotWidget):
+class SpecDetails(LinesWidget):
     """Detail lines under the badge, all of them (its scroll container shows what fits)."""
 
     COMPONENT_CLASSES = {
@@ -336,25 +339,9 @@ class SpecDetails(SnapshotWidget):
         "spec-details--pending",
     }
 
-    def _lines(self, width: int) -> list[Text]:
+    def lines(self, width: int) -> list[Text]:
         d = {name: self.style_of(f"spec-details--{name}") for name in ("label", "value", "dim", "ok", "alarm", "pending")}
         return detail_lines(self.snapshot, d, max(10, width))
-
-    def get_content_height(self, container, viewport, width: int) -> int:
-        return len(self._lines(width))
-
-    _height = -1
-
-    def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
-        height = len(self._lines(self.size.width)) if self.size.width else -1
-        if height != self._height:  # re-layout only when the number of lines changes
-            self._height = height
-            self.refresh(layout=True)
-
-    def render(self) -> Text:
-        text = Text("\n", no_wrap=True).join(self._lines(self.size.width))
-        text.no_wrap = True
-        return text
 
 
 class SpecPanel(Vertical):
