@@ -77,6 +77,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
         Binding("f", "log_prompt('include')", "Filter"),
         Binding("x", "log_prompt('exclude')", "Hide", show=False),
         Binding("c", "clear_log_filters", "Clear filters", show=False),
+        Binding("o", "toggle_own_lines", "Polls"),
         Binding("p", "toggle_follow", "Pause"),
         Binding("G,end", "follow", "Follow", show=False),  # the log view maps its own End to follow too
         Binding("r", "restart", "Restart", show=False),
@@ -161,7 +162,10 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
         elif isinstance(event, ev.ConsoleLine):
             self.console_line(event.text)
         elif isinstance(event, ev.LogLines):
-            self._log_view().add_lines(list(event.lines))
+            self._log_view().add_lines(list(event.lines), event.numbers, event.file_id or None, event.total_lines)
+        elif isinstance(event, ev.LogFound):
+            if not self._log_view().found(event):
+                self.notify("no match in the whole file", timeout=2)
         elif isinstance(event, ev.ChangeOutcome):
             self._show_outcome(event.outcome)
         elif isinstance(event, ev.ServerNotStarted):
@@ -305,8 +309,18 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
         self._log_panel().open_prompt(kind)
 
     def action_next_match(self, direction: int) -> None:
-        if self._log_panel().view.next_match(direction) is None:
-            self.notify("no match" if self._log_panel().view.search else "no search (press /)", timeout=2)
+        view = self._log_panel().view
+        if view.next_match(direction) is None and view.searching is None:
+            self.notify("no match" if view.search else "no search (press /)", timeout=2)
+
+    def on_log_view_read_file(self, message: LogView.ReadFile) -> None:
+        """The log pane needs lines of the file it does not hold: the session reads them."""
+        self.session.read_log(message.request)
+
+    def action_toggle_own_lines(self) -> None:
+        """``o``: show / hide the server's access-log lines of the console's own polls."""
+        v = self._log_panel().view
+        v.show_own = not v.show_own
 
     def action_clear_log_filters(self) -> None:
         v = self._log_panel().view

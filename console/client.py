@@ -3,7 +3,9 @@
 Async (httpx.AsyncClient) so polling runs in a Textual async worker without blocking the UI.
 Endpoints used: ``GET /health``, ``GET /server_info``, ``GET /v1/loads?include=core,spec``,
 ``GET /metrics`` (only with ``--enable-metrics``), ``POST /set_internal_state``. Nothing else
-about the server is assumed.
+about the server is assumed. The requests of each poll are :data:`POLL_REQUESTS`;
+:data:`OWN_REQUEST_LINES` is how the server's access log prints them (the log pane hides those
+lines), and :attr:`ServerClient.local_addresses` the client addresses they came from.
 
 Errors: every failure to get an answer (connection refused, timeout, HTTP 5xx, not JSON)
 raises :class:`ServerUnreachable` with a short human reason; :class:`Backoff` turns a run of
@@ -24,6 +26,27 @@ from server_patch import contract
 
 #: HTTP timeout per request, seconds
 DEFAULT_TIMEOUT_S = 5.0
+
+#: each poll's requests, in order: (method, path, query parameters). A request added to the
+#: poll goes here, so that its access-log lines are known as the console's own too
+POLL_SERVER_INFO = ("GET", "/server_info", None)
+POLL_LOADS = ("GET", "/v1/loads", {"include": "core,spec"})
+POLL_METRICS = ("GET", "/metrics", None)  # only with --enable-metrics
+POLL_REQUESTS = (POLL_SERVER_INFO, POLL_LOADS, POLL_METRICS)
+#: local addresses of the client's connections that are remembered (a keep-alive connection
+#: keeps one; a reconnect after an outage adds one)
+MAX_LOCAL_ADDRESSES = 32
+
+
+def request_line(method: str, path: str, params: dict[str, str] | None = None) -> str:
+    """The request line as uvicorn's access log prints it: httpx's encoding of the query
+    (``include=core%2Cspec``), HTTP/1.1 (the client does not speak HTTP/2)."""
+    target = httpx.URL(path, params=params).raw_path.decode("ascii")
+    return f"{method} {target} HTTP/1.1"
+
+
+#: the access-log request lines of the console's polls, exactly
+OWN_REQUEST_LINES = tuple(request_line(*r) for r in POLL_REQUESTS)
 
 
 class ServerUnreachable(Exception):
@@ -237,14 +260,32 @@ class ServerClient:
             base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, trust_env=False
         )
         self._loads_supported = True
+        #: client addresses (``host:port``, as uvicorn prints them) of the connections used, oldest first
+        self.local_addresses: list[str] = []
+
+    def _note_address(self, resp: httpx.Response) -> None:
+        """Remember the local address of the connection that carried ``resp`` (none in tests)."""
+        stream = resp.extensions.get("network_stream")
+        addr = stream.get_extra_info("client_addr") if stream is not None else None
+        if not addr or len(addr) < 2:
+            return
+        text = f"{addr[0]}:{addr[1]}"  # uvicorn's "%s:%d" % scope["client"]
+        if text not in self.local_addresses:
+            self.local_addresses = (self.local_addresses + [text])[-MAX_LOCAL_ADDRESSES:]
+
+    async def _get(self, request: tuple[str, str, dict[str, str] | None]) -> httpx.Response:
+        method, path, params = request
+        resp = await self._client.request(method, path, params=params)
+        self._note_address(resp)
+        return resp
 
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._client.aclose()
 
-    async def _get_json(self, path: str, params: dict[str, str] | None = None) -> Any:
+    async def _get_json(self, request: tuple[str, str, dict[str, str] | None]) -> Any:
         try:
-            resp = await self._client.get(path, params=params)
+            resp = await self._get(request)
             resp.raise_for_status()
             return resp.json()
         except (httpx.HTTPError, ValueError) as exc:
@@ -270,7 +311,7 @@ class ServerClient:
         Raises:
             ServerUnreachable: ``/server_info`` did not answer with JSON.
         """
-        info = await self._get_json("/server_info")
+        info = await self._get_json(POLL_SERVER_INFO)
         # "HTTP 200: ..." reads as an answer that is not SGLang's (state.answered_not_sglang)
         if not isinstance(info, dict):
             raise ServerUnreachable("HTTP 200: /server_info is not a JSON object (not an SGLang server?)")
@@ -279,7 +320,7 @@ class ServerClient:
         loads, loads_error = None, None
         if self._loads_supported:
             try:
-                resp = await self._client.get("/v1/loads", params={"include": "core,spec"})
+                resp = await self._get(POLL_LOADS)
                 if resp.status_code == 404:
                     self._loads_supported = False
                     loads_error = status_reason(404, self.api_key_given)
@@ -291,7 +332,7 @@ class ServerClient:
         metrics = None
         if metrics_enabled(info):
             try:
-                resp = await self._client.get("/metrics")
+                resp = await self._get(POLL_METRICS)
                 resp.raise_for_status()
                 metrics = parse_metrics(resp.text)
             except httpx.HTTPError:
@@ -314,6 +355,7 @@ class ServerClient:
             args[contract.HYSTERESIS_KEY] = hysteresis
         try:
             resp = await self._client.post("/set_internal_state", json={"server_args": args})
+            self._note_address(resp)
         except httpx.HTTPError as exc:
             raise ServerUnreachable(_reason(exc, self.api_key_given)) from exc
         if resp.status_code in (401, 403):

@@ -22,6 +22,8 @@ def console_commands(app: Any) -> Iterator[SystemCommand]:
     yield SystemCommand("Filter log…", "Show only lines containing a text", lambda: app.action_log_prompt("include"))
     yield SystemCommand("Hide log lines…", "Hide lines containing a text", lambda: app.action_log_prompt("exclude"))
     yield SystemCommand("Clear log filters", "Show every line, no search", app.action_clear_log_filters)
+    yield SystemCommand("Show / hide console polls", "The server's access-log lines of this console's own polls",
+                        app.action_toggle_own_lines)
     yield SystemCommand("Pause / follow log", "Toggle following the log", app.action_toggle_follow)
     if app.proc is not None:
         yield SystemCommand("Restart server", "Start the server again after a crash", app.action_restart)

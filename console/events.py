@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from console.logfilter import LogRequest
 from console.state import ConsoleSnapshot, ProcessState
 
 #: Outcome.kind of an outcome caused by the server being unreachable: its notice goes away as soon
@@ -58,9 +59,30 @@ class ConsoleLine:
 
 @dataclass(frozen=True)
 class LogLines:
-    """Server log lines, ``(kind, text)`` pairs in file order (kinds: :mod:`console.logparse`)."""
+    """Server log lines, ``(kind, text)`` pairs in file order (kinds: :mod:`console.logparse`).
+
+    ``numbers``: each line's number in the file of ``file_id`` (None: not in it any more), or
+    empty when unknown; ``total_lines``: the complete lines of that file so far.
+    """
 
     lines: tuple[tuple[str, str], ...]
+    numbers: tuple[int | None, ...] = ()
+    file_id: int = 0
+    total_lines: int = 0
+
+
+@dataclass(frozen=True)
+class LogFound:
+    """The answer to a :class:`console.logfilter.LogRequest`: ``lines`` as ``(number, kind, text)``
+    in file order; ``line``: the line found (FIND; None: no match there); ``count``: lines that
+    pass the filter (FILTERED); ``stale``: the file was replaced or truncated since the request
+    (its line numbers are of another file: nothing was read)."""
+
+    request: LogRequest
+    lines: tuple[tuple[int, str, str], ...] = ()
+    line: int | None = None
+    count: int = 0
+    stale: bool = False
 
 
 @dataclass(frozen=True)

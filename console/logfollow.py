@@ -1,28 +1,41 @@
 """Follows a growing server log file like ``tail -F``, without loading it whole.
 
-:meth:`LogFollower.read_new` returns the complete lines appended since the last call; it
-handles a file that does not exist yet (launch mode before the child writes), truncation
-(``size < position``: start over) and rotation (a new inode at the path: reopen from its
-start). A partial last line is kept until its newline arrives.
+:meth:`LogFollower.read_batch` returns the complete lines appended since the last call, with
+their line numbers in the file. It handles a file that does not exist yet (launch mode before
+the child writes), rotation (another file at the path: a new inode; the old one is read to its
+end first), truncation (``size < position``) and a file rewritten in place past its old size
+(the ``FINGERPRINT_BYTES`` just before the read position changed): both start over at the top,
+and a run of NUL bytes there (``copytruncate`` with a writer that does not append leaves a hole
+up to its old offset) is skipped. A partial last line is kept until its newline arrives.
 
-On the first read of an existing file only the last ``initial_tail_bytes`` are returned as
-lines, but the whole file is scanned once (streamed) so that startup lines far above the tail
-(``Spec v2 is enabled...``, ``spec_gate: worker=...``) still reach :class:`console.logparse.LogFacts`.
+On the first read of an existing file only the last ``initial_tail_bytes`` become lines, but
+the whole file is streamed once: into the line index (:class:`console.logindex.LineIndex`, so
+search and filter can reach every line later) and, with ``on_scan``, line by line so that
+startup lines far above the tail (``Spec v2 is enabled...``, ``spec_gate: worker=...``) still
+reach :class:`console.logparse.LogFacts`.
 
-Blocking file I/O: the app calls :meth:`read_new` from a thread worker.
+Blocking file I/O: the session calls :meth:`read_batch` from a thread.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from console.logindex import LineIndex
 
 #: at most this many bytes are read per call, so one call never stalls on a huge backlog
 READ_CHUNK = 1 << 20
 #: a "line" longer than this (a binary file, a runaway print) is passed on in pieces, so the
 #: partial line never holds more than this in memory
 MAX_LINE_BYTES = 1 << 20
+#: bytes just before the read position that are kept and compared on every read: when they
+#: changed, the file was rewritten (truncated and written again past the old size)
+FINGERPRINT_BYTES = 64
+#: NUL padding skipped per call at most (a hole on a file system without SEEK_DATA)
+NUL_SKIP_MAX = 64 * READ_CHUNK
 
 #: control characters (not tab) shown in caret notation, as ``less`` does: a binary file or an
 #: escape sequence must not reach the terminal (or Textual's layout) raw
@@ -42,13 +55,30 @@ def visible(line: str) -> str:
     return line.translate(_CARET)
 
 
+def decode(raw: bytes) -> str:
+    """One raw line (no newline) as the log pane shows it (UTF-8, ``\\r`` dropped, :func:`visible`)."""
+    return visible(raw.decode("utf-8", "replace").rstrip("\r"))
+
+
+@dataclass
+class LogBatch:
+    """Lines read by one call: ``numbers[i]`` is the line number of ``lines[i]`` in the file of
+    ``file_id`` (0 = first line; None for the last lines of a file that was replaced meanwhile);
+    ``total_lines``: complete lines of that file indexed so far."""
+
+    lines: list[str] = field(default_factory=list)
+    numbers: list[int | None] = field(default_factory=list)
+    file_id: int = 0
+    total_lines: int = 0
+
+
 class LogFollower:
     """Tail one log file.
 
     Args:
         path: the log file.
         initial_tail_bytes: on the first read of an existing file, how much of its end becomes
-            lines (the rest is only scanned with ``on_scan``).
+            lines (the rest is only indexed and scanned with ``on_scan``).
         on_scan: called with every line of the skipped head (to collect facts), or None.
     """
 
@@ -62,10 +92,19 @@ class LogFollower:
         self.initial_tail_bytes = initial_tail_bytes
         self.on_scan = on_scan
         self._fh = None
-        self._inode: int | None = None
+        self._dev_ino: tuple[int, int] | None = None
         self._pos = 0
         self._partial = b""
         self._first = True
+        self._fingerprint = b""  # the bytes just before _pos
+        self._skip_nul = False  # after a truncation: NUL padding at the top is dropped
+        self._file_ids = 0
+        #: the line index of the file now followed (a new object for every new file)
+        self.index = LineIndex(0)
+
+    def _new_index(self, st: os.stat_result) -> None:
+        self._file_ids += 1
+        self.index = LineIndex(self._file_ids, st.st_dev, st.st_ino)
 
     def _open(self) -> bool:
         try:
@@ -73,74 +112,131 @@ class LogFollower:
         except OSError:
             return False
         st = os.fstat(fh.fileno())
-        self._fh, self._inode, self._pos, self._partial = fh, st.st_ino, 0, b""
+        self._fh, self._dev_ino, self._pos, self._partial = fh, (st.st_dev, st.st_ino), 0, b""
+        self._fingerprint = b""
+        self._new_index(st)
         if self._first:
             self._first = False
             start = max(0, st.st_size - self.initial_tail_bytes)
             if start > 0:
-                self._scan_head(fh, start)
                 fh.seek(start)
                 fh.readline()  # drop the cut line ...
                 # ... unless nothing follows it: a last line longer than the tail is shown cut
                 self._pos = fh.tell() if fh.tell() < st.st_size else start
+                self._scan_head(fh, self._pos)
         return True
 
     def _scan_head(self, fh, end: int) -> None:
-        if self.on_scan is None:
-            return
+        """Index bytes [0, end) and hand their complete lines to on_scan."""
         fh.seek(0)
-        done = 0
-        for raw in fh:
-            done += len(raw)
-            self.on_scan(raw.decode("utf-8", "replace").rstrip("\r\n"))
-            if done >= end:
+        done, partial = 0, b""
+        while done < end:
+            data = fh.read(min(READ_CHUNK, end - done))
+            if not data:
                 break
+            done += len(data)
+            self.index.feed(data)
+            self._fingerprint = (self._fingerprint + data)[-FINGERPRINT_BYTES:]
+            if self.on_scan is None:
+                continue
+            parts = (partial + data).split(b"\n")
+            partial = parts.pop()[:MAX_LINE_BYTES]  # a giant line: its start is enough for facts
+            for raw in parts:
+                self.on_scan(raw.decode("utf-8", "replace").rstrip("\r"))
 
     def close(self) -> None:
-        """Close the file (a later :meth:`read_new` reopens it)."""
+        """Close the file (a later read reopens it)."""
         if self._fh is not None:
             self._fh.close()
         self._fh = None
 
     def read_new(self) -> list[str]:
         """Complete lines appended since the last call (without newlines). Never raises on I/O errors."""
+        return self.read_batch().lines
+
+    def read_batch(self) -> LogBatch:
+        """Like :meth:`read_new`, with the lines' numbers and the file's id and line count."""
+        batch = LogBatch()
         try:
-            return self._read_new()
+            self._read_new(batch)
         except OSError:
             self.close()
-            return []
+        batch.file_id, batch.total_lines = self.index.file_id, self.index.lines
+        return batch
 
-    def _read_new(self) -> list[str]:
+    def _read_new(self, batch: LogBatch) -> None:
         if self._fh is None and not self._open():
-            return []
-        # rotation: a different file now lives at the path
+            return
         try:
             st = os.stat(self.path)
         except OSError:
             st = None
-        if st is not None and st.st_ino != self._inode:
-            rest = self._drain()
+        if st is not None and (st.st_dev, st.st_ino) != self._dev_ino:
+            # rotation: a different file now lives at the path; the old one's last lines first
+            self._drain(batch)
+            batch.numbers = [None] * len(batch.lines)  # that file is gone: they have no number
             self.close()
             self._first = False
-            if not self._open():
-                return rest
-            return rest + self._drain()
-        if st is not None and st.st_size < self._pos:  # truncated
-            self._fh.seek(0)
-            self._pos, self._partial = 0, b""
-        return self._drain()
+            if self._open():
+                self._drain(batch)
+            return
+        if st is not None and (st.st_size < self._pos or not self._same_bytes()):
+            self._restart()  # truncated (and maybe written again past the old size)
+        self._drain(batch)
 
-    def _drain(self) -> list[str]:
+    def _same_bytes(self) -> bool:
+        """The bytes before the read position are still the ones read there."""
+        if not self._fingerprint:
+            return True
+        n = len(self._fingerprint)
+        return os.pread(self._fh.fileno(), n, self._pos - n) == self._fingerprint
+
+    def _restart(self) -> None:
+        self._pos, self._partial, self._fingerprint, self._skip_nul = 0, b"", b"", True
+        self._new_index(os.fstat(self._fh.fileno()))
+
+    def _skip_padding(self) -> None:
+        """Move past NUL bytes at the read position (a hole left by copytruncate)."""
+        fd = self._fh.fileno()
+        try:  # a real hole: jump over it (rounded down to a block: NULs may remain)
+            self._pos = max(self._pos, os.lseek(fd, self._pos, os.SEEK_DATA))
+        except (OSError, AttributeError):  # ENXIO: only a hole (or nothing) ahead; no SEEK_DATA
+            pass
+        skipped = 0
+        while skipped < NUL_SKIP_MAX:
+            data = os.pread(fd, READ_CHUNK, self._pos)
+            if not data:
+                return
+            kept = data.lstrip(b"\0")
+            self._pos += len(data) - len(kept)
+            skipped += len(data) - len(kept)
+            if kept:
+                self._skip_nul = False
+                self._fingerprint = b""
+                self.index.skip_to(self._pos)
+                return
+
+    def _drain(self, batch: LogBatch) -> None:
         assert self._fh is not None
+        if self._skip_nul:
+            self._skip_padding()
+            if self._skip_nul:
+                return
         self._fh.seek(self._pos)
         data = self._fh.read(READ_CHUNK)
         if not data:
-            return []
+            return
         self._pos += len(data)
+        self._fingerprint = (self._fingerprint + data)[-FINGERPRINT_BYTES:]
+        first_no = self.index.lines  # the number of the line in progress
+        self.index.feed(data)
         data = self._partial + data
         parts = data.split(b"\n")
         self._partial = parts.pop()
+        numbers = list(range(first_no, first_no + len(parts)))
         if len(self._partial) > MAX_LINE_BYTES:
-            parts.append(self._partial)
+            parts.append(self._partial)  # a piece: its line goes on with the same number
+            numbers.append(first_no + len(numbers))
             self._partial = b""
-        return [visible(p.decode("utf-8", "replace").rstrip("\r")) for p in parts]
+        batch.lines += [decode(p) for p in parts]
+        batch.numbers += numbers

@@ -24,6 +24,7 @@ ERROR = "error"
 WARNING = "warning"
 DECODE = "decode"  # Decode batch, ...
 CONSOLE = "console"  # lines the console itself adds (threshold changes, restarts)
+OWN = "own"  # the server's access-log lines of the console's own polls (console.accesslog)
 
 #: Marker the console writes into the log file before each (re)start of a launched server.
 START_MARKER = "[specconsole] starting server:"

@@ -7,6 +7,11 @@ read never stalls the loop. Every input goes into :class:`console.model.ConsoleM
 UI needs to know goes to the ``sink`` as a typed event (:mod:`console.events`): snapshots, log
 lines, the outcomes of threshold requests, crashes. The session never touches a widget.
 
+Log lines arrive numbered and classified; the server's access-log lines of the console's own
+polls are of kind ``OWN`` (:mod:`console.accesslog`: exact request lines from
+:data:`console.client.OWN_REQUEST_LINES`, from the client's own addresses). The log pane's
+requests for lines it does not hold (:meth:`ConsoleSession.read_log`) are read in a thread too.
+
 Launch/demo: the server's port is checked before the child starts (a server already there is
 never taken for ours), a sample counts only while the process listening on the port is the child,
 and a crash is reported with the exit code and the last log lines (``restart`` starts it again).
@@ -21,11 +26,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from console import events as ev
-from console import logparse, portcheck
+from console import logfilter, logparse, logreader, portcheck
 from console import state as st
-from console.client import Backoff, ServerClient, ServerUnreachable
+from console.accesslog import OwnRequestTracker
+from console.client import OWN_REQUEST_LINES, Backoff, ServerClient, ServerUnreachable
 from console.config import AppConfig, redact_args, server_host_port
-from console.logfollow import LogFollower
+from console.logfollow import LogBatch, LogFollower
 from console.model import ConsoleModel
 from console.nvml import NvmlReader
 from console.process import ServerProcess, describe_exit
@@ -68,6 +74,9 @@ class ConsoleSession:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._scanned: list[str] = []
+        self._own = OwnRequestTracker(OWN_REQUEST_LINES)
+        self._log_request: logfilter.LogRequest | None = None  # the newest request not yet read
+        self._log_reader: asyncio.Task | None = None
         self._last_check = st.CHECK_UNKNOWN
         self._port_owner_ok = False  # the port's listener was checked to be our child
 
@@ -465,29 +474,61 @@ class ConsoleSession:
         if line.startswith(logparse.START_MARKER) or logparse.classify(line) == logparse.VERIFY:
             self._scanned.append(line)
 
-    def _read_log(self) -> tuple[list[str], list[tuple[str, str]]]:
+    def _own_addresses(self) -> list[str]:
+        """The client addresses (``host:port``) the console's requests came from so far."""
+        return list(self.client.local_addresses) if self.client is not None else []
+
+    def _read_log(self) -> tuple[list[str], LogBatch, list[tuple[str, str]]]:
         assert self.follower is not None
-        lines = self.follower.read_new()
+        batch = self.follower.read_batch()
         scanned, self._scanned = self._scanned, []
-        return scanned, [(logparse.classify(line), line) for line in lines]
+        addrs = self._own_addresses()
+        kinds = [logparse.OWN if self._own.is_own(line, addrs) else logparse.classify(line) for line in batch.lines]
+        return scanned, batch, list(zip(kinds, batch.lines))
 
     async def _log_loop(self) -> None:
         while True:
-            scanned, lines = await asyncio.to_thread(self._read_log)
+            scanned, batch, lines = await asyncio.to_thread(self._read_log)
             if lines or scanned:
-                self._on_log_lines(scanned, lines)
+                self._on_log_lines(scanned, lines, batch)
             await asyncio.sleep(LOG_READ_S)
 
-    def _on_log_lines(self, scanned: list[str], lines: list[tuple[str, str]]) -> None:
+    def _on_log_lines(self, scanned: list[str], lines: list[tuple[str, str]], batch: LogBatch) -> None:
         for line in scanned:
             self.model.on_log_line(line)
         ready_before = self.model.facts.phase == st.PHASE_READY
         for _, line in lines:
             self.model.on_log_line(line)
-        self.sink(ev.LogLines(tuple(lines)))
+        self.sink(ev.LogLines(tuple(lines), tuple(batch.numbers), batch.file_id, batch.total_lines))
         if not ready_before and self.model.facts.phase == st.PHASE_READY:
             self.poll_now()
         self.publish()
+
+    # -- reading the whole log file (search and filter beyond the lines the pane holds) ------
+
+    def read_log(self, request: logfilter.LogRequest) -> None:
+        """Read what ``request`` asks from the log file in a thread; the answer comes as
+        :class:`console.events.LogFound`. One read at a time: a newer request replaces one that
+        waits, and ends a running one early."""
+        if self.follower is None:
+            return
+        self._log_request = request
+        if self._log_reader is None or self._log_reader.done():
+            self._log_reader = self._spawn_task(self._log_reads())
+
+    async def _log_reads(self) -> None:
+        while self._log_request is not None:
+            request, self._log_request = self._log_request, None
+            found = await asyncio.to_thread(self._answer, request)
+            if found is not None:
+                self.sink(found)
+
+    def _answer(self, request: logfilter.LogRequest) -> ev.LogFound | None:
+        """Blocking (a thread): read the file for ``request``; None when a newer one waits."""
+        assert self.follower is not None
+        return logreader.answer(request, self.follower.path, self.follower.index,
+                                self._own.snapshot(self._own_addresses()).matches,
+                                cancelled=lambda: self._log_request is not None)
 
     async def server_answers(self, url: str) -> bool:
         """``GET url/health`` answers 200 (the no-server screen's retry)."""

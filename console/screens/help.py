@@ -16,10 +16,11 @@ HELP = r"""# specconsole — keys
 | `-` | threshold - 1 req (refused before sending outside [1, max running requests] or at/below the hysteresis) |
 | `t` | set threshold and hysteresis exactly (plain integers; the threshold may be `auto`) |
 | `a` | auto threshold on (the gate finds the crossover from its own step times), or off again at the learned crossover |
-| `/` | search the log; `n` / `N` next / previous match |
+| `/` | search the log; `n` / `N` next / previous match, in the whole file (a match above the lines held is shown with the lines around it; `End` returns) |
 | `f` | show only log lines containing … (`a\|b`: a or b) |
 | `x` | hide log lines containing … |
 | `c` | clear log filters and search |
+| `o` | show / hide the server's access-log lines of the console's own polls (`GET /server_info`, `GET /v1/loads?include=core%2Cspec`; hidden by default) |
 | `p` | pause / follow the log (`G` or `End`: follow; `↑`, `PgUp`, `Home` pause) |
 | `Tab` | focus the next panel: `↑` `↓` `PgUp` `PgDn` scroll it (Speculation details, GPUs, log) |
 | `r` | restart the server after a crash (launch / demo) |
@@ -44,6 +45,8 @@ HELP = r"""# specconsole — keys
   GPU or driver does not report a field.
 * **Log** — the server log, followed; `spec_gate:` lines, worker lines, switches and errors
   highlighted. `←` `→` scroll long lines. Active filters and search show on a line above it.
+  It holds the last 20,000 lines (the title says `last 20,000 of 249,780` when the file has more);
+  a filter and `n` / `N` read the rest of the file in the background.
 
 Modes: `specconsole launch -- <server args>`, `specconsole attach URL [--log FILE]`,
 `specconsole demo`, or plain `specconsole` (config file, else 127.0.0.1:30000, else this advice).

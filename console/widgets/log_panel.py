@@ -1,8 +1,10 @@
 """The log panel: :class:`LogView` plus a one-line prompt for search / include / exclude.
 
-The border title says follow/pause and the line count; the active filters and search are on
-an indicator line of their own above the lines (it wraps instead of being cut off, so they
-stay visible at 80 columns), shown only while one is set.
+The border title says follow/pause, which lines are held (``last 20,000 of 249,780`` when the
+file is longer than what the pane keeps, ``lines 1,201-2,201 of 249,780`` around a search match
+found further up) and whether the console's own poll lines are hidden; the active filters and
+search are on an indicator line of their own above the lines (it wraps instead of being cut
+off, so they stay visible at 80 columns), shown only while one is set.
 """
 
 from __future__ import annotations
@@ -14,6 +16,13 @@ from textual.containers import Vertical
 from textual.widgets import Input, Static
 
 from console.widgets.log_view import LogView, filter_terms
+
+#: the title's note while the console's own poll lines are hidden / shown (the key: app.py's ``o``)
+OWN_HIDDEN = "console polls hidden (o shows)"
+OWN_SHOWN = "console polls shown (o hides)"
+#: the same, where the title is short of room (80 columns)
+OWN_HIDDEN_SHORT = "polls hidden (o)"
+OWN_SHOWN_SHORT = "polls shown (o)"
 from console.textual_compat import OrderedInput
 
 PROMPTS = {
@@ -90,21 +99,67 @@ class LogPanel(Vertical):
         if not views:
             return
         v = views.first()
-        parts = [self.base_title]
-        parts.append("following" if v.follow else f"PAUSED (+{v.new_while_paused} new below)")
-        parts.append(f"{len(v.shown)}/{len(v.entries)} lines")
-        self.border_title = " · ".join(parts)
-        indicator = self.query_one("#log-filters", Static)
         width = self.content_region.width or self.app.size.width
-        line = filter_line(v.include, v.exclude, v.search, len(v.match_rows()) if v.search else 0, width)
+        self.border_title = log_title(self.base_title, v, width - 2)
+        indicator = self.query_one("#log-filters", Static)
+        line = filter_line(v.include, v.exclude, v.search, len(v.match_rows()) if v.search else 0, width,
+                           whole_file=bool(v.unheld_ranges(1)))
         indicator.update(line)
         indicator.set_class(not line, "-hidden")
 
 
-def filter_line(include: str, exclude: str, search: str, matches: int, width: int | None = None) -> str:
+def log_title(base: str, v: LogView, width: int | None = None) -> str:
+    """``Log server.log · following · 120/480 lines · console polls hidden (o shows)``; when that
+    is wider than ``width``, shorter words (``polls hidden (o)``) so the counts stay in view."""
+    for short in (False, True):
+        parts = [base]
+        if v.follow:
+            parts.append("following")
+        else:
+            parts.append(f"PAUSED +{v.new_while_paused:,}" if short else f"PAUSED (+{v.new_while_paused:,} new below)")
+        parts.append(lines_held(v, short))
+        if v.searching is not None:
+            parts.append("searching…" if short else "searching the whole file…")
+        elif v.filtering is not None:
+            parts.append("filtering…" if short else "filtering the whole file…")
+        if v.own_lines:
+            if v.show_own:
+                parts.append(OWN_SHOWN_SHORT if short else OWN_SHOWN)
+            else:
+                parts.append(OWN_HIDDEN_SHORT if short else OWN_HIDDEN)
+        title = " · ".join(parts)
+        if width is None or len(title) <= width:
+            break
+    return title
+
+
+def lines_held(v: LogView, short: bool = False) -> str:
+    """``120/480 lines``: shown / held, and what is held when it is not the whole file:
+    ``20,000/20,000 lines · last 20,000 of 249,780``, ``lines 1,201–2,201 of 249,780`` (a
+    search region); a whole-file filter counts the file (``312/249,780 lines``). ``short``: the
+    held part alone (``last 20,000 of 249,780``), or no `` lines``."""
+    shown, region, total = len(v.shown), v.file_region, v.total_lines
+    if region is None:
+        above = v.tail_first_no()
+        if above <= 0:
+            return f"{shown:,}/{len(v.entries):,}" + ("" if short else " lines")
+        held = f"last {total - above:,} of {total:,}"
+        return held if short else f"{shown:,}/{len(v.entries):,} lines · {held}"
+    if not region.live:
+        lines = f"lines {region.first_no + 1:,}–{region.last_no + 1:,} of {total:,}"
+        return lines if short else lines + " (End: back to the end)"
+    if region.not_held:
+        return f"{shown:,}/{total:,} lines (last {shown:,} of {shown + region.not_held:,} that pass)"
+    return f"{shown:,}/{total:,} lines"
+
+
+def filter_line(include: str, exclude: str, search: str, matches: int, width: int | None = None,
+                whole_file: bool = False) -> str:
     """``only: a|b · hide: c · search: d (3 matches) · c clears``, or "" when none is set.
 
-    ``· c clears`` only when it still fits ``width`` (the rest wraps rather than being cut).
+    ``whole_file``: the file has lines the pane does not hold; the count is of the lines held
+    and n / N search the rest (``3 matches here, n / N search the whole file``). ``· c clears``
+    only when it still fits ``width`` (the rest wraps rather than being cut).
     """
     parts = []
     if include:
@@ -112,7 +167,9 @@ def filter_line(include: str, exclude: str, search: str, matches: int, width: in
     if exclude:
         parts.append(f"hide: {exclude}")
     if search:
-        parts.append(f"search: {search} ({matches} match{'' if matches == 1 else 'es'})")
+        counted = f"{matches} match{'' if matches == 1 else 'es'}"
+        parts.append(f"search: {search} ({counted} here, n / N search the whole file)" if whole_file
+                     else f"search: {search} ({counted})")
     if not parts:
         return ""
     line = " · ".join(parts)
