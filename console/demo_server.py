@@ -44,6 +44,7 @@ import math
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -100,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running-requests", type=int, default=96)
     p.add_argument("--cuda-graph-max-bs", type=int, default=96)
     p.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1,
+                   help="spread the TP ranks over this many simulated hosts (node 0 is this machine)")
     p.add_argument("--disable-overlap-schedule", action="store_true")
     p.add_argument("--api-key", default=None)
     p.add_argument("--enable-metrics", action="store_true",
@@ -242,6 +245,9 @@ class Identity:
     tp_size: int
     tp_rank: int = 0
     sglang_version: str = SGLANG_VERSION
+    host: str = ""
+    node_rank: int = 0
+    gpu: Any = None
 
 
 def _round(value: float | None) -> float | None:
@@ -294,6 +300,7 @@ class Simulation:
         self.decode_tokens = 0  # decode tokens so far (sglang:realtime_tokens_total{mode="decode"})
         self.t0 = time.monotonic()
         self.ready = False
+        self.hostname = socket.gethostname()
 
     @property
     def overlap(self) -> bool:
@@ -431,12 +438,31 @@ class Simulation:
 
     # -- HTTP views ------------------------------------------------------------------------
 
+    def rank_gpu(self, rank: int) -> dict[str, Any]:
+        """What TP rank ``rank``'s scheduler reports of its GPU (server_patch/rank_gpu.py's fields):
+        node 0 is this machine (the UUIDs of console/nvml_sim.py's simulated GPUs), the other
+        nodes are made-up hosts; utilization follows the load."""
+        a = self.args
+        per_node = max(1, a.tp_size // max(1, a.nnodes))
+        node, local = divmod(rank, per_node)
+        util = min(100.0, 20.0 + 0.7 * self.batch) if self.batch else 0.0
+        return {
+            "host": self.hostname if node == 0 else f"demo-node{node}", "node_rank": node, "gpu_id": local,
+            "uuid": f"GPU-5e1f0000-0000-0000-{node:04d}-{local:012d}", "nvml_index": local, "name": "NVIDIA H200",
+            "util_pct": util, "mem_used_mib": 70_963.0, "mem_total_mib": 143_771.0, "temp_c": 45.0 + util / 4,
+            "power_w": 120.0 + 5.8 * util, "power_limit_w": 700.0, "sm_clock_mhz": 1980.0, "error": None,
+            "read_ms": 0.4,
+        }
+
     def spec_gate(self) -> dict[str, Any]:
         """``internal_states[i].spec_gate`` as a real server reports it (``contract.spec_gate_status``
         over the same kinds of sources: identity, the SpecGate, the OFF-step runner's counters)."""
+        gpus = [self.rank_gpu(r) for r in range(self.args.tp_size)]
+        self.identity.gpu, self.identity.host, self.identity.node_rank = gpus[0], gpus[0]["host"], 0
         status = contract.spec_gate_status(self.identity, self.gate, self.runner)
         status["last_decode_batch_size"] = self.batch
-        status["ranks"] = [{**contract.rank_entry(status), "tp_rank": r} for r in range(self.args.tp_size)]
+        status["ranks"] = [{**contract.rank_entry(status), "tp_rank": r, "gpu": gpu, "host": gpu["host"],
+                            "node_rank": gpu["node_rank"]} for r, gpu in enumerate(gpus)]
         return status
 
     def server_info(self) -> dict[str, Any]:
@@ -764,6 +790,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"--loads-error must be an HTTP error status from 400 to 599, got {args.loads_error}")
     if not 1 <= args.exit_code <= 255:
         parser.error(f"--exit-code must be from 1 to 255 (a process exit status), got {args.exit_code}")
+    if args.nnodes < 1 or args.tp_size % args.nnodes:
+        parser.error(f"--nnodes must divide --tp-size ({args.tp_size}), got {args.nnodes}")
     for name in ("max_running_requests", "cuda_graph_max_bs", "tp_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import replace
 from typing import Callable
 
-from console import logparse
+from console import gpu_sources, logparse
 from console import state as st
 from console.events import KIND_CONNECTION, KIND_REJECTED, Outcome
 from console.load_figures import LoadTracker
@@ -106,7 +106,7 @@ class ConsoleModel:
         self.gpus = st.GpuPanelState()
         self.batch_history: deque[int] = deque(maxlen=history)
         self.tput_history: deque[float] = deque(maxlen=history)
-        self.gpu_history: list[deque[float | None]] = []
+        self.gpu_history: dict[str, deque[float | None]] = {}  # gpu_sources.row_key -> utilization %
         self.switch_samples: deque[tuple[float, int]] = deque()
         self._history = history
         self.message: str | None = None
@@ -142,6 +142,7 @@ class ConsoleModel:
             self.set_message(None)  # the reason was about values that are no longer the server's
         self.connection = st.ConnectionState(url=self.url, reachable=True)
         figures = self.load.update(sample, self._sample_at)
+        self._record_gpus(gpu_sources.server_rows(sample.gate))
         if figures.running.value is not None:
             self.batch_history.append(int(figures.running.value))
         if figures.throughput.value is not None:
@@ -178,12 +179,13 @@ class ConsoleModel:
         )
 
     def on_gpus(self, panel: st.GpuPanelState) -> None:
-        """An NVML read."""
+        """An NVML read of this machine's GPUs."""
         self.gpus = panel
-        while len(self.gpu_history) < len(panel.rows):
-            self.gpu_history.append(deque(maxlen=self._history))
-        del self.gpu_history[len(panel.rows):]
-        for row, hist in zip(panel.rows, self.gpu_history):
+        self._record_gpus(panel.rows)
+
+    def _record_gpus(self, rows) -> None:
+        for row in rows:
+            hist = self.gpu_history.setdefault(gpu_sources.row_key(row), deque(maxlen=self._history))
             hist.append(None if row.lost else row.util_pct)
 
     def on_log_line(self, line: str) -> None:
@@ -524,6 +526,7 @@ class ConsoleModel:
     def snapshot(self) -> st.ConsoleSnapshot:
         """The current immutable snapshot."""
         s = self.sample
+        gpus = gpu_sources.combine(self.gpus, s.gate if s else None)
         return st.ConsoleSnapshot(
             mode=self.mode,
             url=self.url,
@@ -537,10 +540,10 @@ class ConsoleModel:
             worker=self.worker_check(),
             pending=self.pending,
             process=self.process,
-            gpus=self.gpus,
+            gpus=gpus,
             batch_history=tuple(self.batch_history),
             throughput_history=tuple(self.tput_history),
-            gpu_util_history=tuple(tuple(h) for h in self.gpu_history),
+            gpu_util_history=tuple(tuple(self.gpu_history.get(gpu_sources.row_key(r), ())) for r in gpus.rows),
             simulated_note=(s.simulated_note or "simulated server") if s and s.simulated else None,
             log_path=self.log_path,
             message=self.message if self.clock() - self.message_at <= MESSAGE_TTL_S else None,

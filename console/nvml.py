@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable
 
 from console import state as st
+from console.gpu_sources import short_name
 
 # NVML return codes (stable across NVML versions; pynvml exposes the same numbers).
 _NOT_SUPPORTED = 3
@@ -77,16 +78,6 @@ def _text(value: Any) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
-
-
-def _short_name(name: str | None) -> str | None:
-    """'NVIDIA H200' -> 'H200'; keeps the rest as is."""
-    if not name:
-        return name
-    for prefix in ("NVIDIA ", "Tesla "):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    return name
 
 
 def classify_init_error(exc: BaseException | None, module_missing: bool = False) -> tuple[str, str]:
@@ -211,7 +202,8 @@ class NvmlReader:
             if handle is None:
                 return st.GpuRow(index=index)
             self._handles[index] = handle
-        name = _short_name(_text(self._field("nvmlDeviceGetName", handle)))
+        name = short_name(_text(self._field("nvmlDeviceGetName", handle)))
+        uuid = _text(self._field("nvmlDeviceGetUUID", handle))
         mig = False
         mode = self._field("nvmlDeviceGetMigMode", handle)
         if isinstance(mode, (tuple, list)) and mode:
@@ -242,6 +234,7 @@ class NvmlReader:
             power_limit_w=limit / 1000.0 if limit is not None else None,
             sm_clock_mhz=float(clock) if clock is not None else None,
             mig=mig,
+            uuid=uuid,
         )
 
     # -- public ----------------------------------------------------------------------------

@@ -162,6 +162,10 @@ class SimulatedNvml:
         base = 55 + 40 * math.sin(self._t / 9.0 + handle)
         return max(0.0, min(100.0, base + self._rng.uniform(-4, 4)))
 
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        """A stable made-up UUID per simulated device."""
+        return f"GPU-5e1f0000-0000-0000-0000-{handle:012d}"  # the demo server's node-0 ranks use these
+
     def nvmlDeviceGetName(self, handle: int) -> str:
         """Device name, e.g. 'NVIDIA H200'."""
         return self._dev(handle, "name").name

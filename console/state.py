@@ -78,6 +78,17 @@ _BUCKET_TYPES = {"lo": _int, "hi": _int, "on_tok_s": _float, "off_tok_s": _float
                  "off_samples": _int, "accept_length": _float, "on": _bool}
 
 
+#: A TP rank's own GPU as its scheduler reads it (``spec_gate.gpu`` / ``ranks[i].gpu``): host and
+#: node rank, CUDA ordinal, UUID, NVML index, name, utilization %, memory used/total MiB,
+#: temperature °C, power / limit W, SM clock MHz, NVML error, cost of one reading (ms).
+GpuReport = make_dataclass(
+    "GpuReport", [(name, Any, field(default=None)) for name in contract.GPU_FIELDS],
+    frozen=True, namespace={"__module__": __name__})
+_GPU_TYPES = {"host": _str, "node_rank": _int, "gpu_id": _int, "uuid": _str, "nvml_index": _int, "name": _str,
+              "util_pct": _float, "mem_used_mib": _float, "mem_total_mib": _float, "temp_c": _float,
+              "power_w": _float, "power_limit_w": _float, "sm_clock_mhz": _float, "error": _str, "read_ms": _float}
+
+
 def _convert(tag: str, value: Any) -> Any:
     """A spec_gate value of JSON type ``tag`` (contract.SPEC_GATE_FIELDS) as the console keeps it."""
     if tag == "switch":
@@ -85,6 +96,10 @@ def _convert(tag: str, value: Any) -> Any:
             return None
         return LastSwitch(step=_int(value.get("step")), direction=_str(value.get("direction")),
                           batch_size=_int(value.get("batch_size")))
+    if tag == "gpu":
+        if not isinstance(value, Mapping):
+            return None
+        return GpuReport(**{name: _GPU_TYPES[name](value.get(name)) for name in contract.GPU_FIELDS})
     if tag == "buckets":
         return tuple(Bucket(**{name: _BUCKET_TYPES.get(name, _str)(b.get(name)) for name in contract.BUCKET_FIELDS})
                      for b in (value if isinstance(value, (list, tuple)) else ()) if isinstance(b, Mapping))
@@ -268,6 +283,12 @@ class GpuRow:
     sm_clock_mhz: float | None = None
     mig: bool = False
     lost: bool = False
+    uuid: str | None = None
+    #: a GPU the server reported: its host, node rank and TP rank (None: read by this machine's NVML)
+    host: str | None = None
+    node_rank: int | None = None
+    tp_rank: int | None = None
+    error: str | None = None
 
 
 #: GpuPanelState.status values
@@ -290,6 +311,12 @@ class GpuPanelState:
     driver_version: str | None = None
     rows: tuple[GpuRow, ...] = ()
     simulated: bool = False
+    #: where the rows come from: GPU_FROM_LOCAL (this machine's NVML), GPU_FROM_SERVER (each TP
+    #: rank's own report), GPU_FROM_BOTH (the server's, then this machine's others)
+    source: str = "local"
+
+
+GPU_FROM_LOCAL, GPU_FROM_SERVER, GPU_FROM_BOTH = "local", "server", "server+local"
 
 
 #: the failure reason of an answer whose body is not JSON (console.client)

@@ -15,6 +15,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from console import gpu_sources
 from console.state import ConsoleSnapshot
 from console.widgets.base import SnapshotWidget
 from console.widgets.gpu_panel import GpuTable
@@ -67,12 +68,7 @@ class MainScreen(Screen):
         # no panels and updates nothing (query_one raised NoMatches there: a flaky test)
         for widget in self.query(SnapshotWidget):
             widget.snapshot = snapshot
-        g = snapshot.gpus
-        title = "GPUs"
-        if g.simulated:
-            title += " · simulated (demo)"
-        elif g.driver_version:
-            title += f" · driver {g.driver_version}"
+        title = gpu_sources.title(snapshot.gpus)
         for panel in self.query("#gpu-panel"):
             panel.border_title = title
         load_title = LOAD_TITLE + (" · stale" if snapshot.stale else "")

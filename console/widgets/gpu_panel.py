@@ -18,9 +18,10 @@ from console.widgets.base import SnapshotWidget, pack
 HOT_C = 80.0
 
 
-def _cols(width: int) -> dict[str, int]:
-    """Column widths for a panel ``width`` cells wide (history column takes the slack)."""
-    cols = {"idx": 2, "name": 8, "util": 5, "mem": 16, "temp": 5, "power": 10, "clock": 9, "hist": 8}
+def _cols(width: int, idx: int = 2) -> dict[str, int]:
+    """Column widths for a panel ``width`` cells wide (history column takes the slack); ``idx``:
+    the first column's width (4 for a server's ``TP12``)."""
+    cols = {"idx": idx, "name": 8, "util": 5, "mem": 16, "temp": 5, "power": 10, "clock": 9, "hist": 8}
     fixed = sum(cols.values()) + len(cols) - 1
     slack = width - fixed
     if slack > 0:
@@ -52,8 +53,9 @@ def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
         parts.append(Text("(the rest of the console keeps working)", styles["na"]))
         lines = pack(parts[:-1], max(10, width), sep=" ") + [parts[-1]]
         return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
-    c = _cols(width)
-    header = [("#", "idx"), ("name", "name"), ("util", "util"), ("memory", "mem"),
+    served = any(r.host is not None for r in g.rows)
+    c = _cols(width, idx=4 if served else 2)
+    header = [("TP" if served else "#", "idx"), ("name", "name"), ("util", "util"), ("memory", "mem"),
               ("temp", "temp"), ("power", "power"), ("SM clock", "clock"), ("history", "hist")]
     parts = []
     for title, key in header:
@@ -62,13 +64,26 @@ def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
         parts.append(title[: c[key]].rjust(c[key]) if key in ("util", "mem", "temp", "power", "clock") else title[: c[key]].ljust(c[key]))
     text.append(" ".join(parts), styles["header"])
     hists = s.gpu_util_history
+    hosts = {r.host for r in g.rows if r.host is not None}
+    group = None
     for i, row in enumerate(g.rows):
+        # a line naming the host (and node) where the rows' host changes, when there is more than
+        # one, and before this machine's own GPUs under the server's
+        label = (f"{row.host} (node {fmt.num(row.node_rank)})" if row.host is not None and len(hosts) > 1
+                 else "this machine" if row.host is None and served else None)
+        if label is not None and label != group:
+            text.append("\n" + label, styles["header"])
+        group = label
         text.append("\n")
-        text.append(str(row.index).ljust(c["idx"]) + " ", styles["value"])
+        idx = f"TP{row.tp_rank}" if row.host is not None else str(row.index)
+        text.append(idx.ljust(c["idx"]) + " ", styles["value"])
         name = (row.name or fmt.NA) + (" MIG" if row.mig else "")
         text.append(name[: c["name"]].ljust(c["name"]) + " ", styles["value"] if row.name else styles["na"])
         if row.lost:
             text.append("GPU lost (fell off the bus?) — NVML GPU_IS_LOST", styles["lost"])
+            continue
+        if row.error:
+            text.append(f"NVML on the server: {row.error}", styles["warn"])
             continue
         cells = [
             ("util", fmt.num(row.util_pct, "%"), row.util_pct is None),

@@ -1,0 +1,61 @@
+"""The GPU panel shows the server's own GPUs (each TP rank's report), labelled with host, node and
+TP rank, and this machine's GPUs only where the server does not report them."""
+
+from __future__ import annotations
+
+from console import gpu_sources
+from console import state as st
+from console.app import SpecConsoleApp
+from console.config import AppConfig
+from console.nvml_sim import SimDevice, SimulatedNvml
+from console_support import DemoServer, screen_text, wait_for
+
+SIZE = (120, 40)
+
+
+def _local(n: int) -> SimulatedNvml:
+    return SimulatedNvml(devices=[SimDevice(util_pct=11.0) for _ in range(n)])
+
+
+async def _screen(tmp_path, server_args, local_gpus: int) -> tuple[str, st.ConsoleSnapshot]:
+    srv = DemoServer(tmp_path, server_args).wait_ready()
+    try:
+        app = SpecConsoleApp(AppConfig(mode="attach", url=srv.url, interval_s=0.2, handle_signals=False),
+                             nvml_module=_local(local_gpus))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.model.sample is not None and app.model.gpus.rows, what="a poll and NVML")
+            await pilot.pause(0.3)
+            return screen_text(app), app.model.snapshot()
+    finally:
+        srv.stop()
+
+
+async def test_two_nodes_show_the_servers_gpus_by_host_and_rank(tmp_path):
+    text, snap = await _screen(tmp_path, ["--load", "fixed:8", "--tp-size", "2", "--nnodes", "2"], local_gpus=2)
+    rows = snap.gpus.rows
+    # rank 0 runs on this machine's GPU 0 (the same UUID: shown once, as the server's); rank 1 on
+    # demo-node1; this machine's GPU 1, which the server does not use, is listed after them
+    assert [(r.tp_rank, r.node_rank) for r in rows if r.host] == [(0, 0), (1, 1)]
+    assert [r.index for r in rows if r.host is None] == [1]
+    assert "GPUs · from the server: 2 ranks on 2 hosts + this machine's others" in text
+    assert "demo-node1 (node 1)" in text and "TP0" in text and "TP1" in text and "this machine" in text
+
+
+async def test_a_server_without_the_gate_shows_this_machines_gpus_and_says_so(tmp_path):
+    srv = DemoServer(tmp_path, ["--load", "fixed:8"], gate=False).wait_ready()
+    try:
+        app = SpecConsoleApp(AppConfig(mode="attach", url=srv.url, interval_s=0.2, handle_signals=False),
+                             nvml_module=_local(1))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.model.sample is not None and app.model.gpus.rows, what="poll")
+            await pilot.pause(0.3)
+            text = screen_text(app)
+        assert "GPUs · this machine" in text and "from the server" not in text
+    finally:
+        srv.stop()
+
+
+def test_the_servers_nvml_error_shows_on_its_row():
+    gate = st.GateState.from_json({"ranks": [{"tp_rank": 0, "host": "h", "gpu": {"host": "h", "error": "NVMLError: Unknown"}}]})
+    (row,) = gpu_sources.server_rows(gate)
+    assert row.error == "NVMLError: Unknown" and row.host == "h"
