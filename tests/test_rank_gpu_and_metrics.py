@@ -136,3 +136,16 @@ def test_metrics_follow_the_gate_with_sglangs_labels(tmp_path):
     assert one("sglang:spec_gate_switches_total") == [switches]
     assert one("sglang:spec_gate_proof_checks_total", 'proof="attention"') == [5.0]
     assert one("sglang:spec_gate_hysteresis") == [1.0] and one("sglang:spec_gate_auto") == [0.0]
+
+
+def test_the_grafana_panels_name_only_metrics_the_plugin_exports():
+    import json
+    import re
+    from pathlib import Path
+
+    dash = json.loads((Path(__file__).resolve().parents[1] / "examples" / "grafana-spec-gate.json").read_text())
+    used = {m for p in dash["panels"] for t in p["targets"] for m in re.findall(r"sglang:spec_gate_\w+", t["expr"])}
+    exported = {metrics.PREFIX + n for n in metrics.GAUGES}
+    exported |= {metrics.PREFIX + n + "_total" for n in ("decode_steps", "switches", "auto_probe_steps",
+                                                           "proof_checks", "proof_mismatches")}
+    assert used and used <= exported, used - exported
