@@ -318,6 +318,22 @@ def record_endpoints(client: Any, url: str, with_metrics: bool, anchors: List[Tu
     return out
 
 
+SMI_FIELDS = ("index", "uuid", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu",
+              "power.draw", "power.limit", "clocks.sm")
+
+
+def nvidia_smi_gpus() -> Dict[str, Any]:
+    """``{status, body}``: nvidia-smi's view of every GPU now (``body``: one dict per GPU keyed by
+    SMI_FIELDS, MiB / % / °C / W / MHz as nvidia-smi prints them), ``{error}`` without nvidia-smi."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    rows = [dict(zip(SMI_FIELDS, (x.strip() for x in line.split(",")))) for line in out.stdout.splitlines() if line.strip()]
+    return {"status": out.returncode, "body": rows}
+
+
 # -- processes ----------------------------------------------------------------------------------------
 
 def proc_table() -> List[Dict[str, Any]]:
@@ -683,6 +699,7 @@ class AcceptanceRun:
 
         with httpx.Client(headers=self.headers) as client:
             self.endpoints[tag] = record_endpoints(client, self.url, self.with_metrics, self.anchors)
+        self.endpoints[tag]["nvidia-smi"] = nvidia_smi_gpus()  # what each rank's GPU report is checked against
         (self.out / "endpoints.json").write_text(json.dumps(self.endpoints, indent=1) + "\n")
         self.say(f"recorded endpoints [{tag}]: " + ", ".join(
             f"{p} {v.get('status', v.get('error'))}" for p, v in self.endpoints[tag].items()))

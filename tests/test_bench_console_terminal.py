@@ -120,7 +120,7 @@ def check_outputs(out: Path, summary: dict, port: int) -> list[dict]:
     endpoints = json.loads((out / "endpoints.json").read_text())
     assert set(endpoints) == {"idle", "load-c4"}
     for tag in endpoints.values():
-        assert set(tag) == set(ct.ENDPOINTS)
+        assert set(tag) == set(ct.ENDPOINTS) | {"nvidia-smi"}  # nvidia-smi: beside, for the rank GPU check
         assert tag["/server_info"]["status"] == 200 and isinstance(tag["/server_info"]["body"], dict)
         assert isinstance(tag["/metrics"]["body"], str) and tag["/health"] == {"status": 200}
     assert list((out / "logs").glob("server-*.log"))
