@@ -12,21 +12,32 @@ C. recovery: four long requests run 200+ OFF steps, then speculation turns on: t
 D. switching: the threshold flips between 1 and max every few ms under load until at least
    ``--switches`` switches happened; outputs exact;
 E. load crossing: threshold 8 / hysteresis 2 with a load that ramps 1 -> 32 -> 1 requests;
-F. a runtime threshold change takes effect at the next decode step.
+F. a runtime threshold change takes effect at the next decode step;
+auto. the auto threshold (``"auto"`` over POST /set_internal_state) under a closed-loop load whose
+   batch size sweeps 1 -> 48 -> 1 in waves (``--auto-seconds``, ``--auto-period``, ``--auto-peak``,
+   until the gate probed and switched, at most ``--auto-extra-seconds`` more): outputs exact,
+   ``mode`` auto, probes and switches happened, every run-time proof (``off_attention``,
+   ``off_kv_only``, ``off_early_seq_lens``) 0 mismatches on every rank, and every TP rank took the
+   same decisions (``decisions_digest``, switches, decode steps ON/OFF: ``ranks_agree_auto``).
+   Recorded as ``auto`` in each entry (:func:`auto_record`), with ``auto_ok`` and ``ranks_agree_auto``.
 
 Usage (GPU machine): python -m bench.gate_correctness --models DIR --out bench/results/gate-correctness.json
+``--auto`` runs only the auto phase (merged into an existing entry of the same config and TP:
+:func:`merge_result`), ``--skip-auto`` only A-F. One JSON line per configuration as it ends.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Sequence
 
+from bench.closed_loop import ClosedLoop, triangle_concurrency
 from bench.oracle_check import check_batch, check_many, check_one, make_prompts
 from bench.recovery_oracle import check_recovery, recovery_prompts
 from bench.server_harness import (
@@ -42,10 +53,32 @@ from bench.server_harness import (
     wait_ready,
     write_json,
 )
-from server_patch.contract import THRESHOLD_FLAG
+from server_patch.contract import AUTO, MODE_AUTO, THRESHOLD_FLAG
 from server_patch.off_attention import DECODE_KERNEL
 
 MAX_RR = 64
+#: which phases a run has: A-F and the auto phase (default), A-F only, the auto phase only
+ALL_PHASES, CLASSIC_ONLY, AUTO_ONLY = "all", "classic", "auto"
+#: the run-time proofs every rank counts (``<key>_checks``, ``<key>_mismatches`` in spec_gate.ranks)
+PROOF_KEYS = ("off_attention", "off_kv_only", "off_early_seq_lens")
+#: what an auto-only run (``--auto``) writes into an existing entry of the same config and TP
+AUTO_ENTRY_KEYS = ("auto", "auto_ok", "ranks_agree_auto")
+AUTO_PROMPT_LEN = 32
+AUTO_PROMPT_SEED = 20_000
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoOptions:
+    """The auto phase's load: a closed loop whose requests in flight ramp 1 -> ``peak`` -> 1 every
+    ``period_s`` seconds for ``seconds``, then on (at most ``extra_s`` more) until the gate has
+    probed and switched; ``output_len`` tokens per request; spec_gate polled every ``poll_s``."""
+
+    seconds: float = 24.0
+    period_s: float = 8.0
+    peak: int = 48
+    output_len: int = 160
+    extra_s: float = 24.0
+    poll_s: float = 0.2
 
 
 def _wait_steps(url: str, key: str, target: int, timeout_s: float = 120) -> Dict[str, Any]:
@@ -59,7 +92,8 @@ def _wait_steps(url: str, key: str, target: int, timeout_s: float = 120) -> Dict
 
 
 def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,
-               switches_target: int, mem_fraction: float) -> Dict[str, Any]:
+               switches_target: int, mem_fraction: float, phases: str = ALL_PHASES,
+               auto_options: Optional[AutoOptions] = None) -> Dict[str, Any]:
     cfg = CONFIGS[name]
     args = eagle3_args(
         str(models / "target"), str(models / "draft"),
@@ -83,146 +117,10 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
             gate_startup_lines=gate_startup_lines(log),
             off_cuda_graph=g["off_cuda_graph"], max_running_requests=g["max_running_requests"],
         )
-        vocab = oracle.vocab
-        oks = []
-
-        # A. forced ON
-        ok, res = check_many(url, oracle, make_prompts(vocab, 16, 32, 1), 128, 16)
-        g = spec_gate(url)
-        rec["phases"]["A_forced_on"] = {"oracle_match": ok, "decode_steps_on": g["decode_steps_on"],
-                                        "accept_length_recent": g["accept_length_recent"]}
-        rec["accept_length_before_off"] = g["accept_length_recent"]
-        oks.append(ok)
-
-        # B. forced OFF
-        r = set_gate(url, threshold=1)
-        g0 = spec_gate(url)
-        ok, res = check_many(url, oracle, make_prompts(vocab, 16, 32, 2), 128, 16)
-        g1 = spec_gate(url)
-        off_steps = g1["decode_steps_off"] - g0["decode_steps_off"]
-        rec["phases"]["B_forced_off"] = {
-            "set_reply": r, "oracle_match": ok, "off_steps": off_steps,
-            "on_steps": g1["decode_steps_on"] - g0["decode_steps_on"],
-            "off_steps_cuda_graph": g1["off_steps_cuda_graph"] - g0["off_steps_cuda_graph"],
-            "on_target_graph_replays": g1["on_target_graph_replays"] - g0["on_target_graph_replays"],
-            "off_draft_extend_graph_replays": g1["off_draft_extend_graph_replays"] - g0["off_draft_extend_graph_replays"],
-            "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in res[:4]],
-        }
-        rec["off_steps_used_cuda_graph"] = (
-            off_steps > 0 and rec["phases"]["B_forced_off"]["off_steps_cuda_graph"] == off_steps
-            and rec["phases"]["B_forced_off"]["on_target_graph_replays"] == 0
-        )
-        oks.append(ok)
-
-        # C. recovery after 200+ OFF steps, four requests at one position (bench/recovery_oracle.py)
-        set_gate(url, threshold=1)
-        prompts = recovery_prompts(vocab)
-        box: Dict[str, Any] = {}
-        # one batched request: prefilled together, so all four are at one position when ON starts
-        t = threading.Thread(target=lambda: box.update(r=check_batch(url, oracle, prompts, 900)))
-        g0 = spec_gate(url)
-        start_off, start_resume = g0["decode_steps_off"], g0.get("off_resume_steps", 0)
-        t.start()
-        _wait_steps(url, "decode_steps_off", start_off + 220)
-        on_before = spec_gate(url)["decode_steps_on"]
-        set_gate(url, threshold=MAX_RR)
-        t.join()
-        g = spec_gate(url)
-        recovery_ok, recovery_res = box["r"]
-        rec["phases"]["C_recovery"] = {
-            "oracle_match": recovery_ok, "requests": len(prompts),
-            "off_steps_before_on": g["decode_steps_off"] - start_off,
-            "on_steps_after": g["decode_steps_on"] - on_before,
-            "accept_length_first_on_steps": g.get("accept_length_since_on"),
-            "accept_length_first_on_step": g.get("accept_length_first_on_step"),
-            "steps_counted": g.get("steps_since_on"),
-            "resume_steps": g.get("off_resume_steps", 0) - start_resume,
-            "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in recovery_res],
-        }
-        # exact: what a current draft state accepts at these positions (the mean above scatters)
-        rec["phases"]["C_recovery"].update(check_recovery(
-            oracle, rec["phases"]["C_recovery"], cfg["num_steps"], rec["phases"]["C_recovery"]["resume_steps"]))
-        rec["accept_length_after_on"] = g.get("accept_length_since_on")
-        rec["accept_length_after_on_oracle"] = rec["phases"]["C_recovery"]["accept_length_first_on_steps_oracle"]
-        rec["recovery_matches_oracle"] = rec["phases"]["C_recovery"]["recovery_matches_oracle"]
-        oks.append(recovery_ok)
-
-        # D. switching by flipping the threshold under load
-        stop = threading.Event()
-        flips = {"n": 0}
-
-        def toggler():
-            v = 1
-            while not stop.is_set():
-                set_gate(url, threshold=v)
-                flips["n"] += 1
-                v = MAX_RR if v == 1 else 1
-                time.sleep(0.004)
-
-        sw0 = spec_gate(url)["switches"]
-        th = threading.Thread(target=toggler)
-        th.start()
-        d_ok, waves, seed = True, 0, 100
-        try:
-            while spec_gate(url)["switches"] - sw0 < switches_target and waves < 150:
-                ok, _ = check_many(url, oracle, make_prompts(vocab, 24, 32, seed), 192, 24)
-                d_ok &= ok
-                waves += 1
-                seed += 1
-        finally:
-            stop.set()
-            th.join()
-        g = spec_gate(url)
-        rec["phases"]["D_flip_threshold"] = {"oracle_match": d_ok, "waves": waves,
-                                              "switches": g["switches"] - sw0, "flips_sent": flips["n"]}
-        oks.append(d_ok)
-
-        # E. load crossing with hysteresis
-        set_gate(url, threshold=8, hysteresis=2)
-        sw0 = spec_gate(url)["switches"]
-        e_ok = True
-        for conc in (1, 4, 16, 32, 8, 2, 24, 1):
-            ok, _ = check_many(url, oracle, make_prompts(vocab, conc, 32, 1000 + conc), 96, conc)
-            e_ok &= ok
-        g = spec_gate(url)
-        rec["phases"]["E_load_crossing"] = {"oracle_match": e_ok, "switches": g["switches"] - sw0}
-        oks.append(e_ok)
-
-        # F. a threshold change takes effect at the next decode step
-        set_gate(url, threshold=MAX_RR, hysteresis=0)
-        box = {}
-        t = threading.Thread(target=lambda: box.update(r=check_one(url, oracle, prompts[0], 400)))
-        t.start()
-        _wait_steps(url, "decode_steps_on", spec_gate(url)["decode_steps_on"] + 20)
-        reply = set_gate(url, threshold=1)
-        g = spec_gate(url)
-        t.join()
-        g2 = spec_gate(url)
-        rec["phases"]["F_runtime_change"] = {
-            "reply": reply, "threshold_seen": g["threshold"],
-            "switch_step": g2["last_switch"], "reply_decode_step": reply.get("decode_step"),
-            "delay_steps": (g2["last_switch"]["step"] - reply["decode_step"]) if reply.get("decode_step") is not None and g2["last_switch"] else None,
-            "oracle_match": box["r"]["match"],
-        }
-        oks.append(box["r"]["match"])
-        g = spec_gate(url)
-        rec["switches"] = g["switches"]
-        rec["ranks"] = g["ranks"]
-        rec["ranks_agree"] = len({(x["switches"], x["decode_steps_on"], x["decode_steps_off"]) for x in g["ranks"]}) == 1
-        rec["oracle_match"] = all(oks)
-        # the decode-kernel OFF verify read the right keys on every sampled OFF step, every rank
-        rec["off_target_attention"] = g.get("off_target_attention")
-        _rank_proof(rec, g, "off_attention", active=g.get("off_target_attention") == DECODE_KERNEL)
-        # v2: the early next-batch seq_lens of OFF steps equalled SGLang's on every sampled step
-        rec["off_early_seq_lens"] = g.get("off_early_seq_lens")
-        _rank_proof(rec, g, "off_early_seq_lens", active=bool(g.get("off_early_seq_lens")))
-        # KV-only OFF draft extends stored the same K/V as SGLang's full one on every sampled step
-        rec["off_draft_extend"] = g.get("off_draft_extend")
-        rec["off_draft_extend_reason"] = g.get("off_draft_extend_reason")
-        rec["off_resume_steps"] = [x.get("off_resume_steps", 0) for x in g["ranks"]]
-        _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
-                    and "off_draft_extend" in g)
-        rec["final_spec_gate"] = g
+        if phases != AUTO_ONLY:
+            _classic_phases(rec, url, oracle, cfg, switches_target)
+        if phases != CLASSIC_ONLY:
+            _auto_phase(rec, url, oracle, auto_options or AutoOptions())
     except Exception as exc:  # keep the other runs going; the record says why this one failed
         record_failure(rec, server, exc)
     finally:
@@ -230,7 +128,291 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
     return rec
 
 
-def main() -> None:
+def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, Any], switches_target: int) -> None:
+    """Phases A-F on the server at ``url`` (its threshold set to MAX_RR at start), into ``rec``."""
+    vocab = oracle.vocab
+    oks = []
+
+    # A. forced ON
+    ok, res = check_many(url, oracle, make_prompts(vocab, 16, 32, 1), 128, 16)
+    g = spec_gate(url)
+    rec["phases"]["A_forced_on"] = {"oracle_match": ok, "decode_steps_on": g["decode_steps_on"],
+                                    "accept_length_recent": g["accept_length_recent"]}
+    rec["accept_length_before_off"] = g["accept_length_recent"]
+    oks.append(ok)
+
+    # B. forced OFF
+    r = set_gate(url, threshold=1)
+    g0 = spec_gate(url)
+    ok, res = check_many(url, oracle, make_prompts(vocab, 16, 32, 2), 128, 16)
+    g1 = spec_gate(url)
+    off_steps = g1["decode_steps_off"] - g0["decode_steps_off"]
+    rec["phases"]["B_forced_off"] = {
+        "set_reply": r, "oracle_match": ok, "off_steps": off_steps,
+        "on_steps": g1["decode_steps_on"] - g0["decode_steps_on"],
+        "off_steps_cuda_graph": g1["off_steps_cuda_graph"] - g0["off_steps_cuda_graph"],
+        "on_target_graph_replays": g1["on_target_graph_replays"] - g0["on_target_graph_replays"],
+        "off_draft_extend_graph_replays": g1["off_draft_extend_graph_replays"] - g0["off_draft_extend_graph_replays"],
+        "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in res[:4]],
+    }
+    rec["off_steps_used_cuda_graph"] = (
+        off_steps > 0 and rec["phases"]["B_forced_off"]["off_steps_cuda_graph"] == off_steps
+        and rec["phases"]["B_forced_off"]["on_target_graph_replays"] == 0
+    )
+    oks.append(ok)
+
+    # C. recovery after 200+ OFF steps, four requests at one position (bench/recovery_oracle.py)
+    set_gate(url, threshold=1)
+    prompts = recovery_prompts(vocab)
+    box: Dict[str, Any] = {}
+    # one batched request: prefilled together, so all four are at one position when ON starts
+    t = threading.Thread(target=lambda: box.update(r=check_batch(url, oracle, prompts, 900)))
+    g0 = spec_gate(url)
+    start_off, start_resume = g0["decode_steps_off"], g0.get("off_resume_steps", 0)
+    t.start()
+    _wait_steps(url, "decode_steps_off", start_off + 220)
+    on_before = spec_gate(url)["decode_steps_on"]
+    set_gate(url, threshold=MAX_RR)
+    t.join()
+    g = spec_gate(url)
+    recovery_ok, recovery_res = box["r"]
+    rec["phases"]["C_recovery"] = {
+        "oracle_match": recovery_ok, "requests": len(prompts),
+        "off_steps_before_on": g["decode_steps_off"] - start_off,
+        "on_steps_after": g["decode_steps_on"] - on_before,
+        "accept_length_first_on_steps": g.get("accept_length_since_on"),
+        "accept_length_first_on_step": g.get("accept_length_first_on_step"),
+        "steps_counted": g.get("steps_since_on"),
+        "resume_steps": g.get("off_resume_steps", 0) - start_resume,
+        "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in recovery_res],
+    }
+    # exact: what a current draft state accepts at these positions (the mean above scatters)
+    rec["phases"]["C_recovery"].update(check_recovery(
+        oracle, rec["phases"]["C_recovery"], cfg["num_steps"], rec["phases"]["C_recovery"]["resume_steps"]))
+    rec["accept_length_after_on"] = g.get("accept_length_since_on")
+    rec["accept_length_after_on_oracle"] = rec["phases"]["C_recovery"]["accept_length_first_on_steps_oracle"]
+    rec["recovery_matches_oracle"] = rec["phases"]["C_recovery"]["recovery_matches_oracle"]
+    oks.append(recovery_ok)
+
+    # D. switching by flipping the threshold under load
+    stop = threading.Event()
+    flips = {"n": 0}
+
+    def toggler():
+        v = 1
+        while not stop.is_set():
+            set_gate(url, threshold=v)
+            flips["n"] += 1
+            v = MAX_RR if v == 1 else 1
+            time.sleep(0.004)
+
+    sw0 = spec_gate(url)["switches"]
+    th = threading.Thread(target=toggler)
+    th.start()
+    d_ok, waves, seed = True, 0, 100
+    try:
+        while spec_gate(url)["switches"] - sw0 < switches_target and waves < 150:
+            ok, _ = check_many(url, oracle, make_prompts(vocab, 24, 32, seed), 192, 24)
+            d_ok &= ok
+            waves += 1
+            seed += 1
+    finally:
+        stop.set()
+        th.join()
+    g = spec_gate(url)
+    rec["phases"]["D_flip_threshold"] = {"oracle_match": d_ok, "waves": waves,
+                                          "switches": g["switches"] - sw0, "flips_sent": flips["n"]}
+    oks.append(d_ok)
+
+    # E. load crossing with hysteresis
+    set_gate(url, threshold=8, hysteresis=2)
+    sw0 = spec_gate(url)["switches"]
+    e_ok = True
+    for conc in (1, 4, 16, 32, 8, 2, 24, 1):
+        ok, _ = check_many(url, oracle, make_prompts(vocab, conc, 32, 1000 + conc), 96, conc)
+        e_ok &= ok
+    g = spec_gate(url)
+    rec["phases"]["E_load_crossing"] = {"oracle_match": e_ok, "switches": g["switches"] - sw0}
+    oks.append(e_ok)
+
+    # F. a threshold change takes effect at the next decode step
+    set_gate(url, threshold=MAX_RR, hysteresis=0)
+    box = {}
+    t = threading.Thread(target=lambda: box.update(r=check_one(url, oracle, prompts[0], 400)))
+    t.start()
+    _wait_steps(url, "decode_steps_on", spec_gate(url)["decode_steps_on"] + 20)
+    reply = set_gate(url, threshold=1)
+    g = spec_gate(url)
+    t.join()
+    g2 = spec_gate(url)
+    rec["phases"]["F_runtime_change"] = {
+        "reply": reply, "threshold_seen": g["threshold"],
+        "switch_step": g2["last_switch"], "reply_decode_step": reply.get("decode_step"),
+        "delay_steps": (g2["last_switch"]["step"] - reply["decode_step"]) if reply.get("decode_step") is not None and g2["last_switch"] else None,
+        "oracle_match": box["r"]["match"],
+    }
+    oks.append(box["r"]["match"])
+    g = spec_gate(url)
+    rec["switches"] = g["switches"]
+    rec["ranks"] = g["ranks"]
+    rec["ranks_agree"] = len({(x["switches"], x["decode_steps_on"], x["decode_steps_off"]) for x in g["ranks"]}) == 1
+    rec["oracle_match"] = rec["oracle_match_a_to_f"] = all(oks)
+    # the decode-kernel OFF verify read the right keys on every sampled OFF step, every rank
+    rec["off_target_attention"] = g.get("off_target_attention")
+    _rank_proof(rec, g, "off_attention", active=g.get("off_target_attention") == DECODE_KERNEL)
+    # v2: the early next-batch seq_lens of OFF steps equalled SGLang's on every sampled step
+    rec["off_early_seq_lens"] = g.get("off_early_seq_lens")
+    _rank_proof(rec, g, "off_early_seq_lens", active=bool(g.get("off_early_seq_lens")))
+    # KV-only OFF draft extends stored the same K/V as SGLang's full one on every sampled step
+    rec["off_draft_extend"] = g.get("off_draft_extend")
+    rec["off_draft_extend_reason"] = g.get("off_draft_extend_reason")
+    rec["off_resume_steps"] = [x.get("off_resume_steps", 0) for x in g["ranks"]]
+    _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
+                and "off_draft_extend" in g)
+    rec["final_spec_gate"] = g
+
+
+# -- the auto phase ------------------------------------------------------------------------------
+
+
+def _auto_phase(rec: Dict[str, Any], url: str, oracle: Any, opts: AutoOptions) -> None:
+    """The auto threshold under a sweeping load (module docstring), into ``rec["auto"]``; also
+    ``auto_ok``, ``ranks_agree_auto``, and ``oracle_match`` (and-ed with A-F's when they ran)."""
+    before = spec_gate(url)
+    reply = set_gate(url, threshold=AUTO)
+    lock = threading.Lock()
+    counter = {"n": 0}
+
+    def send(_worker: int) -> Dict[str, Any]:
+        with lock:
+            seed = AUTO_PROMPT_SEED + counter["n"]
+            counter["n"] += 1
+        prompt = make_prompts(oracle.vocab, 1, AUTO_PROMPT_LEN, seed)[0]
+        r = check_one(url, oracle, prompt, opts.output_len)
+        return {"seed": seed, "match": r["match"], "first_mismatch": r["first_mismatch"]}
+
+    loop = ClosedLoop(send, opts.peak, active=lambda t: triangle_concurrency(t, opts.peak, opts.period_s))
+    polls: List[Dict[str, Any]] = []
+    loop.start()
+    try:
+        while loop.elapsed() < opts.seconds + opts.extra_s:
+            try:
+                polls.append(spec_gate(url))
+            except Exception:  # noqa: BLE001 - a lost poll; the final read decides
+                pass
+            if loop.elapsed() >= opts.seconds and polls and auto_learned(before, polls[-1]):
+                break
+            time.sleep(opts.poll_s)
+    finally:
+        rec_stopped = loop.stop()
+        seconds = round(loop.elapsed(), 1)
+    after = idle_gate(url)
+    out = auto_record(before, after, reply, loop.snapshot(), loop.errors, polls)
+    out["seconds"] = seconds
+    out["all_requests_ended"] = rec_stopped
+    rec["auto"] = out
+    rec["auto_ok"] = out["ok"]
+    rec["ranks_agree_auto"] = out["ranks_agree_auto"]
+    rec["oracle_match"] = bool(rec.get("oracle_match", True)) and out["oracle_match"]
+
+
+def idle_gate(url: str, tries: int = 10, wait_s: float = 0.2) -> Dict[str, Any]:
+    """spec_gate once the server has stopped decoding (two reads with the same decode steps), so
+    that every rank's counters are read at one decode step."""
+    g = spec_gate(url)
+    for _ in range(tries):
+        time.sleep(wait_s)
+        g2 = spec_gate(url)
+        if _steps(g2) == _steps(g):
+            return g2
+        g = g2
+    return g
+
+
+def _steps(gate: Dict[str, Any]) -> int:
+    return (gate.get("decode_steps_on") or 0) + (gate.get("decode_steps_off") or 0)
+
+
+def _delta(before: Dict[str, Any], after: Dict[str, Any], key: str) -> Optional[int]:
+    a, b = after.get(key), before.get(key)
+    return None if a is None else a - (b or 0)
+
+
+def auto_learned(before: Dict[str, Any], now: Dict[str, Any]) -> bool:
+    """The auto threshold has probed and switched since ``before`` (the load may stop)."""
+    return (_delta(before, now, "auto_probes") or 0) > 0 and (_delta(before, now, "switches") or 0) > 0
+
+
+def ranks_agree_auto(gate: Dict[str, Any]) -> bool:
+    """Every TP rank in ``gate["ranks"]`` took the same decisions: equal ``decisions_digest``
+    (present), ``switches``, ``decode_steps_on`` and ``decode_steps_off``, all in auto mode. False
+    without ranks."""
+    ranks = gate.get("ranks") or []
+    if not ranks or any(r.get("decisions_digest") is None for r in ranks):
+        return False
+    keys = {(r.get("decisions_digest"), r.get("switches"), r.get("decode_steps_on"), r.get("decode_steps_off"))
+            for r in ranks}
+    return len(keys) == 1 and all(r.get("mode") in (None, MODE_AUTO) for r in ranks)
+
+
+def proof_counters(gate: Dict[str, Any], suffix: str) -> Dict[str, List[int]]:
+    """Per proof of PROOF_KEYS, ``<key>_<suffix>`` of every rank (0 where a rank lacks it)."""
+    ranks = gate.get("ranks") or []
+    return {k: [r.get(f"{k}_{suffix}") or 0 for r in ranks] for k in PROOF_KEYS}
+
+
+def auto_record(before: Dict[str, Any], after: Dict[str, Any], reply: Dict[str, Any],
+                results: Sequence[Dict[str, Any]], errors: Sequence[str],
+                polls: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The ``auto`` record from spec_gate ``before`` the phase and ``after`` it (the server idle),
+    the ``/set_internal_state`` ``reply``, the requests' oracle results, the request errors and
+    the spec_gate polls during the load. ``ok``: every check of ``checks`` holds; ``failed``
+    names those that do not."""
+    mismatches = proof_counters(after, "mismatches")
+    digests = [r.get("decisions_digest") for r in after.get("ranks") or []]
+    sizes = [g.get("last_decode_batch_size") for g in polls if g.get("last_decode_batch_size")]
+    bad = next((r for r in results if not r.get("match")), None)
+    out: Dict[str, Any] = {
+        "set_reply": reply,
+        "oracle_match": bool(results) and not errors and all(r.get("match") for r in results),
+        "requests": len(results), "request_errors": len(errors), "request_error_examples": list(errors[:3]),
+        "first_mismatch": bad,
+        "mode": after.get("mode"),
+        "probes": _delta(before, after, "auto_probes"),
+        "probe_steps": _delta(before, after, "auto_probe_steps"),
+        "probe_share": after.get("auto_probe_share"),
+        "switches": _delta(before, after, "switches"),
+        "decode_steps_on": _delta(before, after, "decode_steps_on"),
+        "decode_steps_off": _delta(before, after, "decode_steps_off"),
+        "decisions_digest": digests,
+        "decisions_digest_equal": bool(digests) and None not in digests and len(set(digests)) == 1,
+        "ranks_agree_auto": ranks_agree_auto(after),
+        "mismatches": mismatches,
+        "checks": proof_counters(after, "checks"),
+        "mismatches_zero": all(v == 0 for vals in mismatches.values() for v in vals),
+        "crossover": after.get("threshold"),
+        "auto_reason": after.get("auto_reason"),
+        "auto_buckets": after.get("auto_buckets"),
+        "batch_sizes_seen": [min(sizes), max(sizes)] if sizes else None,
+        "polls": len(polls),
+        "polls_on": sum(1 for g in polls if g.get("spec_enabled") is True),
+        "polls_off": sum(1 for g in polls if g.get("spec_enabled") is False),
+    }
+    checks = {
+        "set_auto": isinstance(reply, dict) and reply.get("updated") is True,
+        "oracle_match": out["oracle_match"],
+        "mode_auto": out["mode"] == MODE_AUTO,
+        "probed": (out["probes"] or 0) > 0,
+        "switched": (out["switches"] or 0) > 0,
+        "mismatches_zero": out["mismatches_zero"] and bool(after.get("ranks")),
+        "ranks_agree_auto": out["ranks_agree_auto"],
+    }
+    out["failed"] = [k for k, v in checks.items() if not v]
+    out["ok"] = not out["failed"]
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gate_correctness", description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=Path, required=True, help="dir from bench.synthetic_models")
     ap.add_argument("--configs", default=",".join(CONFIGS))
@@ -241,7 +423,30 @@ def main() -> None:
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--base-port", type=int, default=31000)
-    a = ap.parse_args()
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--auto", action="store_true",
+                       help="only the auto-threshold phase (merged into an existing entry of the same config and TP)")
+    which.add_argument("--skip-auto", action="store_true", help="only phases A-F")
+    d = AutoOptions()
+    ap.add_argument("--auto-seconds", type=float, default=d.seconds, metavar="S",
+                    help=f"auto phase: seconds of sweeping load (default {d.seconds:g})")
+    ap.add_argument("--auto-period", type=float, default=d.period_s, metavar="S",
+                    help=f"auto phase: seconds of one 1 -> peak -> 1 wave (default {d.period_s:g})")
+    ap.add_argument("--auto-peak", type=int, default=d.peak, metavar="C",
+                    help=f"auto phase: most requests in flight (default {d.peak}, at most {MAX_RR})")
+    ap.add_argument("--auto-output-len", type=int, default=d.output_len, metavar="N",
+                    help=f"auto phase: tokens per request (default {d.output_len})")
+    ap.add_argument("--auto-extra-seconds", type=float, default=d.extra_s, metavar="S",
+                    help=f"auto phase: at most this much longer until the gate probed and switched "
+                         f"(default {d.extra_s:g})")
+    a = ap.parse_args(argv)
+    if not 1 <= a.auto_peak <= MAX_RR:
+        ap.error(f"--auto-peak must be 1..{MAX_RR}, got {a.auto_peak}")
+    if not (a.auto_seconds > 0 and a.auto_period > 0 and a.auto_output_len >= 1 and a.auto_extra_seconds >= 0):
+        ap.error("--auto-seconds, --auto-period and --auto-output-len must be > 0, --auto-extra-seconds >= 0")
+    phases = AUTO_ONLY if a.auto else CLASSIC_ONLY if a.skip_auto else ALL_PHASES
+    opts = AutoOptions(seconds=a.auto_seconds, period_s=a.auto_period, peak=a.auto_peak,
+                       output_len=a.auto_output_len, extra_s=a.auto_extra_seconds)
 
     from bench.synthetic_models import Oracle
 
@@ -249,17 +454,34 @@ def main() -> None:
     names = a.configs.split(",")
     with ThreadPoolExecutor(max_workers=a.parallel) as pool:
         futs = [pool.submit(run_config, n, a.models, oracle, a.base_port + 10 * i, a.log_dir,
-                            tp=a.tp, switches_target=a.switches, mem_fraction=a.mem_fraction)
+                            tp=a.tp, switches_target=a.switches, mem_fraction=a.mem_fraction,
+                            phases=phases, auto_options=opts)
                 for i, n in enumerate(names)]
         for f in futs:  # merged as each one ends: a run cut short keeps what finished
             r = f.result()
-            merge_result(a.out, r)
-            print(json.dumps({k: r.get(k) for k in (
-                "config", "tp", "worker_class", "oracle_match", "switches", "ranks_agree",
-                "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
-                "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok",
-                "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
-                "recovery_matches_oracle", "error")}), flush=True)
+            merge_result(a.out, r, AUTO_ENTRY_KEYS if phases == AUTO_ONLY else None)
+            print(json.dumps(result_line(r, phases)), flush=True)
+
+
+#: the keys of a run's JSON line (phases A-F)
+LINE_KEYS = ("config", "tp", "worker_class", "oracle_match", "switches", "ranks_agree",
+             "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
+             "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok",
+             "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
+             "recovery_matches_oracle", "error")
+
+
+def result_line(rec: Dict[str, Any], phases: str = ALL_PHASES) -> Dict[str, Any]:
+    """The one JSON line printed for a run: A-F's keys (unless auto-only), then ``auto_ok``,
+    ``ranks_agree_auto`` and ``auto`` without its ``auto_buckets`` (in the file)."""
+    keys = ("config", "tp", "worker_class", "oracle_match", "error") if phases == AUTO_ONLY else LINE_KEYS
+    line = {k: rec.get(k) for k in keys}
+    if phases != CLASSIC_ONLY:
+        line["auto_ok"] = rec.get("auto_ok")
+        line["ranks_agree_auto"] = rec.get("ranks_agree_auto")
+        auto = rec.get("auto")
+        line["auto"] = {k: v for k, v in auto.items() if k != "auto_buckets"} if isinstance(auto, dict) else None
+    return line
 
 
 def _rank_proof(rec: Dict[str, Any], gate: Dict[str, Any], key: str, active: bool) -> None:
@@ -272,10 +494,30 @@ def _rank_proof(rec: Dict[str, Any], gate: Dict[str, Any], key: str, active: boo
     rec[f"{key}_proof_ok"] = not active or (min(checks) > 0 and max(mismatches) == 0)
 
 
-def merge_result(out: Path, rec: Dict[str, Any]) -> None:
-    """Write ``rec`` into the JSON list at ``out``, replacing an entry of the same (config, tp)."""
+def merge_result(out: Path, rec: Dict[str, Any], keys: Optional[Sequence[str]] = None) -> None:
+    """Write ``rec`` into the JSON list at ``out``, replacing an entry of the same (config, tp).
+
+    With ``keys`` (an auto-only run: AUTO_ENTRY_KEYS) an entry of the same (config, tp) that has
+    phases A-F keeps them and gets only ``keys`` from ``rec``, ``auto_error`` when the run failed,
+    and ``oracle_match`` = A-F's and the auto phase's; otherwise ``rec`` replaces it (or is added).
+    """
     existing = json.loads(out.read_text()) if out.exists() else []
-    keep = [r for r in existing if (r.get("config"), r.get("tp")) != (rec["config"], rec["tp"])]
+    same = [r for r in existing if isinstance(r, dict) and (r.get("config"), r.get("tp")) == (rec["config"], rec["tp"])]
+    if keys is not None and same and same[-1].get("phases"):
+        entry = same[-1]
+        for k in keys:
+            entry[k] = rec.get(k)
+        if rec.get("error"):
+            entry["auto_error"] = rec["error"]
+            entry["auto_ok"] = False
+        else:
+            entry.pop("auto_error", None)
+        base = entry.get("oracle_match_a_to_f", entry.get("oracle_match"))
+        auto = rec.get("auto") if isinstance(rec.get("auto"), dict) else {}
+        entry["oracle_match"] = bool(base) and auto.get("oracle_match") is True
+        write_json(out, existing)
+        return
+    keep = [r for r in existing if not (isinstance(r, dict) and (r.get("config"), r.get("tp")) == (rec["config"], rec["tp"]))]
     write_json(out, keep + [rec])
 
 
