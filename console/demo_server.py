@@ -290,7 +290,11 @@ class Simulation:
         self.batch = 0
         self.waiting = 0
         self.tput = 0.0
+        #: SGLang's accept length of the last 40 decode batches: None when none of them speculated
+        #: (/server_info's avg_spec_accept_length, /v1/loads' speculative block) ...
         self.accept_recent: float | None = None
+        #: ... while the /metrics gauge keeps its last value (recorded on the H200, 2026-12-01)
+        self.accept_gauge = 0.0
         self.accept_now: float | None = None
         self.token_usage = 0.0
         #: what SGLang's periodic figures show: the values at the last Decode batch line
@@ -360,8 +364,10 @@ class Simulation:
             steps_per_s = self.tput / self.batch
             if on:
                 self.accept_now = throughput.accept_length(self.batch) + self.rng.uniform(-0.03, 0.03)
-                self.accept_recent = self.accept_now
+                self.accept_recent = self.accept_gauge = self.accept_now
                 steps_per_s /= self.accept_now
+            else:
+                self.accept_recent = None
             steps = max(1, int(round(steps_per_s * a.tick)))
             self.steps_per_tick = steps
             self.decode_tokens += int(round(self.tput * a.tick))
@@ -392,9 +398,9 @@ class Simulation:
         kind = "resume" if resume else "on" if on else "off"
         tput = throughput.gen_throughput(self.batch, on) * (1.0 + self.rng.uniform(-0.02, 0.02))
         self.clock_s += tokens / tput if tput > 0 else 0.0
-        sample = self.timer.observe(self.step, kind, self.clock_s, self.batch)
+        sample = self.timer.observe(self.step, kind, self.clock_s, self.batch, tokens)
         if sample is not None:
-            self.gate.record_step(self.batch, sample.on, sample.step_time_s, tokens)
+            self.gate.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
 
     def _apply_pending(self) -> None:
         """Apply the accepted changes one by one, in order, logging each (as every TP rank does)."""
@@ -558,10 +564,9 @@ class Simulation:
                 "# TYPE sglang:realtime_tokens_total counter",
                 f"sglang:realtime_tokens_total{decode} {float(self.decode_tokens)}",
             ]
-            if self.accept_recent is not None:
-                lines += ["# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.",
-                          "# TYPE sglang:spec_accept_length gauge",
-                          f"sglang:spec_accept_length{labels} {self.accept_recent}"]
+            lines += ["# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.",
+                      "# TYPE sglang:spec_accept_length gauge",
+                      f"sglang:spec_accept_length{labels} {self.accept_gauge}"]
         return "\n".join(lines) + "\n"
 
     def body_error(self, body: Any) -> str | None:

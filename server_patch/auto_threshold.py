@@ -9,14 +9,22 @@ output rate is higher::
 
 ``t_on(b)``, ``t_off(b)``: the scheduler's own per-iteration time (s) of decode batches of that
 size with speculation on / off -- the time between the results of two consecutive decode batches
-(``time.perf_counter`` after each result is processed; a prefill or idle iteration in between,
-a change of mode, or a resume step drops the sample), which is the period the server really
-produces tokens at, GPU- or CPU-bound; ``A(b)``: the accept length (tokens per request per ON
-step: accepted drafts + the bonus token, from SGLang's ``update_spec_metrics``) measured live.
-Both per batch-size bucket (BUCKET_EDGES), as exponential moving averages that forget old
-samples (weight ``ALPHA`` per sample), so a change of draft quality or prompt mix is followed.
-The comparison is the one of ``shared/design/auto-threshold-anchors.md``: speculate iff
-``A(b) > t_on(b) / t_off(b)``.
+(``time.perf_counter`` after each result is processed), kept only inside a run of three decode
+batches of one mode (:class:`StepTimer`: under the overlap scheduler that period holds the next
+batch's launch, so a prefill next would be charged to a decode step). It is the period the
+server really produces tokens at, GPU- or CPU-bound. ``A(b)``: the accept length (tokens per
+request per ON step: accepted drafts + the bonus token, from SGLang's ``update_spec_metrics``)
+measured live. Both per batch-size bucket (BUCKET_EDGES), as exponential moving averages that
+forget old samples (weight ``ALPHA`` per sample), so a change of draft quality or prompt mix is
+followed. The comparison is the one of ``shared/design/auto-threshold-anchors.md``: speculate
+iff ``A(b) > t_on(b) / t_off(b)``.
+
+**One crossover.** Speculation pays less as the batch grows, so the decision is a threshold:
+speculation off from the crossover up. Every SYNC_EVERY decode steps the crossover is fitted to
+all buckets measured both ways (:func:`vote`, :func:`fit_crossover`): each votes with its ratio
+of ON to OFF tok/s (clipped to LOG_CLIP, none within MARGIN), weighted by its samples. A noisy
+bucket (an H200 run on variable-length traffic measured ON at 149 tok/s at batch 1 and OFF at
+2,642 at 48-63, both several times off) is outvoted instead of flipping speculation at one size.
 
 **Exploration.** Both modes must be measured at the batch sizes that occur. A bucket whose
 other mode has fewer than MIN_SAMPLES samples, or none newer than STALE_STEPS decode steps, is
@@ -24,14 +32,14 @@ probed: PROBE_LEN decode steps in the other mode, at most once every PROBE_GAP d
 bucket, and never more than PROBE_SHARE of all decode steps (plus PROBE_ALLOWANCE steps to learn
 at startup). A probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
 
-**Stability.** A bucket's preference flips only when the other mode is better by MARGIN (the
-two estimates close together keep the current one), and after any switch the mode is kept for
-DWELL decode steps, so a batch size hovering at the crossover cannot flip it every step (vLLM's
-dynamic speculation lost up to 10x throughput that way: vLLM issue 49548).
+**Stability.** The crossover moves only when another fits the votes better by STICK, and after
+any switch the mode is kept for DWELL decode steps, so a batch size hovering at the crossover
+cannot flip it every step (vLLM's dynamic speculation lost up to 10x throughput that way: vLLM
+issue 49548).
 
 **TP ranks decide alike.** Step times differ a little between TP ranks, so only TP rank 0's
-estimates count: every SYNC_EVERY decode steps rank 0 computes the :class:`Table` (per bucket:
-the preferred mode and whether it needs a probe) and the scheduler hooks broadcast it on the TP
+estimates count: every SYNC_EVERY decode steps rank 0 computes the :class:`Table` (the crossover
+and, per bucket, whether a mode needs a probe) and the scheduler hooks broadcast it on the TP
 CPU group; between syncs each rank decides from that shared table, the batch size and the decode
 step count alone (:meth:`AutoPolicy.decide` is deterministic), so every rank takes the same
 decision at every step (``decisions_digest`` in ``spec_gate.ranks`` proves it).
@@ -41,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 from typing import Any, Dict, List, Optional, Tuple
 
 #: lower edges of the batch-size buckets (req): bucket i holds sizes [edge_i, edge_{i+1})
@@ -57,6 +66,9 @@ MARGIN = 0.03  # a bucket's preference flips when the other mode is better by th
 DWELL = 32  # decode steps a mode is kept after a switch
 SYNC_EVERY = 64  # decode steps between two tables (and their broadcast at TP > 1)
 OUTLIER = 4.0  # a step time this many times the estimate is dropped (a GC pause, a stall)
+LOG_CLIP = math.log(1.5)  # a bucket's vote counts a ratio of ON to OFF tok/s up to 1.5x either way
+VOTE_CAP = 64  # ... weighted by its fewer-measured mode's samples, up to this many
+STICK = 0.02  # the crossover moves when another fits the votes better by this share of their weight
 
 
 def bucket_of(batch_size: int) -> int:
@@ -136,33 +148,45 @@ class StepCosts:
 @dataclasses.dataclass(frozen=True)
 class StepSample:
     """One usable measurement: a decode batch of ``batch_size`` requests ran ``on`` (speculation)
-    in ``step_time_s`` seconds."""
+    in ``step_time_s`` seconds and produced ``tokens`` output tokens (None: not known)."""
 
     batch_size: int
     on: bool
     step_time_s: float
+    tokens: Optional[int] = None
 
 
 class StepTimer:
     """Turns the moments decode results are processed into step-time samples.
 
-    A batch's step time is the time from the previous decode result to its own, kept only when
-    the two were decode batches in a row (``forward_iter`` contiguous: no prefill or other batch
-    between them) that ran the same way (``kind``: ``on``, ``off``, or ``resume`` -- the full OFF
-    step before the first ON step after OFF steps, never a sample).
+    Batch k's step time is the time from the previous decode result to its own. Under the overlap
+    scheduler that period also holds the launch of batch k+1 (SGLang's ``event_loop_overlap``
+    processes k's result after launching k+1), so a prefill launched next -- seconds of CPU for a
+    long prompt -- would be charged to k. A sample is therefore kept only when batches k-1, k and
+    k+1 were decode batches in a row (``forward_iter`` contiguous) that ran the same way
+    (``kind``: ``on``, ``off``, or ``resume`` -- the full OFF step before the first ON step after
+    OFF steps, never a sample); it comes out when k+1's result is observed.
     """
 
     def __init__(self) -> None:
         self._last: Optional[Tuple[Optional[int], str, float]] = None
+        self._pending: Optional[Tuple[int, StepSample]] = None  # (forward_iter, sample) awaiting k+1
 
-    def observe(self, forward_iter: Optional[int], kind: str, now_s: float, batch_size: int) -> Optional[StepSample]:
-        """The result of batch ``forward_iter`` that ran as ``kind`` was processed at ``now_s``."""
+    def observe(self, forward_iter: Optional[int], kind: str, now_s: float, batch_size: int,
+                tokens: Optional[int] = None) -> Optional[StepSample]:
+        """The result of batch ``forward_iter`` (``batch_size`` requests, ``tokens`` output tokens)
+        that ran as ``kind`` was processed at ``now_s`` (s); returns the previous batch's sample
+        when this batch confirms it (see the class)."""
         prev, self._last = self._last, (forward_iter, kind, now_s)
+        pending, self._pending = self._pending, None
         if prev is None or forward_iter is None or prev[0] is None or forward_iter != prev[0] + 1:
             return None
         if kind != prev[1] or kind == "resume":
             return None
-        return StepSample(batch_size, kind == "on", now_s - prev[2])
+        self._pending = (forward_iter, StepSample(batch_size, kind == "on", now_s - prev[2], tokens))
+        if pending is not None and pending[0] + 1 == forward_iter and pending[1].on == (kind == "on"):
+            return pending[1]
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,9 +200,11 @@ class Entry:
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-    """What every TP rank decides from: per bucket index, its :class:`Entry` (rank 0's estimates)."""
+    """What every TP rank decides from (rank 0's estimates): ``cross``, the bucket index from
+    which speculation is off (None: on at every size), and per measured bucket its :class:`Entry`."""
 
     entries: Tuple[Tuple[int, Entry], ...] = ()
+    cross: Optional[int] = None
 
     def get(self, index: int) -> Optional[Entry]:
         """The entry of bucket ``index``, or None when it has no estimate yet."""
@@ -188,60 +214,79 @@ class Table:
         return None
 
     def preferred(self, index: int) -> bool:
-        """``on`` for bucket ``index``: its own entry, else the nearest bucket below with one (a
-        smaller batch speculates at least as well), else the nearest above, else on."""
-        own = self.get(index)
-        if own is not None:
-            return own.on
-        below = [(i, e) for i, e in self.entries if i < index]
-        if below:
-            return max(below, key=lambda x: x[0])[1].on
-        above = [(i, e) for i, e in self.entries if i > index]
-        return min(above, key=lambda x: x[0])[1].on if above else True
+        """Speculation on for bucket ``index``: below the crossover."""
+        return self.cross is None or index < self.cross
 
-    def to_wire(self) -> List[Tuple[int, bool, Optional[bool]]]:
+    def to_wire(self) -> Tuple[Optional[int], List[Tuple[int, bool, Optional[bool]]]]:
         """A compact, picklable form for the TP broadcast."""
-        return [(i, e.on, e.probe) for i, e in self.entries]
+        return self.cross, [(i, e.on, e.probe) for i, e in self.entries]
 
     @classmethod
-    def from_wire(cls, data: List[Tuple[int, bool, Optional[bool]]]) -> "Table":
+    def from_wire(cls, data: Tuple[Optional[int], List[Tuple[int, bool, Optional[bool]]]]) -> "Table":
         """The table :meth:`to_wire` sent."""
+        cross, entries = data
         return cls(tuple((int(i), Entry(bool(on), None if probe is None else bool(probe)))
-                         for i, on, probe in data))
+                         for i, on, probe in entries), None if cross is None else int(cross))
+
+
+def vote(b: BucketCosts, index: int, step: int) -> float:
+    """Bucket ``index``'s say in the crossover at decode step ``step``: positive for speculation,
+    ``w * clip(ln(ON tok/s / OFF tok/s), +-LOG_CLIP)`` with ``w`` its fewer-measured mode's
+    samples up to VOTE_CAP; 0 while a mode is not measured (fresh) or the two are within MARGIN."""
+    if not (b.t_on.fresh(step) and b.accept.fresh(step) and b.t_off.fresh(step)):
+        return 0.0
+    lo, hi = bucket_range(index)
+    on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo)
+    if not on_rate or not off_rate:
+        return 0.0
+    ratio = math.log(on_rate / off_rate)
+    if abs(ratio) < math.log(1 + MARGIN):
+        return 0.0
+    weight = min(b.t_on.count, b.t_off.count, VOTE_CAP)
+    return weight * max(-LOG_CLIP, min(LOG_CLIP, ratio))
+
+
+def fit_crossover(votes: Dict[int, float], previous: Optional[int]) -> Optional[int]:
+    """The bucket index from which speculation is off that agrees best with the ``votes``
+    (bucket index -> :func:`vote`): it maximises (votes for ON below it) - (votes for ON at and
+    above it), i.e. the prefix sum of the votes. Candidates are the measured buckets (speculation
+    off from there) and None (on everywhere); the ``previous`` crossover stays unless another is
+    better by STICK of all the votes' weight, so noise cannot move it every table."""
+    measured = sorted(votes)
+    def prefix(c: Optional[int]) -> float:
+        return sum(v for i, v in votes.items() if c is None or i < c)
+    best = max([*measured, None], key=lambda c: (prefix(c), -(len(BUCKET_EDGES) if c is None else c)))
+    # an unmeasured previous crossover scores as the next measured bucket up
+    same = None if previous is None else next((i for i in measured if i >= previous), None)
+    if prefix(best) > prefix(same) + STICK * sum(abs(v) for v in votes.values()):
+        return best
+    return previous
 
 
 def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
     """The table from the estimates at decode step ``step``.
 
-    A bucket with both modes measured (fresh) prefers the one with the higher expected tok/s; to
-    flip its previous preference the other must be better by MARGIN. A bucket with a mode not
-    measured keeps its previous preference (a new bucket: its neighbours', else ON; OFF when only
-    OFF was ever seen there) and asks for a probe of the unmeasured mode unless that mode is the
-    preferred one (running it measures it).
+    Speculation pays less as the batch grows (verifying ``num_draft_tokens`` per request turns
+    the step compute-bound), so the table is one crossover, fitted to every measured bucket's
+    :func:`vote` (:func:`fit_crossover`): a single noisy bucket cannot switch speculation on in
+    the middle of the OFF range, nor off at batch 1. Before any bucket is measured both ways the
+    crossover is the previous one (none at first: speculation on, as SGLang starts). A bucket
+    with a mode not measured (fresh) asks for a probe of that mode unless the crossover already
+    runs it there (running it measures it).
     """
+    votes = {i: vote(b, i, step) for i, b in costs.buckets.items()}
+    informative = {i: v for i, v in votes.items() if v != 0}
+    cross = fit_crossover(informative, previous.cross) if informative else previous.cross
+    table = Table((), cross)
     entries = []
     for index in sorted(costs.buckets):
         b = costs.buckets[index]
-        lo, hi = bucket_range(index)
-        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo)
-        before = previous.get(index)
-        on_known = b.t_on.fresh(step) and b.accept.fresh(step)
-        off_known = b.t_off.fresh(step)
-        if on_known and off_known:
-            was_on = before.on if before is not None else on_rate >= off_rate
-            if was_on:
-                on = not off_rate > on_rate * (1 + MARGIN)
-            else:
-                on = on_rate > off_rate * (1 + MARGIN)
-            entries.append((index, Entry(on)))
-            continue
-        on = before.on if before is not None else previous.preferred(index)
-        if off_known and not b.t_on.count:
-            on = False
-        missing = [mode for mode, known in ((True, on_known), (False, off_known)) if not known]
+        on = table.preferred(index)
+        missing = [mode for mode, known in ((True, b.t_on.fresh(step) and b.accept.fresh(step)),
+                                            (False, b.t_off.fresh(step))) if not known]
         probe = next((mode for mode in missing if mode != on), None)
         entries.append((index, Entry(on, probe)))
-    return Table(tuple(entries))
+    return Table(tuple(entries), cross)
 
 
 class AutoPolicy:
@@ -261,15 +306,17 @@ class AutoPolicy:
 
     def decide(self, batch_size: int, step: int) -> Tuple[bool, bool]:
         """Mode for decode batch number ``step`` (0-based) of ``batch_size`` requests:
-        ``(speculation on, this step is a probe)``. When a probe ends, the mode it interrupted is
-        back at once (the dwell holds only the switches the table asked for)."""
+        ``(speculation on, this step belongs to a probe)``. When a probe ends, the mode it
+        interrupted is back at once (the dwell holds only the switches the table asked for); that
+        step counts as the probe's (its switch back is not a decision), not as a probe step."""
         index = bucket_of(batch_size)
         if self.probe_left > 0:
             self.probe_left -= 1
             self.probe_steps += 1
             self.on = self.probe_on
             return self.on, True
-        if self.probe_on is not None:
+        ending = self.probe_on is not None
+        if ending:
             self.probe_on, self.on = None, self.resume_mode
         want = self.table.preferred(index)
         entry = self.table.get(index)
@@ -288,21 +335,14 @@ class AutoPolicy:
             want = self.on  # dwell: a switch holds for DWELL steps
         if want != self.on:
             self.on, self.last_switch_step = want, step
-        return want, False
+            return want, False
+        return want, ending  # back to the interrupted mode: the probe's last switch
 
 
 def crossover(table: Table) -> Optional[int]:
-    """The learned threshold: the lowest batch size from which every measured bucket prefers OFF
-    (None while no bucket prefers OFF, or while a bucket above one that does prefers ON)."""
-    off = [i for i, e in table.entries if not e.on]
-    if not off:
-        return None
-    lowest = min(off)
-    if any(e.on for i, e in table.entries if i > lowest):
-        lowest = max(i for i, e in table.entries if e.on) + 1
-        if lowest >= len(BUCKET_EDGES) or not any(i >= lowest for i in off):
-            return None
-    return BUCKET_EDGES[lowest]
+    """The learned threshold (req): the smallest batch size speculation is off at (None while it
+    is on at every size)."""
+    return None if table.cross is None else BUCKET_EDGES[table.cross]
 
 
 def report(costs: StepCosts, table: Table) -> List[Dict[str, Any]]:

@@ -166,14 +166,17 @@ class SpecGate:
         return f"auto: {state} at batch {bs} ({self.estimate_text(bs)})"
 
     def estimate_text(self, batch_size: int) -> str:
-        """``est. ON 6,100 vs OFF 7,900 tok/s`` at ``batch_size``, or what is missing."""
+        """``est. ON 6,100 vs OFF 7,900 tok/s; crossover 24`` at ``batch_size`` (or what is not
+        measured yet): this bucket's estimates and the crossover fitted to all of them, which
+        decides (auto_threshold.build_table)."""
         if self.probing:
             return "probing: measuring this mode here"
         b = self.costs.bucket(batch_size) if batch_size else None
         on_rate, off_rate = b.rates(batch_size) if b is not None else (None, None)
-        if on_rate is None or off_rate is None:
-            return "learning: not measured both ways yet"
-        return f"est. ON {on_rate:,.0f} vs OFF {off_rate:,.0f} tok/s"
+        here = ("learning: not measured both ways yet" if on_rate is None or off_rate is None
+                else f"est. ON {on_rate:,.0f} vs OFF {off_rate:,.0f} tok/s")
+        cross = auto.crossover(self.policy.table)
+        return f"{here}; " + (f"crossover {cross}" if cross is not None else "no crossover yet")
 
     def record_accept(self, num_verifies: int, num_correct_drafts: int) -> None:
         """Record one speculative decode batch: ``num_verifies`` requests verified, drafts accepted."""

@@ -105,12 +105,10 @@ class GateRuntime:
         kind = ("resume" if getattr(result, RESUME_RESULT_ATTR, False)
                 else "off" if getattr(result, OFF_RESULT_ATTR, False) else "on")
         bs = batch.batch_size()
-        sample = self.step_timer.observe(getattr(batch, "forward_iter", None), kind, time.perf_counter(), bs)
-        if sample is None:
-            return
-        tokens = bs if not sample.on else self.step_tokens
-        if tokens is not None:
-            self.gate.record_step(bs, sample.on, sample.step_time_s, tokens)
+        tokens = self.step_tokens if kind == "on" else bs
+        sample = self.step_timer.observe(getattr(batch, "forward_iter", None), kind, time.perf_counter(), bs, tokens)
+        if sample is not None and sample.tokens is not None:
+            self.gate.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
 
     def sync_table(self) -> None:
         """Every SYNC_EVERY decode steps: TP rank 0 rebuilds the auto threshold's table from its

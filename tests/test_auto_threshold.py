@@ -12,6 +12,7 @@ the decision, and a step's sample is kept only when the previous step ran the sa
 from __future__ import annotations
 
 import csv
+import json
 import math
 import random
 from pathlib import Path
@@ -86,9 +87,9 @@ class Sim:
         self.clock += step_time
         tokens = round(batch * accept)
         self.tokens += tokens
-        sample = self.timer.observe(g.decode_steps, "on" if on else "off", self.clock, batch)
+        sample = self.timer.observe(g.decode_steps, "on" if on else "off", self.clock, batch, tokens)
         if sample is not None:
-            g.record_step(batch, on, sample.step_time_s, tokens)
+            g.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
         return on
 
 
@@ -221,7 +222,7 @@ def test_switching_between_manual_and_auto_at_run_time():
     gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": "auto"}, 128))
     assert gate.config.auto and gate.mode == "auto" and gate.config.hysteresis == 4
     gate.decide(8)
-    assert gate.auto_reason == "auto: ON at batch 8 (learning: not measured both ways yet)"
+    assert gate.auto_reason == "auto: ON at batch 8 (learning: not measured both ways yet; no crossover yet)"
     gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": 24}, 128))
     assert gate.mode == "manual" and gate.threshold == 24 and gate.auto_reason is None
     with pytest.raises(ValueError, match="integer"):
@@ -231,20 +232,89 @@ def test_switching_between_manual_and_auto_at_run_time():
 def test_buckets_and_the_table():
     assert [auto.bucket_of(b) for b in (1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16, 17)] == [0, 1, 2, 3, 3, 4, 4, 5, 6, 6, 7, 7]
     assert auto.bucket_range(auto.bucket_of(40)) == (32, 47)
-    table = auto.Table.from_wire([(3, True, None), (9, False, True)])
-    assert table.preferred(0) is True and table.preferred(7) is True and table.preferred(12) is False
+    table = auto.Table.from_wire((9, [(3, True, None), (9, False, True)]))
+    assert table.preferred(0) is True and table.preferred(8) is True and table.preferred(9) is False
+    assert table.preferred(12) is False
     assert auto.Table.from_wire(table.to_wire()) == table
     assert auto.crossover(table) == auto.BUCKET_EDGES[9]
-    assert auto.crossover(auto.Table.from_wire([(3, True, None)])) is None
+    assert auto.crossover(auto.Table.from_wire((None, [(3, True, None)]))) is None
     assert math.isclose(auto.StepCosts().buckets.get(0, auto.BucketCosts()).rates(1)[0] or 0, 0)
 
 
-def test_the_step_timer_keeps_only_consecutive_steps_of_one_kind():
+def test_the_crossover_is_fitted_to_all_buckets_so_one_noisy_bucket_is_outvoted():
+    # the learned curve of the H200 run of 2026-12-01 (variable lengths, p = 0.2), its ON/OFF
+    # tok/s and samples per bucket as spec_gate.auto_buckets reported them: batch 1 ON and
+    # 48-63 OFF were several times off (prefill launches charged to decode steps)
+    path = RESULTS / "h200-2026-12-01" / "auto" / "spec-gate-auto-p0.2.json"
+    buckets = json.loads(path.read_text())["auto_buckets"]
+    costs = auto.StepCosts()
+    for b in buckets:
+        bc = costs.buckets.setdefault(auto.bucket_of(b["lo"]), auto.BucketCosts())
+        mid = (b["lo"] + b["hi"]) / 2
+        for _ in range(b["on_samples"]):
+            bc.t_on.add(mid * b["accept_length"] / b["on_tok_s"], 0)
+            bc.accept.add(b["accept_length"], 0)
+        for _ in range(b["off_samples"]):
+            bc.t_off.add(mid / b["off_tok_s"], 0)
+    table = auto.build_table(costs, auto.Table(), 0)
+    # the static runs of that hour: speculation wins at 1 (318 vs 210 tok/s), ties at 16 (2,108 vs
+    # 2,192), loses at 64 (3,347 vs 4,746)
+    assert 12 <= auto.crossover(table) <= 32, auto.crossover(table)
+    assert table.preferred(auto.bucket_of(1)) and not table.preferred(auto.bucket_of(56))
+
+
+def test_the_crossover_stays_unless_another_fits_clearly_better():
+    votes = {0: 10.0, 3: 5.0, 6: -1.0, 9: -10.0}
+    assert auto.fit_crossover(votes, None) == 6
+    assert auto.fit_crossover(votes, 9) == 6  # 15 vs 14: better by more than 2% of 26
+    assert auto.fit_crossover({0: 10.0, 3: 5.0, 6: -0.2, 9: -10.0}, 9) == 9  # 15 vs 14.8: stays
+    assert auto.fit_crossover({0: -3.0, 5: -4.0}, None) == 0  # off at every measured size
+    assert auto.fit_crossover({0: 3.0, 5: 4.0}, 5) is None
+    assert auto.fit_crossover({0: 3.0, 5: -4.0}, 4) == 4  # between the buckets: as good as 5
+
+
+def test_the_step_timer_keeps_only_steps_inside_a_run_of_three_of_one_kind():
     t = auto.StepTimer()
-    assert t.observe(10, "on", 1.00, 8) is None  # the first
-    assert t.observe(11, "on", 1.02, 8) == auto.StepSample(8, True, pytest.approx(0.02))
-    assert t.observe(13, "on", 1.05, 8) is None  # a prefill ran between
-    assert t.observe(14, "off", 1.06, 8) is None  # the mode changed
-    assert t.observe(15, "resume", 1.07, 8) is None and t.observe(16, "resume", 1.08, 8) is None
-    assert t.observe(17, "on", 1.09, 8) is None  # after the resume step
-    assert t.observe(None, "on", 1.10, 8) is None
+    assert t.observe(10, "on", 1.00, 8, 24) is None  # the first
+    assert t.observe(11, "on", 1.02, 8, 24) is None  # 11's period is known, 12 must confirm it
+    assert t.observe(12, "on", 1.05, 9, 27) == auto.StepSample(8, True, pytest.approx(0.02), 24)
+    assert t.observe(14, "on", 1.30, 9, 27) is None  # a prefill ran after 12: its launch is in 12's period
+    assert t.observe(15, "on", 1.32, 9, 27) is None
+    assert t.observe(16, "off", 1.33, 9) is None  # the mode changed: 15 is not confirmed
+    assert t.observe(17, "off", 1.34, 9, 9) is None
+    assert t.observe(18, "resume", 1.35, 9) is None  # 17 ran before a resume step
+    assert t.observe(19, "on", 1.37, 9) is None and t.observe(20, "on", 1.38, 9) is None
+    assert t.observe(21, "on", 1.39, 9, 30) == auto.StepSample(9, True, pytest.approx(0.01), None)
+    assert t.observe(None, "on", 1.40, 8) is None
+
+
+def test_prefill_launches_charged_to_the_decode_step_before_them_do_not_bias_the_estimates():
+    # variable-length traffic under the overlap scheduler: after a quarter of the decode steps a
+    # prefill is launched before that step's result is processed, adding 3 ms (its CPU launch)
+    # to the step's period; the prefill itself breaks the forward_iter run
+    sim = Sim(seed=9)
+    g, rng = sim.gate, random.Random(1)
+    it = 0
+    for i in range(12_000):
+        batch = 1 if i < 6000 else 64
+        if g.decode_steps % auto.SYNC_EVERY == 0:
+            g.set_table(g.refresh_table())
+        g.decide(batch)
+        on = g.spec_enabled
+        m = model(P02, batch)
+        sim.clock += (m["always"] * m["accept"] if on else m["none"])
+        it += 1
+        prefill_next = rng.random() < 0.25
+        if prefill_next:  # launched (iteration it + 1) before this step's result is processed
+            sim.clock += 0.003
+        tokens = round(batch * (m["accept"] if on else 1.0))
+        sample = sim.timer.observe(it, "on" if on else "off", sim.clock, batch, tokens)
+        if sample is not None:
+            g.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
+        it += prefill_next
+    for batch in (1, 64):
+        b = g.costs.bucket(batch)
+        m = model(P02, batch)
+        assert b.t_on.value == pytest.approx(m["always"] * m["accept"], rel=0.01)
+        assert b.t_off.value == pytest.approx(m["none"], rel=0.01)
+    assert g.policy.table.preferred(auto.bucket_of(1)) and not g.policy.table.preferred(auto.bucket_of(64))

@@ -230,3 +230,13 @@ def test_sigterm_stops_everything_and_writes_the_summary(tmp_path):
     assert summary["error"].startswith("interrupted") and summary["console_killed"] is True
     assert summary["server_pgid"] and group_members(summary["server_pgid"]) == []
     assert demo_pids(port) == []
+
+
+def test_shown_tok_s_is_also_compared_with_what_the_clients_got():
+    from bench.console_terminal import vs_clients
+
+    stats = {"median_shown_tok_s": 8049.0, "load_runs": [
+        {"output_throughput": 8748.0, "duration": 19.7}, {"output_throughput": 9000.0, "duration": 0.0}]}
+    assert vs_clients(stats) == {"client_tok_s": 8748.0, "median_ratio_vs_clients": 0.9201,
+                                 "within_10pct_vs_clients": True}
+    assert vs_clients({"median_shown_tok_s": None, "load_runs": []})["client_tok_s"] is None

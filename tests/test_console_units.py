@@ -95,6 +95,23 @@ def test_snapshot_running_batch_falls_back_to_spec_gate():
     assert st.ConsoleSnapshot().running_batch is None
 
 
+def test_the_decode_token_counter_rate_is_taken_over_the_last_5_seconds():
+    # prefill bursts: 1 s polls alternate 14,000 and 3,500 tok/s; clients get the 8,750 mean
+    from console.load_figures import RATE_WINDOW_S, WINDOW_RATE, LoadTracker
+
+    tracker, total, shown = LoadTracker(), 0.0, []
+    for t in range(12):
+        total += 14_000 if t % 2 else 3_500
+        sample = st.ServerSample("0.5.12", None, None, metrics=st.MetricsState(decode_tokens_total=total))
+        shown.append(tracker.update(sample, at=float(t)).throughput)
+    assert shown[0].value is None and shown[1] == st.Figure(14_000, st.SRC_METRICS, None)  # one interval
+    late = [f.value for f in shown[int(RATE_WINDOW_S) + 1:]]
+    assert all(8_750 * 0.85 <= v <= 8_750 * 1.15 for v in late), late
+    assert shown[-1].window == WINDOW_RATE == "5 s avg"
+    restarted = st.ServerSample("0.5.12", None, None, metrics=st.MetricsState(decode_tokens_total=100.0))
+    assert tracker.update(restarted, at=12.0).throughput.value != pytest.approx(late[-1])  # not a rate across it
+
+
 def test_backoff():
     b = Backoff(interval_s=1.0, max_s=10.0)
     assert [b.delay(n) for n in range(7)] == [1.0, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]

@@ -7,6 +7,11 @@ client polls a replay of those answers; the panels must show what the server kno
 source, never NO DATA while ``/server_info`` answers and never 0 for a figure that is unknown.
 The demo server must answer with the same keys and types (a key the real server lacks, or a
 value it never fills, is a failure).
+
+``endpoints-plugin-console.json`` (the GPU run of 2026-12-01, ``bench/results/h200-2026-12-01``):
+the plugin's gated server (threshold 32, hysteresis 4) with ``--enable-metrics`` while the console
+ran against it in a real terminal, idle and under 4, 32 and 96 requests, with ``nvidia-smi``'s
+answer recorded beside each.
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ from server_patch import contract
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sglang-0.5.12-h200"
 ANSWERS = json.loads((FIXTURES / "endpoints.json").read_text())
+PLUGIN = json.loads((FIXTURES / "endpoints-plugin-console.json").read_text())
 
 
-def replay(tag: str) -> httpx.MockTransport:
+def replay(tag: str, answers: dict = ANSWERS) -> httpx.MockTransport:
     """An httpx transport that answers as the recorded server did under ``tag``."""
-    recorded = ANSWERS[tag]
+    recorded = answers[tag]
 
     def handler(request: httpx.Request) -> httpx.Response:
         path = request.url.path + (f"?{unquote(request.url.query.decode())}" if request.url.query else "")
@@ -46,8 +52,8 @@ def replay(tag: str) -> httpx.MockTransport:
     return httpx.MockTransport(handler)
 
 
-async def poll(tag: str, model: ConsoleModel | None = None, at: float = 0.0) -> st.ConsoleSnapshot:
-    client = ServerClient("http://127.0.0.1:30000", transport=replay(tag))
+async def poll(tag: str, model: ConsoleModel | None = None, at: float = 0.0, answers: dict = ANSWERS) -> st.ConsoleSnapshot:
+    client = ServerClient("http://127.0.0.1:30000", transport=replay(tag, answers))
     try:
         sample = await client.poll()
     finally:
@@ -115,6 +121,63 @@ def test_the_real_spec_gate_keys_are_the_contracts():
             gate = paths["/server_info"]["body"]["internal_states"][0]["spec_gate"]
             assert set(gate) <= set(contract.SPEC_GATE_FIELDS), tag
             assert set(gate["ranks"][0]) <= set(contract.RANK_FIELDS), tag  # recorded before mode, digest
+
+
+# -- the plugin's own answers on the H200 ---------------------------------------------------
+
+def _gate(tag: str) -> dict:
+    return PLUGIN[tag]["/server_info"]["body"]["internal_states"][0]["spec_gate"]
+
+
+def _samples(text: str) -> dict:
+    """``{(series name, mode label or None): value}`` of a Prometheus text body's sglang:spec_gate series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith("sglang:spec_gate"):
+                out[(s.name, s.labels.get("mode") or s.labels.get("proof"))] = s.value
+    return out
+
+
+@pytest.mark.parametrize("tag", ["idle", "load-c4", "load-c32", "load-c96"])
+def test_with_the_plugin_v1_loads_answers_under_enable_metrics(tag):
+    loads = PLUGIN[tag]["/v1/loads?include=core,spec"]
+    assert loads["status"] == 200 and loads["body"]["version"] == "0.5.12"  # 500 without the mend
+    entry = loads["body"]["loads"][0]
+    assert "speculative" in entry if tag == "load-c4" else "speculative" not in entry  # OFF at 32 and 96
+
+
+@pytest.mark.parametrize("tag", ["load-c4", "load-c32", "load-c96"])
+def test_the_gate_on_metrics_is_the_gate_in_server_info(tag):
+    gate, m = _gate(tag), _samples(PLUGIN[tag]["/metrics"]["body"])
+    assert m[("sglang:spec_gate_spec_enabled", None)] == float(gate["spec_enabled"])
+    assert m[("sglang:spec_gate_threshold", None)] == gate["threshold"] == 32
+    assert m[("sglang:spec_gate_hysteresis", None)] == gate["hysteresis"] == 4
+    assert m[("sglang:spec_gate_decode_steps_total", "on")] == gate["decode_steps_on"]
+    assert m[("sglang:spec_gate_decode_steps_total", "off")] == gate["decode_steps_off"]
+    assert m[("sglang:spec_gate_switches_total", None)] == gate["switches"]
+    assert m[("sglang:spec_gate_accept_length", None)] == pytest.approx(gate["accept_length_recent"])
+    assert m[("sglang:spec_gate_proof_checks_total", "kv_only")] == gate["off_kv_only_checks"]
+
+
+@pytest.mark.parametrize("tag", ["load-c4", "load-c32", "load-c96"])
+def test_each_ranks_gpu_is_the_one_nvidia_smi_names(tag):
+    gpu, smi = _gate(tag)["gpu"], PLUGIN[tag]["nvidia-smi"]["body"][0]
+    assert gpu["uuid"] == smi["uuid"] and gpu["name"] == smi["name"] and gpu["error"] is None
+    assert gpu["mem_total_mib"] == float(smi["memory.total"])
+    assert gpu["mem_used_mib"] == pytest.approx(float(smi["memory.used"]), rel=0.02)  # read ~1 s apart
+    assert abs(gpu["temp_c"] - float(smi["temperature.gpu"])) <= 6  # 41 vs 45 °C at a wave edge (c32)
+    assert _gate(tag)["ranks"][0]["gpu"]["uuid"] == smi["uuid"]
+
+
+async def test_the_console_on_the_plugins_answers_shows_v1_loads_and_the_servers_gpu():
+    snap = await poll("load-c32", answers=PLUGIN)
+    f = snap.figures
+    assert (f.running.value, f.running.source) == (32, st.SRC_LOADS)
+    assert badge_state(snap)[0] == "SPEC OFF" and snap.gate.threshold == 32
+    assert snap.gate.gpu is not None and snap.gate.gpu.name == "NVIDIA H200"
 
 
 # -- the demo server answers like the real one ------------------------------------------------
@@ -195,6 +258,7 @@ def test_the_demos_metrics_use_sglangs_series_and_labels(demo):
         assert r.status_code == 404  # as a real server without --enable-metrics
         return
     real = dict(_series(ANSWERS["gate-varied-c64-load"]["/metrics"]["body"]))
+    real.update(_series(PLUGIN["load-c96"]["/metrics"]["body"]))
     for name, labels in _series(r.text):
         assert name in real, name
         assert labels <= real[name] | {"mode"}, (name, labels - real[name])
