@@ -62,7 +62,7 @@ class _Runner:
     has_off_cuda_graph = True
     off_steps_cuda_graph = 0
 
-    def __init__(self, worker, version):
+    def __init__(self, worker, version, any_rank=bool):
         self.off_target_graph = self.off_draft_extend_graph = self.on_target_graph = types.SimpleNamespace(count=0)
 
 

@@ -7,7 +7,7 @@ scheduler is on, else ``EAGLEWorker``: ``speculative/spec_info.py:115-191``).
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 from server_patch import SUPPORTED_SGLANG_VERSION
 from server_patch.contract import THRESHOLD_FLAG, WORKER_FAMILIES
@@ -66,7 +66,37 @@ def unsupported_reasons(server_args: Any) -> List[str]:
         reasons.append("pipeline parallelism (--pp-size > 1) is not supported")
     if (g("page_size", 1) or 1) > 1:
         reasons.append("--page-size > 1 is not supported (the OFF step is validated with page size 1)")
+    mode = g("disaggregation_mode", "null") or "null"
+    if mode != "null":
+        reasons.append(
+            f"PD disaggregation (--disaggregation-mode {mode}) is not supported: its decode event loop "
+            "schedules through get_next_disagg_decode_batch_to_run, which the gate does not hook, so it "
+            "would never decide"
+        )
     return reasons
+
+
+#: ``ModelRunner`` properties of SGLang 0.5.12 that name a hybrid linear-attention / mamba target
+#: (``model_executor/model_runner.py``): ``mambaish_config`` covers all of them and the registry
+HYBRID_CONFIGS = ("mambaish_config", "hybrid_gdn_config", "mamba2_config", "kimi_linear_config",
+                  "hybrid_lightning_config")
+
+
+def target_model_reason(target_runner: Any) -> Optional[str]:
+    """Why the gate cannot run with this target ``ModelRunner``, or None. A hybrid
+    linear-attention or mamba target keeps per-request recurrent state, which SGLang's verify
+    handles on paths of its own (intermediate states per draft token); the OFF step has been
+    validated on full-attention targets only, so such a target is refused, not guessed at."""
+    for name in HYBRID_CONFIGS:
+        try:
+            config = getattr(target_runner, name, None)
+        except Exception:  # a property that cannot answer for this model: not that kind
+            config = None
+        if config is not None:
+            kind = type(config).__name__
+            return (f"hybrid linear-attention / mamba targets ({kind}, ModelRunner.{name}) are not "
+                    "supported: the OFF step is validated on full-attention targets only")
+    return None
 
 
 def check_server_args(server_args: Any) -> None:

@@ -217,8 +217,10 @@ def parse_update(current: GateConfig, update: Mapping[str, Any],
 
 @dataclasses.dataclass(frozen=True)
 class CapacityWarning:
-    """A threshold that is valid but cannot work as meant: ``kind`` ``never_fires`` (N above max
-    running requests) or ``no_cuda_graph`` (N above the largest CUDA-graph batch)."""
+    """A setting that is valid but cannot work as meant: ``kind`` ``never_fires`` (N above max
+    running requests), ``no_cuda_graph`` (N above the largest CUDA-graph batch) or
+    ``beyond_graphs`` (max running requests -- then in ``threshold`` -- above the largest
+    CUDA-graph batch: the largest batches run eagerly whatever the threshold, auto included)."""
 
     kind: str
     threshold: int
@@ -230,6 +232,10 @@ class CapacityWarning:
         if self.kind == "never_fires":
             return (f"threshold {self.threshold} > max running requests {self.limit}: speculation can "
                     "never turn off (set --max-running-requests)")
+        if self.kind == "beyond_graphs":
+            return (f"max running requests {self.threshold} > cuda graph max bs {self.limit}: decode "
+                    f"batches of {self.limit + 1}-{self.threshold} requests run without CUDA graphs, ON "
+                    f"and OFF (set --cuda-graph-max-bs {self.threshold})")
         return (f"threshold {self.threshold} > cuda graph max bs {self.limit}: OFF steps will run "
                 "without CUDA graphs (set --cuda-graph-max-bs)")
 
@@ -238,6 +244,8 @@ class CapacityWarning:
         """A console alarm line."""
         if self.kind == "never_fires":
             return f"threshold {self.threshold} > max running {self.limit}: never fires"
+        if self.kind == "beyond_graphs":
+            return f"max running {self.threshold} > cuda graph max bs {self.limit}: large batches eager"
         return f"threshold {self.threshold} > cuda graph max bs {self.limit}: OFF steps without CUDA graphs"
 
 
@@ -250,6 +258,15 @@ def capacity_warnings(threshold: int, max_running_requests: Optional[int],
     if cuda_graph_max_bs is not None and threshold > cuda_graph_max_bs:
         out.append(CapacityWarning("no_cuda_graph", threshold, cuda_graph_max_bs))
     return out
+
+
+def graph_coverage_warning(max_running_requests: Optional[int],
+                           cuda_graph_max_bs: Optional[int]) -> Optional[CapacityWarning]:
+    """The warning for decode batches that can exceed the largest CUDA-graph batch (eager ON and
+    OFF steps there), or None."""
+    if max_running_requests is None or cuda_graph_max_bs is None or max_running_requests <= cuda_graph_max_bs:
+        return None
+    return CapacityWarning("beyond_graphs", max_running_requests, cuda_graph_max_bs)
 
 
 def never_back_on(threshold: Optional[int], hysteresis: Optional[int]) -> bool:

@@ -206,15 +206,20 @@ class KvOnlyRunner:
     ``layer``: the draft's attention layer (its ``layer_id`` indexes the draft KV pool);
     ``sampled(n)``: whether replay number n (1-based) is checked (``contract.sampled``: the
     first 64, then every 256th). A check replays ``full_runner`` on the same batch and waits for
-    the GPU. Counters: ``count`` (replays), ``checks``, ``mismatches``; ``ok`` turns False at the
-    first mismatch.
+    the GPU. Counters: ``count`` (replays), ``checks``, ``mismatches`` (this rank's); ``ok``
+    turns False at the first mismatch on any TP rank: ``any_rank(flag)`` is True when some rank
+    passed True (an all-reduce at TP > 1; every rank checks the same replay numbers, so the calls
+    line up), because the KV-only and the full draft extend run different collectives and one rank
+    alone falling back would hang the others.
     """
 
-    def __init__(self, runner: Any, full_runner: Any, layer: Any, sampled: Callable[[int], bool]):
+    def __init__(self, runner: Any, full_runner: Any, layer: Any, sampled: Callable[[int], bool],
+                 any_rank: Callable[[bool], bool] = bool):
         self.runner = runner
         self.full_runner = full_runner
         self.layer = layer
         self.sampled = sampled
+        self.any_rank = any_rank
         self.count = 0
         self.checks = 0
         self.mismatches = 0
@@ -251,9 +256,14 @@ class KvOnlyRunner:
         k_full = pool.get_key_buffer(layer_id)[loc]
         v_full = pool.get_value_buffer(layer_id)[loc]
         self.checks += 1
-        if not (torch.equal(k_kv, k_full) and torch.equal(v_kv, v_full)):  # waits for the GPU
+        differ = not (torch.equal(k_kv, k_full) and torch.equal(v_kv, v_full))  # waits for the GPU
+        if differ:
             self.mismatches += 1
-            self.ok = False
             logger.error("spec_gate: OFF step KV-only draft extend stored K/V that differ from "
                          "the full draft extend's (check %d); OFF steps run the full draft extend "
-                         "from now on", self.checks)
+                         "from now on, on every TP rank", self.checks)
+        if self.any_rank(differ) and self.ok:
+            self.ok = False
+            if not differ:
+                logger.error("spec_gate: another TP rank's KV-only check failed (check %d); OFF "
+                             "steps run the full draft extend from now on", self.checks)

@@ -172,13 +172,21 @@ class OffStepRunner:
         worker: the scheduler's ``draft_worker`` — an ``EAGLEWorker`` (v1) or ``EAGLEWorkerV2`` (v2).
         spec_version: ``"v1"`` or ``"v2"`` (from :func:`server_patch.compat.classify_worker`).
 
+        any_rank: ``any_rank(flag)`` is True when some TP rank passed True (an all-reduce on the
+            TP CPU group at TP > 1, ``bool`` at TP 1). Every choice that changes which kernels and
+            collectives an OFF step runs (KV-only or full draft extend: built, proof failed) goes
+            through it, so all ranks choose alike.
+
     Building captures the OFF CUDA graphs (target ``TARGET_VERIFY`` at 1 token/request and the
     1-token draft extend) when CUDA graphs are enabled; that takes GPU memory after the KV cache
     was sized (SGLang's adaptive speculation does the same).
     """
 
-    def __init__(self, worker: Any, spec_version: str):
+    any_rank: Callable[[bool], bool] = bool  # TP 1 (and a runner built without __init__)
+
+    def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
         self.worker = worker
+        self.any_rank = any_rank
         self.v2 = spec_version == "v2"
         self.topk = worker.topk
         self.on_state = self._current_state()
@@ -198,6 +206,7 @@ class OffStepRunner:
         self.off_steps_cuda_graph = 0  # OFF steps whose target verify replayed the OFF graph
         self._draft_owner = worker.draft_worker if self.v2 else worker
         self._init_kv_only()
+        self._agree_on_kv_only()
         self._init_early_seq_lens()
 
     def _init_kv_only(self) -> None:
@@ -230,8 +239,16 @@ class OffStepRunner:
         finally:
             self._apply(self.on_state)
         layer = model.model.layers[0].self_attn.attn
-        self.kv_only = draft_kv_only.KvOnlyRunner(graph, full, layer, sampled)
+        self.kv_only = draft_kv_only.KvOnlyRunner(graph, full, layer, sampled, self.any_rank)
         self.off_kv_state = dataclasses.replace(self.off_state, cuda_graph_runner_for_draft_extend=graph)
+
+    def _agree_on_kv_only(self) -> None:
+        """KV-only OFF steps on every TP rank or on none (a capture can fail on one rank only)."""
+        built = self.kv_only is not None
+        if self.any_rank(not built) and built:
+            logger.warning("spec_gate: the KV-only OFF draft extend was not built on another TP "
+                           "rank; OFF steps run the full draft extend on every rank")
+            self._no_kv_only("not built on another TP rank")
 
     def _no_kv_only(self, reason: Optional[str] = None) -> None:
         """The fields of a runner without KV-only OFF steps (``reason``: why not)."""
@@ -464,13 +481,16 @@ class OffStepRunner:
         n = self.early_seq_lens_steps
         if sampled(n):
             self.early_seq_lens_checks += 1
-            if not torch.equal(sglang_lens, new_seq_lens):  # waits for this OFF step's verify
-                # An assumption about SGLang failed; unchecked steps could be wrong too: stop.
+            differ = not torch.equal(sglang_lens, new_seq_lens)  # waits for this OFF step's verify
+            if differ:
                 self.early_seq_lens_mismatches += 1
-                self.early_seq_lens = False
                 logger.error("spec_gate: OFF step %d: seq_lens + 1 differs from the verify's "
                              "new_seq_lens; keeping SGLang's, and OFF steps wait for the verify "
-                             "from now on", n)
+                             "from now on, on every TP rank", n)
+            # An assumption about SGLang failed; unchecked steps could be wrong too: stop, on
+            # every rank (the checks fall on the same OFF steps everywhere)
+            if self.any_rank(differ):
+                self.early_seq_lens = False
                 return
         ndi.new_seq_lens = new_seq_lens
         ndi.verify_done = done

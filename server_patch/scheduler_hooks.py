@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from server_patch import auto_threshold, compat, contract, metrics, options, rank_gpu
 from server_patch.contract import (
@@ -45,6 +45,25 @@ OFF_RESULT_ATTR = "_spec_gate_off"
 RESUME_RESULT_ATTR = "_spec_gate_resume"  # the full OFF step before the first ON step after OFF
 
 
+def any_tp_rank(scheduler: Any) -> Callable[[bool], bool]:
+    """``any_rank(flag)``: True on every TP rank when some rank passed True -- an all-reduce
+    (MAX) of one int on the scheduler's TP CPU group (gloo), as SGLang's own CPU-side agreements
+    use it; ``bool`` at TP 1. Every rank must call it at the same point (it blocks until all do)."""
+    if (getattr(scheduler, "tp_size", 1) or 1) <= 1:
+        return bool
+    import torch
+    import torch.distributed as dist
+
+    group = scheduler.tp_cpu_group
+
+    def any_rank(flag: bool) -> bool:
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return bool(t.item())
+
+    return any_rank
+
+
 class GateRuntime:
     """Everything one scheduler knows about its gate: policy, OFF-step runner, identity."""
 
@@ -62,7 +81,7 @@ class GateRuntime:
         self.cuda_graph_max_bs = sa.cuda_graph_max_bs
         self.tp_rank = scheduler.tp_rank
         self.tp_size = scheduler.tp_size
-        self.runner = runner_factory(worker, self.spec_version)
+        self.runner = runner_factory(worker, self.spec_version, any_rank=any_tp_rank(scheduler))
         self.in_off_result = False  # set while an OFF step's result is processed
         self.max_running_requests: Optional[int] = None  # the scheduler's, set by status()
         self.step_tokens: Optional[int] = None  # output tokens of the ON batch being processed
@@ -248,12 +267,9 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
         compat.check_server_args(scheduler.server_args)
         if getattr(scheduler, "draft_worker", None) is None:
             raise compat.UnsupportedSetup("speculation gate refused: no speculative draft worker")
-        target_runner = scheduler.draft_worker.target_worker.model_runner
-        for hybrid in ("hybrid_gdn_config", "mamba2_config", "hybrid_lightning_config"):
-            if getattr(target_runner, hybrid, None) is not None:
-                raise compat.UnsupportedSetup(
-                    "speculation gate refused: hybrid linear-attention / mamba targets are not supported"
-                )
+        reason = compat.target_model_reason(scheduler.draft_worker.target_worker.model_runner)
+        if reason is not None:
+            raise compat.UnsupportedSetup(f"speculation gate refused: {reason}")
     except compat.UnsupportedSetup as exc:
         _refuse(str(exc))
     runtime = GateRuntime(scheduler, SpecGate(config))
@@ -279,6 +295,9 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
             config.threshold, scheduler.max_running_requests, runtime.cuda_graph_max_bs
         ):
             logger.warning("spec_gate: %s", warning.long)
+    coverage = contract.graph_coverage_warning(scheduler.max_running_requests, runtime.cuda_graph_max_bs)
+    if coverage is not None and runtime.runner.has_off_cuda_graph:
+        logger.warning("spec_gate: %s", coverage.long)
     return None
 
 
@@ -367,6 +386,26 @@ def _global_server_args():
     return get_global_server_args()
 
 
+#: why a weight update that recaptures CUDA graphs is refused while the gate runs
+RECAPTURE_REFUSED = (
+    "spec_gate: refused a weight update with recapture_cuda_graph: the gate keeps the target's "
+    "CUDA-graph runner of startup for its ON steps and its own OFF graphs, so recaptured graphs "
+    "would be replaced by the old ones; update without recapture_cuda_graph (weights are copied "
+    "in place, the graphs stay valid) or restart the server")
+
+
+def around_update_weights_from_disk(original, scheduler, recv_req, *args, **kwargs):
+    """Refuse ``recapture_cuda_graph`` (every TP rank refuses alike: the same request), answering
+    as SGLang answers a failed update; any other weight update runs as SGLang's."""
+    runtime = _runtime(scheduler)
+    if runtime is None or not getattr(recv_req, "recapture_cuda_graph", False):
+        return original(scheduler, recv_req, *args, **kwargs)
+    from sglang.srt.managers.io_struct import UpdateWeightFromDiskReqOutput
+
+    logger.error(RECAPTURE_REFUSED)
+    return UpdateWeightFromDiskReqOutput(False, RECAPTURE_REFUSED, 0)
+
+
 def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
     update = dict(recv_req.server_args or {})
     if not any(k in update for k in GATE_KEYS):
@@ -445,4 +484,5 @@ HOOKS = [
     (f"{SCHEDULER}.report_decode_stats", around_report_decode_stats, "AROUND"),
     (f"{SCHEDULER}.set_internal_state", around_set_internal_state, "AROUND"),
     (f"{SCHEDULER}.get_internal_state", after_get_internal_state, "AFTER"),
+    (f"{SCHEDULER}.update_weights_from_disk", around_update_weights_from_disk, "AROUND"),
 ]

@@ -342,3 +342,96 @@ def test_gate_correctness_proof_needs_checks_on_every_rank_and_no_mismatch():
     assert proof([90, 0], [0, 0]) is False  # one rank never checked
     assert proof([90, 90], [0, 1]) is False
     assert proof([0], [0], active=False) is True  # full draft extend: nothing to prove
+
+
+# -- TP ranks fall back together ---------------------------------------------------------------
+
+
+def lockstep_any_rank(n):
+    """``any_rank`` for ``n`` ranks run as threads, as the TP all-reduce combines them."""
+    import threading
+
+    barrier, flags = threading.Barrier(n), [False] * n
+
+    def make(rank):
+        def any_rank(flag):
+            flags[rank] = bool(flag)
+            barrier.wait()
+            out = any(flags)
+            barrier.wait()
+            return out
+        return any_rank
+
+    return [make(r) for r in range(n)]
+
+
+def test_a_kv_mismatch_on_one_rank_turns_kv_only_off_on_every_rank():
+    import threading
+
+    fulls = [GraphRunner(2.0), GraphRunner(1.0)]  # rank 0's full draft extend disagrees
+    kvs = [GraphRunner(1.0), GraphRunner(1.0)]
+    runners = [draft_kv_only.KvOnlyRunner(kv, full, Radix(), sampled=lambda n: True, any_rank=a)
+               for kv, full, a in zip(kvs, fulls, lockstep_any_rank(2))]
+    oks = [[], []]
+
+    def rank(r):
+        for _ in range(3):
+            kvs[r].replay(kv_batch())
+            oks[r].append(runners[r].ok)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert oks == [[False] * 3, [False] * 3]  # the same step on both ranks
+    assert [r.mismatches for r in runners] == [3, 0] and [r.checks for r in runners] == [3, 3]
+
+
+def test_kv_only_runs_on_every_rank_or_on_none():
+    built_here, _ = make_runner()
+    built_here.kv_only = draft_kv_only.KvOnlyRunner(GraphRunner(1.0), GraphRunner(1.0), Radix(), lambda n: False)
+    built_here.any_rank = lambda flag: True  # another rank did not build it
+    built_here._agree_on_kv_only()
+    assert built_here.kv_only is None and built_here.off_draft_extend == draft_kv_only.FULL
+    assert built_here.off_draft_extend_reason == "not built on another TP rank"
+    everywhere, _ = make_runner()
+    everywhere.kv_only = draft_kv_only.KvOnlyRunner(GraphRunner(1.0), GraphRunner(1.0), Radix(), lambda n: False)
+    everywhere.any_rank = lambda flag: bool(flag)
+    everywhere._agree_on_kv_only()
+    assert everywhere.off_draft_extend == draft_kv_only.KV_ONLY
+
+
+def _any_rank_worker(rank, flags, out):
+    import os
+    import types
+
+    import torch.distributed as dist
+
+    from server_patch.scheduler_hooks import any_tp_rank
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["SPEC_GATE_TEST_PORT"])
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        any_rank = any_tp_rank(types.SimpleNamespace(tp_size=2, tp_cpu_group=dist.group.WORLD))
+        out[rank] = [any_rank(f) for f in flags[rank]]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_any_tp_rank_is_an_all_reduce_on_the_tp_cpu_group(monkeypatch):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from server_patch.scheduler_hooks import any_tp_rank
+
+    assert any_tp_rank(types.SimpleNamespace(tp_size=1)) is bool
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("SPEC_GATE_TEST_PORT", str(s.getsockname()[1]))
+    flags = [[False, True, False], [False, False, False]]
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_any_rank_worker, args=(flags, out), nprocs=2, join=True)
+        assert dict(out) == {0: [False, True, False], 1: [False, True, False]}

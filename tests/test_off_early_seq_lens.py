@@ -117,3 +117,11 @@ def test_empty_batch_publishes_nothing():
     result = runner.run_off_step(verify_forward(), batch())
     assert result.next_draft_input.verify_done == "post-verify event"
     assert runner.early_seq_lens_steps == 0 and runner.early_seq_lens_fallbacks == 0
+
+
+def test_another_ranks_failed_check_stops_the_early_seq_lens_here_too():
+    runner = make_runner()
+    runner.any_rank = lambda flag: True  # another TP rank's check differed at this OFF step
+    result = runner.run_off_step(verify_forward(), batch(5, 9))
+    assert runner.early_seq_lens is False and runner.early_seq_lens_mismatches == 0
+    assert result.next_draft_input.verify_done == "post-verify event"  # SGLang's, not ours

@@ -59,7 +59,7 @@ def make_worker(class_name):
 
 
 class Runner:
-    def __init__(self, worker, version):
+    def __init__(self, worker, version, any_rank=bool):
         self.off_batches = []
         self.has_off_cuda_graph = True
         self.off_steps_cuda_graph = 0
@@ -325,3 +325,23 @@ def test_init_model_worker_hook_refuses_unsupported_setups(monkeypatch):
     monkeypatch.setattr(sh.compat, "sglang_version", lambda: "0.5.23")
     with pytest.raises(sh.compat.UnsupportedSetup, match="found 0.5.23"):
         sh.after_init_model_worker(None, sched)
+
+
+def test_a_weight_update_that_recaptures_cuda_graphs_is_refused_while_the_gate_runs(monkeypatch, caplog):
+    import sys
+
+    class Output:
+        def __init__(self, success, message, num_paused_requests=0):
+            self.success, self.message = success, message
+
+    monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", types.SimpleNamespace(
+        UpdateWeightFromDiskReqOutput=Output))
+    sched, _, _ = make_scheduler()
+    ran = []
+    update = lambda s, req: ran.append(req) or "updated"  # noqa: E731
+    out = sh.around_update_weights_from_disk(update, sched, types.SimpleNamespace(recapture_cuda_graph=True))
+    assert (out.success, ran) == (False, []) and "recapture_cuda_graph" in out.message
+    assert "refused a weight update" in caplog.text
+    assert sh.around_update_weights_from_disk(update, sched, types.SimpleNamespace(recapture_cuda_graph=False)) == "updated"
+    plain = types.SimpleNamespace()
+    assert sh.around_update_weights_from_disk(update, plain, types.SimpleNamespace(recapture_cuda_graph=True)) == "updated"

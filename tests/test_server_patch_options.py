@@ -73,12 +73,51 @@ def test_supported_setup_has_no_reasons():
         (dict(enable_pdmux=True), "PD multiplexing"),
         (dict(pp_size=2), "pipeline parallelism"),
         (dict(page_size=16), "--page-size"),
+        (dict(disaggregation_mode="decode"), "PD disaggregation (--disaggregation-mode decode)"),
+        (dict(disaggregation_mode="prefill"), "get_next_disagg_decode_batch_to_run"),
     ],
 )
 def test_unsupported_setups_refuse_with_the_reason(override, needle):
     with pytest.raises(compat.UnsupportedSetup, match="refused") as info:
         compat.check_server_args(args(**override))
     assert needle in str(info.value)
+
+
+def test_hybrid_linear_attention_targets_are_refused_by_any_of_sglangs_markers():
+    import types
+
+    class Runner:
+        mamba2_config = hybrid_gdn_config = kimi_linear_config = hybrid_lightning_config = None
+
+        @property
+        def mambaish_config(self):
+            return self.registry
+
+    plain = Runner()
+    plain.registry = None
+    assert compat.target_model_reason(plain) is None
+    registry = Runner()
+    registry.registry = type("KimiLinearConfig", (), {})()  # e.g. found by SGLang's registry only
+    assert "KimiLinearConfig, ModelRunner.mambaish_config" in compat.target_model_reason(registry)
+    older = types.SimpleNamespace(hybrid_gdn_config=type("Qwen3NextConfig", (), {})())  # no mambaish_config
+    assert "Qwen3NextConfig" in compat.target_model_reason(older)
+
+    class Broken(Runner):
+        @property
+        def mambaish_config(self):
+            raise AttributeError("hf_config")
+
+    assert compat.target_model_reason(Broken()) is None
+
+
+def test_batches_beyond_the_cuda_graphs_warn_whatever_the_threshold():
+    from server_patch.contract import graph_coverage_warning
+
+    assert graph_coverage_warning(128, 128) is None and graph_coverage_warning(None, 64) is None
+    w = graph_coverage_warning(256, 128)
+    assert w.long == ("max running requests 256 > cuda graph max bs 128: decode batches of 129-256 "
+                      "requests run without CUDA graphs, ON and OFF (set --cuda-graph-max-bs 256)")
+    assert "large batches eager" in w.short
 
 
 def test_version_check():

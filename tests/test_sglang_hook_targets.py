@@ -90,6 +90,7 @@ EXPECTED_PARAMS = {
     "report_decode_stats": ["self", "can_run_cuda_graph", "running_batch", "num_correct_drafts"],
     "set_internal_state": ["self", "recv_req"],
     "get_internal_state": ["self", "recv_req"],
+    "update_weights_from_disk": ["self", "recv_req"],
 }
 
 
