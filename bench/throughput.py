@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from bench import traffic
+from bench import trace_summary, traffic
 from bench.errors import BenchError  # one class for this module (__main__ under -m) and bench.traffic
 from server_patch.contract import HYSTERESIS_FLAG, THRESHOLD_FLAG, GateConfig, GateConfigError
 
@@ -136,9 +136,7 @@ def sweep(config: str, p: float, port: int, url: str, work: Path, threshold: Opt
 
 
 PROFILE_STEPS = 5  # decode steps recorded by SGLang's torch profiler
-# Without Python stacks and shapes: with SGLang's default (with_stack=True) ten steps at 128
-# requests made a 340 MB trace whose writing stalled the server ~5 min (x2-2026-11-30c).
-PROFILE_OPTIONS = {"activities": ["CPU", "GPU"], "with_stack": False, "record_shapes": False}
+PROFILE_OPTIONS = trace_summary.PROFILE_OPTIONS  # CPU + GPU, without Python stacks and shapes
 PROFILE_DELAY_S = 2.0  # after the load starts: its first prefill is over, decode runs at full batch
 
 
@@ -153,8 +151,6 @@ def profile_decode(url: str, port: int, config: str, concurrency: int, out: Path
     import zlib
 
     import httpx
-
-    from bench import trace_summary
 
     prof_dir = out / f"profile-{config}-c{concurrency}"
     prof_dir.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,14 @@ Prints JSON: ``window_ms`` (first GPU activity to last), ``gpu_busy_ms`` / ``gpu
 ``cuda*Synchronize`` and synchronous ``cudaMemcpy`` calls, count and total ms) and ``top_gpu``
 (the GPU activities with the most total time, by name: count, total ms, mean us), so that two
 traces, e.g. an OFF step and a decode step without speculation, can be compared kernel by kernel.
+
+``--stages`` adds :func:`stage_summary` under ``stages``: a window of live serving (prefills and
+decode steps mixed) split by what each GPU activity was launched for (target prefill, draft
+prefill, target decode/verify, draft, other), told apart by the ``step[MODE bs=B]`` spans that
+SGLang 0.5.12's ``ModelRunner.forward`` records while the profiler runs (:data:`CLASSIFIED_BY`),
+and by step (a target forward on the GPU to the next). :func:`compare_stages` /
+:func:`format_comparison` put two such windows side by side in ms per 1000 output tokens
+(``python -m bench.throughput compare-profiles A.json B.json``).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import zlib
 from pathlib import Path
@@ -29,6 +38,10 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from bench.decode_log import read_log
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# What this project asks SGLang's /start_profile for: CPU + GPU activity, without Python stacks and
+# shapes: with SGLang's default (with_stack=True) ten steps at 128 requests made a 340 MB trace
+# whose writing stalled the server ~5 min (x2-2026-11-30c).
+PROFILE_OPTIONS = {"activities": ["CPU", "GPU"], "with_stack": False, "record_shapes": False}
 
 
 def load_events(path: Path) -> List[Dict[str, Any]]:
@@ -58,6 +71,36 @@ def _union(intervals: Iterable[Tuple[float, float]]) -> List[Tuple[float, float]
 TOP_GPU = 15
 
 
+def _complete(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The complete events (``ph`` "X" with ``ts`` and ``dur``) of a trace, their times checked.
+
+    Raises:
+        ValueError: a ``ts`` or ``dur`` that is not a finite time (``dur`` < 0 too).
+    """
+    complete = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
+    for e in complete:
+        try:
+            ts, dur = float(e["ts"]), float(e["dur"])
+        except (TypeError, ValueError):
+            ts, dur = math.nan, math.nan
+        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
+            raise ValueError(f"event {str(e.get('name', ''))[:60]!r} has ts {e['ts']!r} / dur {e['dur']!r}: "
+                             "not a time (a corrupt trace?)")
+    return complete
+
+
+def _gpu_events(complete: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The GPU activities (kernels, memcpy, memset) among ``complete``.
+
+    Raises:
+        ValueError: there is none (a CPU-only profile).
+    """
+    gpu_events = [e for e in complete if str(e.get("cat", "")).lower() in GPU_CATEGORIES]
+    if not gpu_events:
+        raise ValueError("no GPU activity in the trace (was it recorded with activities CPU and GPU?)")
+    return gpu_events
+
+
 def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP_GPU) -> Dict[str, Any]:
     """GPU busy time, idle gaps, graph launches, CPU syncs and the ``top`` GPU activities by total
     time of one trace (times in ms, means in us).
@@ -65,16 +108,9 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP
     ``events``: Chrome-trace events (``ph`` "X" with ``ts``/``dur`` in microseconds, ``cat``,
     ``name``). Raises ValueError when the trace holds no GPU activity (a CPU-only profile).
     """
-    complete = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
-    for e in complete:
-        ts, dur = float(e["ts"]), float(e["dur"])  # ValueError for text
-        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
-            raise ValueError(f"event {str(e.get('name', ''))[:60]!r} has ts {e['ts']!r} / dur {e['dur']!r}: "
-                             "not a time (a corrupt trace?)")
-    gpu_events = [e for e in complete if str(e.get("cat", "")).lower() in GPU_CATEGORIES]
+    complete = _complete(events)
+    gpu_events = _gpu_events(complete)
     gpu = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu_events]
-    if not gpu:
-        raise ValueError("no GPU activity in the trace (was it recorded with activities CPU and GPU?)")
     busy = _union(gpu)
     window = busy[-1][1] - busy[0][0]
     busy_us = sum(end - start for start, end in busy)
@@ -113,16 +149,409 @@ def _is_blocking_copy(event: Dict[str, Any]) -> bool:
     return event.get("name") == "cudaMemcpy" or float(event.get("dur", 0)) > 50
 
 
+# -- stages: what each GPU activity was launched for -----------------------------------------------
+
+#: While the profiler runs, SGLang 0.5.12's ``ModelRunner.forward`` wraps every forward pass in
+#: ``torch.profiler.record_function`` named ``step[MODE bs=B]`` (``step[EXTEND bs=B toks=T]`` for
+#: EXTEND; ``model_executor/model_runner.py``, ``_build_step_span_name``): a CPU-side
+#: ``user_annotation`` span on the thread that launches the forward's kernels.
+STEP_SPAN = re.compile(r"^step\[(?P<mode>[A-Z][A-Z0-9_]*) bs=(?P<bs>\d+)(?: toks=(?P<toks>\d+))?\]$")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")  # driver: Triton kernels (cuLaunchKernel)
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
+SPECULATIVE_MODES = ("TARGET_VERIFY", "DRAFT_EXTEND", "DRAFT_EXTEND_V2")
+STEP_KINDS = ("prefill", "decode", "mixed")  # the target forwards a step starts with
+TOP_PER_STAGE = 5
+#: What each stage category holds (written into every stage summary).
+STAGES = {
+    "prefill": "the target's prefill: step[EXTEND] spans (on a speculative server the first of each pair)",
+    "draft_prefill": "the draft's prefill (EAGLE: draft extend over the same batch right after the target's): "
+                     "on a speculative server, a step[EXTEND] span right after a target one of the same bs and toks",
+    "decode": "the target's decode-phase forward: step[DECODE] without speculation; step[TARGET_VERIFY] on a "
+              "speculative server (an OFF step's one-token target forward, or an ON step's verify)",
+    "draft": "the draft after decode-phase steps: step[DRAFT_EXTEND*] spans, step[DECODE] spans on a speculative "
+             "server (eager draft steps) and CUDA graphs launched outside any forward span (the draft's multi-step "
+             "and draft-extend graphs, the OFF step's KV-only draft extend)",
+    "mixed": "step[MIXED] spans (chunked prefill mixed with decode)",
+    "other": "launched outside any forward span, not a CUDA graph: sampling, the speculative worker's accept and "
+             "bookkeeping kernels, the scheduler's input copies",
+    "unattributed": "no launch of it in the trace (launched before the profiler started) or no correlation id",
+}
+CLASSIFIED_BY = ("each GPU activity by the CPU launch with its correlation id: inside a step[MODE] span of "
+                 "ModelRunner.forward -> that span's stage; outside -> draft (a CUDA graph, speculative server) "
+                 "or other; GPU idle time is charged to the activity that ends it (the GPU waited for its launch); "
+                 "overlapping activities share their time equally")
+
+
+def forward_spans(complete: List[Dict[str, Any]], speculative: Optional[bool] = None) -> Tuple[List[Dict[str, Any]], bool]:
+    """SGLang's ``step[...]`` spans of ``complete`` (checked complete events), each with its stage
+    ``category`` (see :data:`STAGES`), sorted by start; and whether the server speculates
+    (``speculative``, else: any TARGET_VERIFY or DRAFT_EXTEND* span).
+
+    Target and draft prefill spans carry the same name; on a speculative server an EXTEND span
+    that follows a target EXTEND span of the same bs and toks on the same thread, with no forward
+    between them, is the draft's."""
+    spans = []
+    for e in complete:
+        if str(e.get("cat", "")).lower() != "user_annotation":
+            continue
+        m = STEP_SPAN.match(str(e.get("name", "")))
+        if m:
+            ts = float(e["ts"])
+            spans.append({"thread": (e.get("pid"), e.get("tid")), "ts": ts, "end": ts + float(e["dur"]),
+                          "mode": m["mode"], "bs": int(m["bs"]), "toks": int(m["toks"]) if m["toks"] else None})
+    if speculative is None:
+        speculative = any(s["mode"] in SPECULATIVE_MODES for s in spans)
+    previous: Dict[Any, Dict[str, Any]] = {}
+    for s in sorted(spans, key=lambda s: s["ts"]):
+        s["category"] = _span_category(s, previous.get(s["thread"]), speculative)
+        previous[s["thread"]] = s
+    spans.sort(key=lambda s: s["ts"])
+    return spans, speculative
+
+
+def _span_category(span: Dict[str, Any], before: Optional[Dict[str, Any]], speculative: bool) -> str:
+    mode = span["mode"]
+    if mode == "EXTEND":
+        pair = before is not None and before["category"] == "prefill" and (before["bs"], before["toks"]) == (
+            span["bs"], span["toks"])
+        return "draft_prefill" if speculative and pair else "prefill"
+    if mode == "DECODE":
+        return "draft" if speculative else "decode"
+    if mode == "TARGET_VERIFY":
+        return "decode"
+    if mode.startswith("DRAFT_"):
+        return "draft"
+    return mode.lower()  # mixed, idle, ...
+
+
+def _attribute(complete: List[Dict[str, Any]], gpu_events: List[Dict[str, Any]], spans: List[Dict[str, Any]],
+               speculative: bool) -> List[Tuple[float, float, str, Optional[int]]]:
+    """``(start, end, stage, span index or None)`` of every GPU activity (see :data:`CLASSIFIED_BY`)."""
+    import bisect
+
+    launches: Dict[Any, Dict[str, Any]] = {}
+    for e in complete:
+        if str(e.get("cat", "")).lower() in LAUNCH_CATEGORIES:
+            corr = (e.get("args") or {}).get("correlation")
+            if corr is not None:
+                launches[corr] = e
+    threads: Dict[Any, Tuple[List[float], List[int]]] = {}
+    anywhere: Tuple[List[float], List[int]] = ([], [])
+    for i, s in enumerate(spans):  # sorted by start
+        for starts, idx in (threads.setdefault(s["thread"], ([], [])), anywhere):
+            starts.append(s["ts"])
+            idx.append(i)
+    out = []
+    for g in gpu_events:
+        start = float(g["ts"])
+        end = start + float(g["dur"])
+        corr = (g.get("args") or {}).get("correlation")
+        launch = launches.get(corr) if corr is not None else None
+        if launch is None:
+            out.append((start, end, "unattributed", None))
+            continue
+        # the launching thread's spans; a launch from a thread without any (a trace whose runtime
+        # events carry another thread id than the CPU ops) is matched by time alone
+        at = float(launch["ts"])
+        where = threads.get((launch.get("pid"), launch.get("tid")), anywhere)
+        span = None
+        k = bisect.bisect_right(where[0], at) - 1
+        if k >= 0 and spans[where[1][k]]["end"] >= at:
+            span = where[1][k]
+        if span is not None:
+            out.append((start, end, spans[span]["category"], span))
+        elif speculative and launch.get("name") in GRAPH_LAUNCHES:
+            out.append((start, end, "draft", None))
+        else:
+            out.append((start, end, "other", None))
+    return out
+
+
+def _partition(acts: List[Tuple[float, float, str, Optional[int]]]) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """Busy and idle time (us) per stage: the window from the first activity's start to the last
+    end, cut at every start and end; a busy piece is shared equally by the stages running in it,
+    an idle piece goes to the stage of the activity that starts at its end."""
+    deltas: Dict[float, Dict[str, int]] = {}
+    starts_at: Dict[float, str] = {}
+    for start, end, cat, _ in sorted(acts, key=lambda a: (a[0], a[1], a[2])):
+        deltas.setdefault(start, {}).setdefault(cat, 0)
+        deltas[start][cat] += 1
+        deltas.setdefault(end, {}).setdefault(cat, 0)
+        deltas[end][cat] -= 1
+        starts_at.setdefault(start, cat)
+    times = sorted(deltas)
+    active: Dict[str, int] = {}
+    busy: Dict[str, float] = {}
+    idle: Dict[str, float] = {}
+    for t, nxt in zip(times, times[1:]):
+        for cat, d in deltas[t].items():
+            n = active.get(cat, 0) + d
+            if n:
+                active[cat] = n
+            else:
+                active.pop(cat, None)
+        if active:
+            share = (nxt - t) / len(active)
+            for cat in active:
+                busy[cat] = busy.get(cat, 0.0) + share
+        else:
+            cat = starts_at.get(nxt, "unattributed")
+            idle[cat] = idle.get(cat, 0.0) + (nxt - t)
+    return busy, idle
+
+
+def _busy_between(union: List[Tuple[float, float]], starts: List[float], a: float, b: float) -> float:
+    """GPU busy time (us) of ``union`` (sorted, disjoint; ``starts`` its starts) within [a, b]."""
+    import bisect
+
+    total = 0.0
+    for s, e in union[max(bisect.bisect_right(starts, a) - 1, 0):]:
+        if s >= b:
+            break
+        total += max(0.0, min(e, b) - max(s, a))
+    return total
+
+
+def stage_summary(events: List[Dict[str, Any]], tokens_per_verify: Optional[float] = None,
+                  speculative: Optional[bool] = None, top: int = TOP_PER_STAGE) -> Dict[str, Any]:
+    """Where the time of a window of live serving went, by what each GPU activity was launched for
+    (times in ms).
+
+    - ``stages``: per stage (:data:`STAGES`) ``total_ms`` = ``busy_ms`` (its share of the GPU busy
+      time) + ``idle_before_ms`` (GPU idle ended by one of its activities); the stages' totals sum
+      to ``window_ms``. Also ``activities``, ``kernel_ms`` (sum of durations) and its ``top``
+      activities by name.
+    - ``steps``: the GPU timeline cut where each target forward (prefill, decode, mixed) starts on
+      the GPU; a step runs to the next one and holds everything in between (the target forward,
+      sampling, the draft, the idle before the next forward). Per kind: ``steps``, ``wall_ms``,
+      ``busy_ms``, ``idle_ms``, ``requests``, ``modes``; ``lead_in`` is the window before the first.
+    - ``cpu``: per stage, the forward spans' count, CPU time (``span_ms``: launching the forward),
+      ``requests`` (sum of bs) and prefill ``tokens``.
+    - ``tokens``: output tokens of the window's forwards: one per request of a DECODE or prefill
+      batch (a request cut by chunked prefill is counted at each chunk: at most one too many per
+      prefill batch), ``tokens_per_verify`` per request of a TARGET_VERIFY batch (1 for an OFF
+      step; an ON step's accept length). ``output_tokens`` is None when verify batches were
+      recorded and ``tokens_per_verify`` is None.
+
+    ``speculative``: whether the server speculates (None: from the trace, see :func:`forward_spans`).
+
+    Raises:
+        ValueError: as :func:`summarize` (not a time; no GPU activity).
+    """
+    complete = _complete(events)
+    gpu_events = _gpu_events(complete)
+    spans, speculative = forward_spans(complete, speculative)
+    acts = _attribute(complete, gpu_events, spans, speculative)
+    union = _union((a[0], a[1]) for a in acts)
+    window = union[-1][1] - union[0][0]
+    busy_us = sum(e - s for s, e in union)
+    busy, idle = _partition(acts)
+    by_name: Dict[str, Dict[str, List[float]]] = {}
+    for g, (start, end, cat, _) in zip(gpu_events, acts):
+        by_name.setdefault(cat, {}).setdefault(str(g.get("name", "")), []).append(end - start)
+    stages = {}
+    for cat in sorted(set(busy) | set(idle) | set(by_name),
+                      key=lambda c: -(busy.get(c, 0.0) + idle.get(c, 0.0))):
+        names = by_name.get(cat, {})
+        ranked = sorted(names.items(), key=lambda kv: -sum(kv[1]))[:top]
+        stages[cat] = {
+            "total_ms": round((busy.get(cat, 0.0) + idle.get(cat, 0.0)) / 1000, 3),
+            "busy_ms": round(busy.get(cat, 0.0) / 1000, 3), "idle_before_ms": round(idle.get(cat, 0.0) / 1000, 3),
+            "activities": sum(len(d) for d in names.values()),
+            "kernel_ms": round(sum(sum(d) for d in names.values()) / 1000, 3),
+            "top": [{"name": n[:120], "count": len(d), "total_ms": round(sum(d) / 1000, 3)} for n, d in ranked],
+        }
+    return {
+        "classified_by": CLASSIFIED_BY, "speculative": speculative,
+        "window_ms": round(window / 1000, 3), "gpu_busy_ms": round(busy_us / 1000, 3),
+        "gpu_idle_ms": round((window - busy_us) / 1000, 3),
+        "stages": stages, "steps": _steps(acts, spans, union), "cpu": _cpu(spans),
+        "tokens": _tokens(spans, tokens_per_verify),
+        "legend": {c: STAGES.get(c, "forward spans of this mode") for c in stages},
+    }
+
+
+def _steps(acts, spans, union) -> Dict[str, Any]:
+    first: Dict[int, float] = {}
+    for start, _, cat, span in acts:
+        if span is not None and cat in STEP_KINDS and start < first.get(span, math.inf):
+            first[span] = start
+    marks = sorted((t, spans[i]["category"], i) for i, t in first.items())
+    lo, hi = union[0][0], union[-1][1]
+    starts = [u[0] for u in union]
+    out: Dict[str, Any] = {}
+    edges = [(lo, "lead_in", None)] + marks
+    for k, (t, kind, span) in enumerate(edges):
+        end = edges[k + 1][0] if k + 1 < len(edges) else hi
+        if end <= t and kind == "lead_in":
+            continue
+        rec = out.setdefault(kind, {"steps": 0, "wall_ms": 0.0, "busy_ms": 0.0, "idle_ms": 0.0, "requests": 0,
+                                    "modes": {}})
+        busy = _busy_between(union, starts, t, end)
+        rec["wall_ms"] += (end - t) / 1000
+        rec["busy_ms"] += busy / 1000
+        rec["idle_ms"] += (end - t - busy) / 1000
+        if span is not None:
+            rec["steps"] += 1
+            rec["requests"] += spans[span]["bs"]
+            mode = spans[span]["mode"]
+            rec["modes"][mode] = rec["modes"].get(mode, 0) + 1
+    for rec in out.values():
+        for key in ("wall_ms", "busy_ms", "idle_ms"):
+            rec[key] = round(rec[key], 3)
+    return out
+
+
+def _cpu(spans: List[Dict[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for s in spans:
+        rec = out.setdefault(s["category"], {"spans": 0, "span_ms": 0.0, "requests": 0, "tokens": 0, "modes": {}})
+        rec["spans"] += 1
+        rec["span_ms"] += (s["end"] - s["ts"]) / 1000
+        rec["requests"] += s["bs"]
+        rec["tokens"] += s["toks"] or 0
+        rec["modes"][s["mode"]] = rec["modes"].get(s["mode"], 0) + 1
+    for rec in out.values():
+        rec["span_ms"] = round(rec["span_ms"], 3)
+    return out
+
+
+def _tokens(spans: List[Dict[str, Any]], tokens_per_verify: Optional[float]) -> Dict[str, Any]:
+    def bs(category: str, mode: Optional[str] = None) -> int:
+        return sum(s["bs"] for s in spans if s["category"] == category and mode in (None, s["mode"]))
+
+    decode, verify = bs("decode", "DECODE"), bs("decode", "TARGET_VERIFY")
+    prefill, mixed = bs("prefill"), bs("mixed")
+    out = decode + prefill + mixed
+    if verify:
+        out = None if tokens_per_verify is None else out + verify * tokens_per_verify
+    return {"decode_requests": decode, "verify_requests": verify, "prefill_requests": prefill,
+            "mixed_requests": mixed, "prefill_input_tokens": sum(s["toks"] or 0 for s in spans
+                                                                  if s["category"] == "prefill"),
+            "tokens_per_verify": tokens_per_verify, "output_tokens": None if out is None else round(out, 1)}
+
+
+# -- comparing two windows -------------------------------------------------------------------------
+
+def stages_of(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """The stage summary in ``doc``: a :func:`stage_summary` itself, or a traffic profile JSON
+    (``bench.traffic``: its ``primary`` trace's ``stages``).
+
+    Raises:
+        ValueError: neither, or the primary trace has no stage summary (its error then says why).
+    """
+    if isinstance(doc, dict) and "stages" in doc and "tokens" in doc:
+        return doc
+    traces = doc.get("traces") if isinstance(doc, dict) else None
+    if not isinstance(traces, dict) or not traces:
+        raise ValueError("neither a stage summary nor a traffic profile with traces")
+    trace = traces.get(doc.get("primary")) or next(iter(traces.values()))
+    if not isinstance(trace, dict) or not isinstance(trace.get("stages"), dict):
+        why = trace.get("error") if isinstance(trace, dict) else None
+        raise ValueError(f"its trace has no stage summary ({why or 'none recorded'})")
+    return trace["stages"]
+
+
+def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """B against A (two :func:`stage_summary` results), in ms per 1000 output tokens: per stage
+    (``stages``: total, busy and idle; they sum to the window's), per step kind (``steps``: wall
+    per 1000 tokens and per step) and the window (``total``). ``share`` is a stage's part of the
+    whole difference.
+
+    Raises:
+        ValueError: a summary has no output token count (verify batches without tokens_per_verify).
+    """
+    per = []
+    for name, s in (("A", a), ("B", b)):
+        tokens = (s.get("tokens") or {}).get("output_tokens")
+        if not tokens:
+            raise ValueError(f"{name} has no output token count (tokens.output_tokens: {tokens!r}; a trace with "
+                             f"TARGET_VERIFY batches needs tokens_per_verify)")
+        per.append(1000.0 / tokens)
+    fa, fb = per
+    gap = b["window_ms"] * fb - a["window_ms"] * fa
+
+    def row(key: str, x: Dict[str, Any], y: Dict[str, Any], fields: Tuple[str, ...]) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"name": key}
+        for f in fields:
+            va, vb = (x.get(f) or 0.0) * fa, (y.get(f) or 0.0) * fb
+            out[f] = {"a": round(va, 3), "b": round(vb, 3), "diff": round(vb - va, 3)}
+        return out
+
+    stages = []
+    for cat in sorted(set(a["stages"]) | set(b["stages"])):
+        r = row(cat, a["stages"].get(cat, {}), b["stages"].get(cat, {}), ("total_ms", "busy_ms", "idle_before_ms"))
+        r["share"] = round(r["total_ms"]["diff"] / gap, 3) if gap else None
+        stages.append(r)
+    stages.sort(key=lambda r: -abs(r["total_ms"]["diff"]))
+    steps = []
+    for kind in sorted(set(a.get("steps", {})) | set(b.get("steps", {}))):
+        x, y = a["steps"].get(kind, {}), b["steps"].get(kind, {})
+        r = row(kind, x, y, ("wall_ms", "busy_ms", "idle_ms"))
+        r["steps"] = {"a": x.get("steps", 0), "b": y.get("steps", 0)}
+        r["ms_per_step"] = {k: round(v.get("wall_ms", 0.0) / v["steps"], 3) if v.get("steps") else None
+                            for k, v in (("a", x), ("b", y))}
+        r["share"] = round(r["wall_ms"]["diff"] / gap, 3) if gap else None
+        steps.append(r)
+    total = row("window", a, b, ("window_ms", "gpu_busy_ms", "gpu_idle_ms"))
+    return {"unit": "ms per 1000 output tokens",
+            "tokens": {"a": a["tokens"]["output_tokens"], "b": b["tokens"]["output_tokens"]},
+            "window_ms": {"a": a["window_ms"], "b": b["window_ms"]},
+            "tok_s": {"a": round(a["tokens"]["output_tokens"] / a["window_ms"] * 1000, 1),
+                      "b": round(b["tokens"]["output_tokens"] / b["window_ms"] * 1000, 1)},
+            "total": total, "stages": stages, "steps": steps}
+
+
+def format_comparison(cmp: Dict[str, Any], a_name: str = "A", b_name: str = "B") -> str:
+    """:func:`compare_stages` as text: two markdown tables (by stage, by step kind)."""
+    t = cmp["total"]
+    lines = [f"A = {a_name}: {cmp['tokens']['a']:g} output tokens in {cmp['window_ms']['a']:g} ms "
+             f"({cmp['tok_s']['a']:g} tok/s in the window)",
+             f"B = {b_name}: {cmp['tokens']['b']:g} output tokens in {cmp['window_ms']['b']:g} ms "
+             f"({cmp['tok_s']['b']:g} tok/s in the window)",
+             f"window, {cmp['unit']}: A {t['window_ms']['a']:.2f}, B {t['window_ms']['b']:.2f}, "
+             f"B - A {t['window_ms']['diff']:+.2f} (GPU busy {t['gpu_busy_ms']['diff']:+.2f}, "
+             f"GPU idle {t['gpu_idle_ms']['diff']:+.2f})", "",
+             f"By stage (what the GPU work was launched for; idle charged to the work that ended it), {cmp['unit']}:",
+             "| stage | A | B | B - A | of the gap | B - A busy | B - A idle |", "|---|---|---|---|---|---|---|"]
+
+    def share(r):
+        return f"{100 * r['share']:.0f}%" if r["share"] is not None else "n/a"
+
+    for r in cmp["stages"]:
+        v = r["total_ms"]
+        lines.append(f"| {r['name']} | {v['a']:.2f} | {v['b']:.2f} | {v['diff']:+.2f} | {share(r)} | "
+                     f"{r['busy_ms']['diff']:+.2f} | {r['idle_before_ms']['diff']:+.2f} |")
+    lines += ["", f"By step (a target forward on the GPU to the next one), {cmp['unit']}:",
+              "| step | A steps | B steps | A ms/step | B ms/step | A | B | B - A | of the gap | B - A idle |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in cmp["steps"]:
+        ms = r["ms_per_step"]
+        fmt = [f"{ms[k]:.3f}" if ms[k] is not None else "" for k in ("a", "b")]
+        v = r["wall_ms"]
+        lines.append(f"| {r['name']} | {r['steps']['a']} | {r['steps']['b']} | {fmt[0]} | {fmt[1]} | {v['a']:.2f} | "
+                     f"{v['b']:.2f} | {v['diff']:+.2f} | {share(r)} | {r['idle_ms']['diff']:+.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.trace_summary", description=__doc__.splitlines()[0])
     ap.add_argument("trace", type=Path, nargs="+", help="Chrome trace(s) from SGLang's /start_profile")
     ap.add_argument("--gap-us", type=float, default=20.0, help="GPU idle longer than this counts as a gap (us)")
     ap.add_argument("--top", type=int, default=TOP_GPU, help="GPU activities listed by total time (default: %(default)s)")
+    ap.add_argument("--stages", action="store_true",
+                    help="also split the window by stage (prefill, draft prefill, decode/verify, draft, other) "
+                         "and by step, from SGLang's step[...] spans")
+    ap.add_argument("--tokens-per-verify", type=float, default=None, metavar="X",
+                    help="with --stages: output tokens per request of a TARGET_VERIFY batch (1 for OFF steps; "
+                         "an ON step's accept length), for the window's output token count")
     a = ap.parse_args(argv)
     if not (a.gap_us >= 0 and a.gap_us != float("inf")):  # also refuses nan
         ap.error(f"--gap-us must be a finite number of microseconds >= 0 (got {a.gap_us})")
     if a.top < 1:
         ap.error(f"--top must be >= 1 (got {a.top})")
+    if a.tokens_per_verify is not None and not (a.tokens_per_verify > 0 and math.isfinite(a.tokens_per_verify)):
+        ap.error(f"--tokens-per-verify must be a number of tokens > 0 (got {a.tokens_per_verify})")
     for path in a.trace:
         if path.is_dir():
             ap.error(f"{path} is a directory; give the trace file(s) in it")
@@ -131,7 +560,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     out, errors = {}, []
     for path in a.trace:  # a bad file is named; the good ones are still summarized
         try:
-            out[str(path)] = summarize(load_events(path), a.gap_us, a.top)
+            events = load_events(path)
+            out[str(path)] = summarize(events, a.gap_us, a.top)
+            if a.stages:
+                out[str(path)]["stages"] = stage_summary(events, a.tokens_per_verify)
         except (OSError, ValueError, EOFError, zlib.error) as exc:
             errors.append(f"{path}: {exc}")
     if out:

@@ -22,6 +22,12 @@ with SGLang's own ``sglang.bench_serving`` (``--dataset-name random-ids``), agai
 - one JSON line is printed per row as it is measured and the row is appended to the CSV at once
   (a call cut short keeps its rows).
 
+``--profile-row WORKLOAD:LEVEL`` (e.g. ``varied-closed:64``): after that row, its requests are
+sent once more (not recorded: the profiler's overhead and the trace's writing would be in the
+row) and ``--profile-steps`` forward steps of that pass, ``--profile-delay`` seconds in, are
+recorded with SGLang's torch profiler (:func:`profile_pass`); ``compare-profiles A.json B.json``
+puts two such profiles side by side (:func:`bench.trace_summary.compare_stages`).
+
 Configurations (the ``config`` column): ``none`` (no speculation), ``always`` (EAGLE-3, no gate),
 ``gate`` (EAGLE-3 with the gate at threshold N), ``off`` (the gate server forced off: threshold 1,
 hysteresis 0, set live and restored at the end), ``auto`` (an auto-threshold gate server; the
@@ -445,6 +451,59 @@ def append_row(path: Path, row: Dict[str, Any]) -> None:
 
 # -- measuring -------------------------------------------------------------------------------------
 
+# --profile-row: SGLang's torch profiler over live traffic (bench.trace_summary reads the traces).
+PROFILE_STEPS = 200  # forward steps (scheduler batches: prefills and decode steps alike)
+# After the profiled pass starts: the closed loop's first burst of prefills (every slot at once) is
+# over and requests end at spread-out times (varied lengths at 64 requests, 8B on the H200:
+# ~13 ms a step, 32-512 output tokens a request, so the first ones end after ~0.5-7 s).
+PROFILE_DELAY_S = 6.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileSpec:
+    """``--profile-row WORKLOAD:LEVEL``: after that row is measured, its requests are sent once more
+    (not recorded) and ``steps`` forward steps of that pass, ``delay_s`` after it starts, are
+    recorded with SGLang's profiler. ``level``: the closed loop's max concurrency, or the Poisson
+    rate (requests/s)."""
+
+    workload: str
+    level: float
+    steps: int = PROFILE_STEPS
+    delay_s: float = PROFILE_DELAY_S
+
+    def matches(self, name: str, lv: Dict[str, Any]) -> bool:
+        """Whether the row ``name`` at level ``lv`` (:meth:`Plan.levels`) is the profiled one."""
+        value = lv.get("concurrency", lv.get("rate"))
+        return name == self.workload and value is not None and float(value) == float(self.level)
+
+    @property
+    def level_tag(self) -> str:
+        """``c64`` (closed loop) or ``r32`` (Poisson), as in the raw result files."""
+        return (f"c{int(self.level)}" if self.workload.endswith("-closed") else f"r{fmt_rate(self.level)}")
+
+
+def parse_profile_row(text: str) -> Tuple[Workload, float]:
+    """``"varied-closed:64"`` -> (its workload, 64.0); ``"varied-poisson:32"`` -> (..., 32.0).
+
+    Raises:
+        ValueError: not ``WORKLOAD:LEVEL`` with a known workload, and a closed loop's level a
+            whole number of requests >= 1 or a Poisson rate > 0.
+    """
+    name, sep, level = text.partition(":")
+    if not sep:
+        raise ValueError(f"--profile-row {text!r} is not WORKLOAD:LEVEL (e.g. varied-closed:64, varied-poisson:32)")
+    w = parse_workload(name.strip())
+    try:
+        value = float(level)
+    except ValueError:
+        value = math.nan
+    closed = w.arrivals == "closed"
+    if not (math.isfinite(value) and value > 0 and (not closed or (value == int(value) and value >= 1))):
+        what = "a number of concurrent requests >= 1" if closed else "a request rate > 0 (requests/s)"
+        raise ValueError(f"--profile-row {text!r}: the level of {w.name} is {what}")
+    return w, value
+
+
 @dataclasses.dataclass
 class Plan:
     """What one ``traffic`` call measures: workloads in order, closed-loop levels (max concurrent
@@ -459,6 +518,7 @@ class Plan:
     num_prompts: Optional[int]
     seed: int
     warmup: List[Tuple[int, int, str]]
+    profile: Optional[ProfileSpec] = None
 
     def levels(self, w: Workload) -> List[Dict[str, Any]]:
         """Per row of ``w``: ``{concurrency | rate, max_concurrency, num_prompts}``."""
@@ -536,7 +596,153 @@ def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Pl
         rows.append(row)
         meta["rows"].append({**row, "wall_s": round(time.time() - t0, 1)})
         save()
+        if plan.profile is not None and plan.profile.matches(name, lv):
+            meta["profile"] = profile_pass(config, p_wrong, url, facts, plan.profile, argv, path, csv_path.parent,
+                                           tokens_per_verify_for(config, row))
+            save()
     return rows
+
+
+def tokens_per_verify_for(config: str, row: Dict[str, Any]) -> Optional[float]:
+    """Output tokens per request of a TARGET_VERIFY batch in a profile of ``config``: 1 for ``off``
+    (an OFF step keeps exactly the bonus token), the row's accept length for configurations that
+    speculate (an estimate: the trace does not say which steps accepted what), None for ``none``
+    (no verify batches) or when the row has no accept length."""
+    if config == "off":
+        return 1.0
+    value = row.get("accept_length")
+    return float(value) if config != "none" and isinstance(value, (int, float)) else None
+
+
+def profile_name(config: str, worker: str, p_wrong: Any, spec: ProfileSpec) -> str:
+    """``profile-traffic-CONFIG-WORKER-pP-WORKLOAD-LEVEL``: the trace directory and (+ ``.json``)
+    the summary of one profile in ``--out``."""
+    return f"profile-traffic-{config}-{worker}-p{safe_label(p_wrong)}-{spec.workload}-{spec.level_tag}"
+
+
+def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spec: ProfileSpec, argv: List[str],
+                 row_file: Path, out: Path, tokens_per_verify: Optional[float]) -> Dict[str, Any]:
+    """The profiled pass of ``--profile-row``: ``argv`` (the row's bench_serving run: the same
+    requests) once more, not recorded; ``spec.delay_s`` after it starts, ``POST /start_profile``
+    for ``spec.steps`` forward steps (CPU + GPU, without stacks or shapes) into
+    ``out/NAME/`` (:func:`profile_name`); SGLang writes one trace per TP rank when they are done
+    (``/stop_profile`` if the pass ended first). Each trace is summarized with
+    :func:`bench.trace_summary.summarize` and :func:`bench.trace_summary.stage_summary`, all of it
+    written to ``out/NAME.json``. Returns a short record for the call's JSON.
+
+    A diagnostic: every failure is recorded (``errors``) and printed, never raised, except an
+    interrupt (KeyboardInterrupt: the device call's SIGTERM).
+    """
+    import threading
+    import zlib
+
+    import httpx
+
+    from bench import server_harness, trace_summary
+
+    name = profile_name(config, facts["worker"], p_wrong, spec)
+    trace_dir = (out / name).resolve()
+    json_path = out / f"{name}.json"
+    doc: Dict[str, Any] = {
+        "command": "python -m bench.throughput " + " ".join(sys.argv[1:]), "config": config, "p_wrong": p_wrong,
+        "workload": spec.workload, "level": spec.level, "worker": facts["worker"],
+        "attention_backend": facts["attention_backend"], "threshold": threshold_label(config, facts),
+        "profile": {"steps": spec.steps, "delay_s": spec.delay_s, "options": trace_summary.PROFILE_OPTIONS,
+                    "dir": str(trace_dir)},
+        "tokens_per_verify": tokens_per_verify, "traces": {}, "primary": None, "errors": [],
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    errors: List[str] = doc["errors"]
+    started: Dict[str, Any] = {}
+    try:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        before = set(trace_dir.glob("*.trace.json*"))
+    except OSError as exc:
+        errors.append(f"cannot make {trace_dir}: {exc}")
+        before = None
+    done = threading.Event()
+
+    def start() -> None:  # in a thread: bench_serving holds the main thread (and its stdout)
+        if spec.delay_s > 0 and done.wait(spec.delay_s):
+            started["error"] = f"the pass ended within --profile-delay {spec.delay_s:g} s: nothing recorded"
+            return
+        started["at_s"] = round(time.time() - t0, 2)
+        try:
+            reply = httpx.post(url + "/start_profile", timeout=120, json={
+                "output_dir": str(trace_dir), "num_steps": spec.steps, **trace_summary.PROFILE_OPTIONS})
+            started["status"] = reply.status_code
+            if reply.status_code != 200:
+                started["error"] = f"/start_profile answered {reply.status_code}: {reply.text[:300]}"
+        except Exception as exc:  # noqa: BLE001 - recorded
+            started["error"] = f"/start_profile: {type(exc).__name__}: {exc}"
+
+    pass_argv = list(argv)
+    pass_file = row_file.with_name(row_file.stem + "-profile" + row_file.suffix)
+    pass_argv[pass_argv.index("--output-file") + 1] = str(pass_file)
+    t0, interrupted = time.time(), False
+    thread = threading.Thread(target=start, name="start-profile", daemon=True)
+    if before is not None:
+        thread.start()
+    try:
+        if before is not None:
+            res = run_bench_serving(pass_argv, pass_file)
+            doc["pass"] = {"output_tok_s": round(float(res.get("output_throughput", 0.0)), 1),
+                           "duration_s": round(float(res.get("duration", 0.0)), 3),
+                           "completed": res.get("completed"), "wall_s": round(time.time() - t0, 1)}
+    except Exception as exc:  # noqa: BLE001 - the row is measured; the profile is a diagnostic
+        errors.append(f"the profiled pass failed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")
+    except BaseException:  # an interrupt: leave at once
+        interrupted = True
+        raise
+    finally:
+        done.set()
+        if thread.is_alive():
+            thread.join(timeout=1 if interrupted else 150)
+    doc["start_profile"] = started
+    if "error" in started:
+        errors.append(started["error"])
+    if before is not None and started.get("status") == 200:
+        new = sorted(set(trace_dir.glob("*.trace.json*")) - before)
+        if not new:  # fewer than spec.steps forward steps in the pass: write what was recorded
+            doc["stopped_early"] = True
+            try:
+                reply = httpx.post(url + "/stop_profile", timeout=600)
+                doc["stop_profile"] = reply.status_code
+            except Exception as exc:  # noqa: BLE001 - recorded
+                errors.append(f"/stop_profile: {type(exc).__name__}: {exc}")
+            new = sorted(set(trace_dir.glob("*.trace.json*")) - before)
+        if not new:
+            errors.append(f"no trace in {trace_dir} (SGLang writes them on the server's machine: is it this one?)")
+        speculative = config != "none"
+        for path in new:
+            try:
+                events = trace_summary.load_events(path)
+                doc["traces"][path.name] = {
+                    "bytes": path.stat().st_size, "summary": trace_summary.summarize(events),
+                    "stages": trace_summary.stage_summary(events, tokens_per_verify, speculative)}
+            except (OSError, ValueError, EOFError, zlib.error, MemoryError) as exc:
+                doc["traces"][path.name] = {"error": f"{type(exc).__name__}: {exc}"}
+                errors.append(f"{path.name}: {exc}")
+        ranked = sorted(doc["traces"], key=lambda n: (not re.search(r"-TP-0\b", n), n))
+        doc["primary"] = ranked[0] if ranked else None
+    try:
+        doc["final_spec_gate"] = server_facts(server_harness.server_info(url))["spec_gate"]
+    except Exception:  # noqa: BLE001 - a label
+        doc["final_spec_gate"] = None
+    try:
+        server_harness.write_json(json_path, doc)
+    except Exception as exc:  # noqa: BLE001 - recorded in the call's JSON instead
+        errors.append(f"cannot write {json_path}: {exc}")
+    brief: Dict[str, Any] = {"json": str(json_path), "dir": str(trace_dir), "errors": errors}
+    primary = doc["traces"].get(doc["primary"]) if doc["primary"] else None
+    if primary and "stages" in primary:
+        st = primary["stages"]
+        brief.update(window_ms=st["window_ms"], output_tokens=st["tokens"]["output_tokens"],
+                     stages_ms={c: v["total_ms"] for c, v in st["stages"].items()})
+    print(json.dumps({"profile": config, "workload": spec.workload, "level": spec.level, **brief}), flush=True)
+    for e in errors:
+        print(f"warning: profile: {e}", file=sys.stderr, flush=True)
+    return brief
 
 
 def _set_gate_checked(url: str, threshold: int, hysteresis: int) -> None:
@@ -682,7 +888,8 @@ def traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
         "p_wrong": a.p_wrong, "workloads": [w.name for w in a.plan.workloads],
         "plan": {"concurrency": a.plan.concurrency, "rates": a.plan.rates, "max_concurrency": a.plan.max_concurrency,
                  "row_seconds": a.plan.row_seconds, "num_prompts": a.plan.num_prompts, "seed": a.plan.seed,
-                 "warmup": a.plan.warmup},
+                 "warmup": a.plan.warmup,
+                 "profile": dataclasses.asdict(a.plan.profile) if a.plan.profile else None},
         "bench_serving_cli": checked, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": [],
     }
 
@@ -755,6 +962,10 @@ def dry_run(a: argparse.Namespace) -> List[Dict[str, Any]]:
         total += est + PER_RUN_OVERHEAD_S
         rows.append({"workload": name, **{k: v for k, v in lv.items()}, "est_s": round(est, 1), "argv": argv})
         print(json.dumps(rows[-1]))
+        if a.plan.profile is not None and a.plan.profile.matches(name, lv):
+            total += est + PER_RUN_OVERHEAD_S  # the profiled pass: the same requests once more
+            print(json.dumps({"profile_pass": name, **lv, "est_s": round(est, 1), "steps": a.plan.profile.steps,
+                              "delay_s": a.plan.profile.delay_s}))
     print(f"{len(rows)} rows, {len(a.plan.warmup)} warm-up runs: about {total:.0f} s at 8B-on-H200 speeds "
           f"(the slower static config; {PER_RUN_OVERHEAD_S:g} s per bench_serving run added)")
     return rows
@@ -868,12 +1079,29 @@ def add_parsers(sub) -> None:
     t.add_argument("--mem-fraction", type=float, default=0.8, metavar="F",
                    help="start mode: fraction of GPU memory for SGLang's static pool, 0-1 (default: 0.8)")
     t.add_argument("--port", type=int, default=30500, help="start mode: server port (default: 30500)")
+    t.add_argument("--profile-row", metavar="WORKLOAD:LEVEL",
+                   help="after this row (e.g. varied-closed:64, varied-poisson:32) send its requests once more, not "
+                        "recorded, and record --profile-steps forward steps of that pass with SGLang's profiler into "
+                        "OUT/profile-traffic-CONFIG-WORKER-pP-WORKLOAD-LEVEL/, summarized by stage (prefill, draft "
+                        "prefill, decode/verify, draft, other) into the .json of that name")
+    t.add_argument("--profile-steps", type=int, default=None, metavar="N",
+                   help=f"with --profile-row: forward steps to record (default: {PROFILE_STEPS})")
+    t.add_argument("--profile-delay", type=float, default=None, metavar="S",
+                   help=f"with --profile-row: start recording S seconds into the pass (default: {PROFILE_DELAY_S:g})")
+    c = sub.add_parser("compare-profiles",
+                       help="B against A, two --profile-row summaries, per stage and step in ms per 1000 output tokens",
+                       description="Where B's time went against A's (e.g. A = none, B = off, the same row): two "
+                                   "OUT/profile-traffic-*.json files of traffic --profile-row, per stage and per step "
+                                   "kind in ms per 1000 output tokens; the stages' differences sum to the window's.")
+    c.add_argument("a", type=Path, metavar="A.json", help="the reference (e.g. the none server's profile)")
+    c.add_argument("b", type=Path, metavar="B.json", help="the one compared with it (e.g. the off server's)")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
     s = sub.add_parser("summarize-traffic", help="ratio tables (off/none, gate and auto / best static, v1 / v2) "
                                                  "from traffic CSVs")
     s.add_argument("csv", type=Path, nargs="+", help=f"traffic CSVs ({DEFAULT_CSV}, an auto run's CSV, ...)")
 
 
-COMMANDS = ("traffic", "summarize-traffic")
+COMMANDS = ("traffic", "summarize-traffic", "compare-profiles")
 
 
 def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
@@ -939,6 +1167,20 @@ def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             parser.error(f"{flag} {value}: no such directory (a Hugging Face id looks like org/name)")
     if a.p_wrong is None or not str(a.p_wrong).strip():
         parser.error("--p-wrong is needed to label the rows (with --url or --target)")
+    profile = None
+    if a.profile_row is None and (a.profile_steps is not None or a.profile_delay is not None):
+        parser.error("--profile-steps / --profile-delay go with --profile-row WORKLOAD:LEVEL")
+    if a.profile_steps is not None and a.profile_steps < 1:
+        parser.error(f"--profile-steps is a number of forward steps >= 1, got {a.profile_steps}")
+    if a.profile_delay is not None and not (math.isfinite(a.profile_delay) and a.profile_delay >= 0):
+        parser.error(f"--profile-delay is a number of seconds >= 0, got {a.profile_delay}")
+    if a.profile_row is not None:
+        try:
+            w, level = parse_profile_row(a.profile_row)
+        except ValueError as exc:
+            parser.error(str(exc))
+        profile = ProfileSpec(w.name, level, a.profile_steps or PROFILE_STEPS,
+                              PROFILE_DELAY_S if a.profile_delay is None else a.profile_delay)
     a.plan = Plan(
         workloads=a.workloads or [parse_workload(n) for n in DEFAULT_WORKLOADS],
         concurrency=a.concurrency or (QUICK_CLOSED_LEVELS if a.quick else CLOSED_LEVELS),
@@ -947,9 +1189,73 @@ def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         row_seconds=a.row_seconds or (QUICK_ROW_SECONDS if a.quick else ROW_SECONDS),
         num_prompts=a.num_prompts, seed=a.seed,
         warmup=[] if not a.warmup else (QUICK_WARMUP if a.quick else WARMUP),
+        profile=profile,
     )
+    if profile is not None:
+        w = parse_workload(profile.workload)
+        if not any(name == profile.workload and profile.matches(name, lv)
+                   for name, lv in ((x.name, lv) for x in a.plan.workloads for lv in a.plan.levels(x))):
+            levels = a.plan.concurrency if w.arrivals == "closed" else [fmt_rate(r) for r in a.plan.rates]
+            parser.error(f"--profile-row {a.profile_row}: no such row in this call (workloads "
+                         f"{','.join(x.name for x in a.plan.workloads)}; {w.arrivals} levels "
+                         f"{','.join(map(str, levels))})")
+        lv = next(lv for lv in a.plan.levels(w) if profile.matches(w.name, lv))
+        est = row_seconds_estimate(w, lv)
+        if profile.delay_s > est / 2:
+            print(f"warning: --profile-delay {profile.delay_s:g} s is over half of the row's ~{est:.0f} s (the slower "
+                  f"static config at 8B-on-H200 speed): the pass may end before {profile.steps} steps are "
+                  f"recorded (then /stop_profile writes what was); longer rows: --row-seconds", file=sys.stderr)
 
 
 def main(a: argparse.Namespace) -> None:
-    """Run ``traffic`` (``summarize-traffic`` is bench.traffic_summary's: bench.throughput dispatches it)."""
-    traffic(a)
+    """Run ``traffic`` or ``compare-profiles`` (``summarize-traffic`` is bench.traffic_summary's:
+    bench.throughput dispatches it)."""
+    if a.cmd == "compare-profiles":
+        compare_profiles(a)
+    else:
+        traffic(a)
+
+
+def _profile_label(doc: Dict[str, Any], path: Path) -> str:
+    if not isinstance(doc, dict) or "config" not in doc:
+        return str(path)
+    level = doc.get("level")
+    tag = (f"c={level:g}" if str(doc.get("workload", "")).endswith("-closed") else f"{level:g}/s") \
+        if isinstance(level, (int, float)) else ""
+    return f"{doc['config']} {doc.get('workload', '')} {tag} ({path})"
+
+
+def compare_profiles(a: argparse.Namespace) -> Dict[str, Any]:
+    """``compare-profiles A.json B.json``: :func:`bench.trace_summary.compare_stages` of the two
+    profiles' primary traces, printed as tables (``--json``: as JSON).
+
+    Raises:
+        BenchError: a file is missing, not JSON, or holds no stage summary; a profile has no
+            output token count.
+    """
+    from bench import trace_summary
+
+    docs, stages = [], []
+    for path in (a.a, a.b):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BenchError(f"no such file: {path}") from None
+        except IsADirectoryError:
+            raise BenchError(f"{path} is a directory; give the profile's .json") from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise BenchError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        try:
+            stages.append(trace_summary.stages_of(doc))
+        except ValueError as exc:
+            raise BenchError(f"{path}: {exc}") from None
+        docs.append(doc)
+    try:
+        cmp = trace_summary.compare_stages(*stages)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BenchError(f"cannot compare {a.a} with {a.b}: {exc}") from None
+    if a.json:
+        print(json.dumps(cmp, indent=1))
+    else:
+        print(trace_summary.format_comparison(cmp, _profile_label(docs[0], a.a), _profile_label(docs[1], a.b)))
+    return cmp

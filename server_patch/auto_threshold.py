@@ -31,6 +31,10 @@ other mode has fewer than MIN_SAMPLES samples, or none newer than STALE_STEPS de
 probed: PROBE_LEN decode steps in the other mode, at most once every PROBE_GAP decode steps per
 bucket, and never more than PROBE_SHARE of all decode steps (plus PROBE_ALLOWANCE steps to learn
 at startup). A probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
+A mode never measured in a bucket is probed every LEARN_GAP steps for its first LEARN_PROBES
+probes (learning in tens of steps, not hundreds); a bucket whose ratio is beyond LOG_CLIP
+re-measures its losing mode DECISIVE_STALE times less often (at 128 requests an ON step of the
+8B-shaped pair costs two OFF steps' time, so its probes cost twice their share of steps).
 
 **Stability.** The crossover moves only when another fits the votes better by STICK, and after
 any switch the mode is kept for DWELL decode steps, so a batch size hovering at the crossover
@@ -60,6 +64,8 @@ MIN_SAMPLES = 4  # samples of a mode in a bucket before its estimate is used
 STALE_STEPS = 2_048  # decode steps after which a mode's estimate in a bucket is re-measured
 PROBE_LEN = 8  # decode steps of one probe (the first one or two are transitions, not samples)
 PROBE_GAP = 256  # decode steps between two probes of one bucket
+LEARN_GAP = 2 * 8  # ... while the probed mode was never measured there (2 x PROBE_LEN), for
+LEARN_PROBES = 4  # ... that many probes (a size the batch only passes through may never fill up)
 PROBE_SHARE = 0.01  # probes use at most this share of all decode steps ...
 PROBE_ALLOWANCE = 256  # ... plus this many steps to learn at startup
 MARGIN = 0.03  # a bucket's preference flips when the other mode is better by this fraction
@@ -69,6 +75,7 @@ OUTLIER = 4.0  # a step time this many times the estimate is dropped (a GC pause
 LOG_CLIP = math.log(1.5)  # a bucket's vote counts a ratio of ON to OFF tok/s up to 1.5x either way
 VOTE_CAP = 64  # ... weighted by its fewer-measured mode's samples, up to this many
 STICK = 0.02  # the crossover moves when another fits the votes better by this share of their weight
+DECISIVE_STALE = 4  # a bucket beyond LOG_CLIP re-measures its losing mode this many times less often
 
 
 def bucket_of(batch_size: int) -> int:
@@ -96,9 +103,9 @@ class Ema:
         self.count += 1
         self.last_step = step
 
-    def fresh(self, step: int) -> bool:
-        """Enough samples, recent enough at decode step ``step``."""
-        return self.count >= MIN_SAMPLES and step - self.last_step <= STALE_STEPS
+    def fresh(self, step: int, stale_steps: int = STALE_STEPS) -> bool:
+        """Enough samples, the last one at most ``stale_steps`` before decode step ``step``."""
+        return self.count >= MIN_SAMPLES and step - self.last_step <= stale_steps
 
 
 @dataclasses.dataclass
@@ -191,12 +198,14 @@ class StepTimer:
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One bucket of the table: ``on`` (speculation preferred there) and ``probe``: the mode that
-    still needs measuring there (True ON, False OFF, None: both are measured)."""
+    """One bucket of the table: ``on`` (speculation preferred there), ``probe``: the mode that
+    still needs measuring there (True ON, False OFF, None: both are measured), ``learning``: that
+    mode has fewer than MIN_SAMPLES samples there (its first LEARN_PROBES probes come every
+    LEARN_GAP decode steps, not PROBE_GAP, within the same budget)."""
 
     on: bool
     probe: Optional[bool] = None
-
+    learning: bool = False  # the probed mode was never measured here: probe again soon
 
 @dataclasses.dataclass(frozen=True)
 class Table:
@@ -217,50 +226,71 @@ class Table:
         """Speculation on for bucket ``index``: below the crossover."""
         return self.cross is None or index < self.cross
 
-    def to_wire(self) -> Tuple[Optional[int], List[Tuple[int, bool, Optional[bool]]]]:
+    def to_wire(self) -> Tuple[Optional[int], List[Tuple[int, bool, Optional[bool], bool]]]:
         """A compact, picklable form for the TP broadcast."""
-        return self.cross, [(i, e.on, e.probe) for i, e in self.entries]
+        return self.cross, [(i, e.on, e.probe, e.learning) for i, e in self.entries]
 
     @classmethod
-    def from_wire(cls, data: Tuple[Optional[int], List[Tuple[int, bool, Optional[bool]]]]) -> "Table":
+    def from_wire(cls, data: Tuple[Optional[int], List[Tuple[int, bool, Optional[bool], bool]]]) -> "Table":
         """The table :meth:`to_wire` sent."""
         cross, entries = data
-        return cls(tuple((int(i), Entry(bool(on), None if probe is None else bool(probe)))
-                         for i, on, probe in entries), None if cross is None else int(cross))
+        return cls(tuple((int(i), Entry(bool(on), None if probe is None else bool(probe), bool(learning)))
+                         for i, on, probe, learning in entries), None if cross is None else int(cross))
 
 
-def vote(b: BucketCosts, index: int, step: int) -> float:
-    """Bucket ``index``'s say in the crossover at decode step ``step``: positive for speculation,
-    ``w * clip(ln(ON tok/s / OFF tok/s), +-LOG_CLIP)`` with ``w`` its fewer-measured mode's
-    samples up to VOTE_CAP; 0 while a mode is not measured (fresh) or the two are within MARGIN."""
-    if not (b.t_on.fresh(step) and b.accept.fresh(step) and b.t_off.fresh(step)):
-        return 0.0
+def log_ratio(b: BucketCosts, index: int) -> Optional[float]:
+    """``ln(ON tok/s / OFF tok/s)`` at the middle of bucket ``index``, or None while a mode has
+    fewer than MIN_SAMPLES samples there. An estimate that went stale still counts (probes
+    refresh it; forgetting it would leave the sizes it covers to the neighbours)."""
+    if min(b.t_on.count, b.accept.count, b.t_off.count) < MIN_SAMPLES:
+        return None
     lo, hi = bucket_range(index)
     on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo)
     if not on_rate or not off_rate:
-        return 0.0
-    ratio = math.log(on_rate / off_rate)
-    if abs(ratio) < math.log(1 + MARGIN):
+        return None
+    return math.log(on_rate / off_rate)
+
+
+def vote(b: BucketCosts, index: int) -> float:
+    """Bucket ``index``'s say in the crossover: positive for speculation,
+    ``w * clip(ln(ON tok/s / OFF tok/s), +-LOG_CLIP)`` with ``w`` its fewer-measured mode's
+    samples up to VOTE_CAP; 0 while a mode is not measured (:func:`log_ratio`) or the two are
+    within MARGIN."""
+    ratio = log_ratio(b, index)
+    if ratio is None or abs(ratio) < math.log(1 + MARGIN):
         return 0.0
     weight = min(b.t_on.count, b.t_off.count, VOTE_CAP)
     return weight * max(-LOG_CLIP, min(LOG_CLIP, ratio))
 
 
-def fit_crossover(votes: Dict[int, float], previous: Optional[int]) -> Optional[int]:
-    """The bucket index from which speculation is off that agrees best with the ``votes``
-    (bucket index -> :func:`vote`): it maximises (votes for ON below it) - (votes for ON at and
-    above it), i.e. the prefix sum of the votes. Candidates are the measured buckets (speculation
-    off from there) and None (on everywhere); the ``previous`` crossover stays unless another is
-    better by STICK of all the votes' weight, so noise cannot move it every table."""
+def fit_crossover(votes: Dict[int, float], previous: Optional[int]) -> Tuple[Optional[int], bool]:
+    """The measured bucket index from which speculation is off that agrees best with the
+    ``votes`` (bucket index -> :func:`vote`, every bucket measured both ways), and whether it
+    replaces ``previous``. It maximises (votes for ON below it) - (votes for ON at and above it),
+    i.e. the prefix sum of the votes; candidates are the measured buckets (speculation off from
+    there) and None (on everywhere). The ``previous`` crossover stays unless another is better by
+    STICK of all the votes' weight, so noise cannot move it every table."""
     measured = sorted(votes)
     def prefix(c: Optional[int]) -> float:
         return sum(v for i, v in votes.items() if c is None or i < c)
     best = max([*measured, None], key=lambda c: (prefix(c), -(len(BUCKET_EDGES) if c is None else c)))
-    # an unmeasured previous crossover scores as the next measured bucket up
+    # a previous crossover between measured buckets scores as the next measured one up
     same = None if previous is None else next((i for i in measured if i >= previous), None)
-    if prefix(best) > prefix(same) + STICK * sum(abs(v) for v in votes.values()):
-        return best
-    return previous
+    return best, prefix(best) > prefix(same) + STICK * sum(abs(v) for v in votes.values())
+
+
+def boundary(fitted: Optional[int], measured: List[int]) -> Optional[int]:
+    """The bucket index from which speculation is off, given the fitted measured bucket (None: on
+    everywhere): off at every size when the lowest measured bucket is off; else the buckets not
+    measured between the last ON bucket and ``fitted`` take the mode of the nearer one (a tie
+    stays on)."""
+    if fitted is None:
+        return None
+    below = [i for i in measured if i < fitted]
+    if not below:
+        return 0
+    last_on = max(below)
+    return next(i for i in range(last_on + 1, fitted + 1) if i - last_on > fitted - i)
 
 
 def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
@@ -268,24 +298,34 @@ def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
 
     Speculation pays less as the batch grows (verifying ``num_draft_tokens`` per request turns
     the step compute-bound), so the table is one crossover, fitted to every measured bucket's
-    :func:`vote` (:func:`fit_crossover`): a single noisy bucket cannot switch speculation on in
-    the middle of the OFF range, nor off at batch 1. Before any bucket is measured both ways the
-    crossover is the previous one (none at first: speculation on, as SGLang starts). A bucket
-    with a mode not measured (fresh) asks for a probe of that mode unless the crossover already
-    runs it there (running it measures it).
+    :func:`vote` (:func:`fit_crossover`, :func:`boundary`): a single noisy bucket cannot switch
+    speculation on in the middle of the OFF range, nor off at batch 1; a size never measured takes
+    the mode of the nearest measured one. Before any bucket is measured both ways the crossover is
+    the previous one (none at first: speculation on, as SGLang starts). A bucket with a mode not
+    measured (fresh) asks for a probe of that mode unless the crossover already runs it there
+    (running it measures it); a bucket whose ratio is beyond LOG_CLIP re-measures its losing mode
+    only every DECISIVE_STALE x STALE_STEPS (a probe of a mode at half the speed costs twice).
     """
-    votes = {i: vote(b, i, step) for i, b in costs.buckets.items()}
-    informative = {i: v for i, v in votes.items() if v != 0}
-    cross = fit_crossover(informative, previous.cross) if informative else previous.cross
+    ratios = {i: log_ratio(b, i) for i, b in costs.buckets.items()}
+    measured = sorted(i for i, r in ratios.items() if r is not None)
+    cross = previous.cross
+    if measured:
+        fitted, moved = fit_crossover({i: vote(costs.buckets[i], i) for i in measured}, previous.cross)
+        if moved:
+            cross = boundary(fitted, measured)
     table = Table((), cross)
     entries = []
     for index in sorted(costs.buckets):
         b = costs.buckets[index]
         on = table.preferred(index)
-        missing = [mode for mode, known in ((True, b.t_on.fresh(step) and b.accept.fresh(step)),
-                                            (False, b.t_off.fresh(step))) if not known]
+        r = ratios[index]
+        decisive = r is not None and abs(r) >= LOG_CLIP and (r > 0) == on
+        stale = STALE_STEPS * (DECISIVE_STALE if decisive else 1)
+        missing = [mode for mode, known in ((True, b.t_on.fresh(step, stale) and b.accept.fresh(step, stale)),
+                                            (False, b.t_off.fresh(step, stale))) if not known]
         probe = next((mode for mode in missing if mode != on), None)
-        entries.append((index, Entry(on, probe)))
+        learning = probe is not None and (b.t_on if probe else b.t_off).count < MIN_SAMPLES
+        entries.append((index, Entry(on, probe, learning)))
     return Table(tuple(entries), cross)
 
 
@@ -303,6 +343,7 @@ class AutoPolicy:
         self.probe_steps = 0
         self.probe_starts: List[int] = []  # decode steps at which probes began
         self.last_probe: Dict[int, int] = {}  # bucket -> decode step its last probe began
+        self.probes_of: Dict[int, int] = {}  # bucket -> probes begun there
 
     def decide(self, batch_size: int, step: int) -> Tuple[bool, bool]:
         """Mode for decode batch number ``step`` (0-based) of ``batch_size`` requests:
@@ -321,10 +362,13 @@ class AutoPolicy:
         want = self.table.preferred(index)
         entry = self.table.get(index)
         budget = PROBE_SHARE * step + PROBE_ALLOWANCE
+        learning = entry is not None and entry.learning and self.probes_of.get(index, 0) < LEARN_PROBES
+        gap = LEARN_GAP if learning else PROBE_GAP
         if (entry is not None and entry.probe is not None and entry.probe != want
                 and self.probe_steps + PROBE_LEN <= budget
-                and step - self.last_probe.get(index, -PROBE_GAP) >= PROBE_GAP):
+                and step - self.last_probe.get(index, -gap) >= gap):
             self.last_probe[index] = step
+            self.probes_of[index] = self.probes_of.get(index, 0) + 1
             self.probe_starts.append(step)
             self.probe_on, self.resume_mode = entry.probe, self.on
             self.probe_left = PROBE_LEN - 1

@@ -181,7 +181,8 @@ def test_every_subcommand_and_option_has_help(monkeypatch):
     ap = exc.value.args[0]
     sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
     helps = {c.dest: bool(c.help) for c in sub._choices_actions}
-    assert helps == dict.fromkeys(["run", "summarize", "plot", "offcost", "traffic", "summarize-traffic"], True)
+    assert helps == dict.fromkeys(["run", "summarize", "plot", "offcost", "traffic", "summarize-traffic",
+                                   "compare-profiles"], True)
     for name, parser in sub.choices.items():
         assert [a.dest for a in parser._actions if not a.help] == [], name
     run_help = sub.choices["run"].format_help()

@@ -116,3 +116,187 @@ def test_non_finite_times_are_refused_and_good_files_are_still_summarized(tmp_pa
     assert str(bad) in str(exc.value.code) and "not a time" in str(exc.value.code)
     printed = json.loads(capsys.readouterr().out)  # valid JSON (no NaN), with the good file
     assert list(printed) == [str(good)]
+
+
+# -- stages: live traffic windows, classified by SGLang's step[...] spans ------------------------------
+
+class Kineto:
+    """A small trace shaped like torch.profiler's chrome export of an SGLang 0.5.12 scheduler:
+    ``user_annotation`` spans ``step[MODE bs=B]`` on the scheduler thread (pid/tid 100), launches
+    (``cuda_runtime``, or ``cuda_driver`` for Triton) with a ``correlation`` id, and the GPU
+    activities they launched on stream 7 carrying the same id (a CUDA graph's kernels share their
+    ``cudaGraphLaunch``'s)."""
+
+    def __init__(self):
+        self.events = [{"ph": "M", "name": "process_name", "pid": 100, "args": {"name": "python"}}]
+        self.corr = 0
+
+    def span(self, name, ts, dur):
+        self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 100, "tid": 100,
+                            "ts": ts, "dur": dur, "args": {"External id": 1}})
+        # torch also projects the span onto the GPU timeline; it is not GPU work
+        self.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": name, "pid": 0, "tid": 7,
+                            "ts": ts, "dur": dur})
+
+    def launch(self, ts, kernels, name="cudaLaunchKernel", cat="cuda_runtime"):
+        self.corr += 1
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": 100, "ts": ts, "dur": 4,
+                            "args": {"correlation": self.corr, "cbid": 211}})
+        self.events.append({"ph": "s", "cat": "ac2g", "name": "ac2g", "id": self.corr, "pid": 100, "tid": 100,
+                            "ts": ts})
+        for kname, start, dur in kernels:
+            self.events.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": start,
+                                "dur": dur, "args": {"correlation": self.corr, "stream": 7, "device": 0}})
+
+    def orphan(self, kname, start, dur):  # launched before the profiler started
+        self.events.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": start,
+                            "dur": dur, "args": {"correlation": 99999, "stream": 7}})
+
+
+def none_trace():
+    """No speculation: a prefill, then two decode steps (CUDA graphs), with sampling between."""
+    k = Kineto()
+    k.orphan("gemm_prev_step", 50, 50)                                     # GPU 50-100
+    k.span("step[EXTEND bs=2 toks=600]", 0, 300)
+    k.launch(10, [("gemm_prefill", 100, 300)])                             # GPU 100-400
+    k.launch(20, [("triton_attn_prefill", 400, 200)], "cuLaunchKernel", "cuda_driver")  # 400-600
+    k.launch(310, [("sample", 600, 20)])                                   # outside a span: other
+    k.span("step[DECODE bs=64]", 650, 50)                                  # GPU idle 620-700
+    k.launch(660, [("gemm_decode", 700, 200), ("attn_decode", 900, 100)], "cudaGraphLaunch")
+    k.launch(710, [("sample", 1000, 10)])
+    k.span("step[DECODE bs=64]", 1020, 30)                                 # GPU idle 1010-1050
+    k.launch(1030, [("gemm_decode", 1050, 200), ("attn_decode", 1250, 100)], "cudaGraphLaunch")
+    return k.events
+
+
+def off_trace():
+    """The EAGLE server forced off: target prefill + draft prefill (same bs and toks), an OFF step
+    (TARGET_VERIFY, one token per request) and its KV-only draft extend (a graph outside any span)."""
+    k = Kineto()
+    k.span("step[EXTEND bs=2 toks=600]", 0, 300)
+    k.launch(10, [("gemm_prefill", 100, 500)])                             # GPU 100-600
+    k.launch(310, [("sample", 600, 20)])
+    k.span("step[EXTEND bs=2 toks=600]", 320, 80)                          # the draft's prefill
+    k.launch(330, [("draft_fc_gemm", 620, 60)])                            # GPU 620-680
+    k.span("step[TARGET_VERIFY bs=64]", 700, 50)                           # GPU idle 680-750
+    k.launch(710, [("gemm_decode", 750, 300)], "cudaGraphLaunch")          # 750-1050
+    k.launch(760, [("kv_only_qkv", 1050, 30)], "cudaGraphLaunch")          # draft graph
+    k.launch(770, [("accept", 1080, 10)])                                  # 1080-1090
+    k.launch(780, [("draft_topk", 1085, 10)], "cudaGraphLaunch")           # overlaps accept: shared
+    return k.events
+
+
+def test_stages_of_a_window_without_speculation_sum_to_the_window():
+    st = trace_summary.stage_summary(none_trace())
+    assert st["speculative"] is False and st["window_ms"] == 1.3 and st["gpu_busy_ms"] == 1.18
+    stages = st["stages"]
+    assert {c: v["total_ms"] for c, v in stages.items()} == {
+        "decode": 0.72, "prefill": 0.5, "unattributed": 0.05, "other": 0.03}
+    # idle ended by the decode steps' kernels (620-700, 1010-1050) is charged to decode
+    assert (stages["decode"]["busy_ms"], stages["decode"]["idle_before_ms"]) == (0.6, 0.12)
+    assert stages["prefill"]["top"][0] == {"name": "gemm_prefill", "count": 1, "total_ms": 0.3}
+    assert [t["name"] for t in stages["prefill"]["top"]] == ["gemm_prefill", "triton_attn_prefill"]  # cuda_driver
+    assert sum(v["total_ms"] for v in stages.values()) == pytest.approx(st["window_ms"])
+    steps = st["steps"]  # cut where each target forward starts on the GPU: 100, 700, 1050
+    assert steps["lead_in"] == {"steps": 0, "wall_ms": 0.05, "busy_ms": 0.05, "idle_ms": 0.0, "requests": 0,
+                                "modes": {}}
+    assert steps["prefill"] == {"steps": 1, "wall_ms": 0.6, "busy_ms": 0.52, "idle_ms": 0.08, "requests": 2,
+                                "modes": {"EXTEND": 1}}
+    assert steps["decode"] == {"steps": 2, "wall_ms": 0.65, "busy_ms": 0.61, "idle_ms": 0.04, "requests": 128,
+                               "modes": {"DECODE": 2}}
+    assert st["cpu"]["prefill"] == {"spans": 1, "span_ms": 0.3, "requests": 2, "tokens": 600, "modes": {"EXTEND": 1}}
+    assert st["tokens"]["output_tokens"] == 130  # 64 + 64 decode, 2 first tokens of the prefill
+    assert set(st["legend"]) == set(stages)
+
+
+def test_draft_prefill_off_step_and_draft_graph_are_told_apart():
+    st = trace_summary.stage_summary(off_trace(), tokens_per_verify=1.0)
+    assert st["speculative"] is True  # from the TARGET_VERIFY span
+    stages = st["stages"]
+    assert stages["prefill"]["busy_ms"] == 0.5 and stages["draft_prefill"]["busy_ms"] == 0.06
+    assert stages["draft_prefill"]["top"][0]["name"] == "draft_fc_gemm"
+    assert (stages["decode"]["busy_ms"], stages["decode"]["idle_before_ms"]) == (0.3, 0.07)  # TARGET_VERIFY
+    assert stages["draft"]["top"] == [{"name": "kv_only_qkv", "count": 1, "total_ms": 0.03},
+                                      {"name": "draft_topk", "count": 1, "total_ms": 0.01}]
+    # accept (other) 1080-1090 and draft_topk (draft) 1085-1095 overlap: the 5 us they share are halved
+    assert stages["other"]["busy_ms"] == pytest.approx(0.02 + 0.0075, abs=6e-4)
+    assert stages["draft"]["busy_ms"] == pytest.approx(0.03 + 0.0075, abs=6e-4)
+    assert sum(v["total_ms"] for v in stages.values()) == pytest.approx(st["window_ms"])
+    assert st["steps"]["prefill"]["steps"] == 1 and st["steps"]["decode"]["modes"] == {"TARGET_VERIFY": 1}
+    assert st["cpu"]["draft_prefill"]["spans"] == 1
+    assert st["tokens"]["output_tokens"] == 66 and st["tokens"]["verify_requests"] == 64
+    assert trace_summary.stage_summary(off_trace())["tokens"]["output_tokens"] is None  # verify tokens unknown
+    # told it does not speculate: the second EXTEND is a prefill of its own, graphs outside spans are other
+    plain = trace_summary.stage_summary(off_trace(), tokens_per_verify=1.0, speculative=False)
+    assert "draft_prefill" not in plain["stages"] and "draft" not in plain["stages"]
+
+
+def test_extend_pairs_need_the_same_batch_and_nothing_between():
+    k = Kineto()
+    k.span("step[TARGET_VERIFY bs=4]", 0, 10)
+    k.launch(1, [("v", 10, 10)])
+    k.span("step[EXTEND bs=1 toks=100]", 20, 10)
+    k.launch(21, [("p1", 30, 10)])
+    k.span("step[EXTEND bs=1 toks=90]", 40, 10)                           # other toks: a target prefill
+    k.launch(41, [("p2", 50, 10)])
+    k.span("step[EXTEND bs=1 toks=90]", 60, 10)                           # the draft of the one before
+    k.launch(61, [("d2", 70, 10)])
+    k.span("step[EXTEND bs=1 toks=90]", 80, 10)                           # after a draft: a target again
+    k.launch(81, [("p3", 90, 10)])
+    k.span("step[DECODE bs=4]", 100, 10)                                  # DECODE on an EAGLE server: draft
+    k.launch(101, [("dd", 110, 10)])
+    spans, speculative = trace_summary.forward_spans(trace_summary._complete(k.events))
+    assert speculative and [s["category"] for s in spans] == [
+        "decode", "prefill", "prefill", "draft_prefill", "prefill", "draft"]
+
+
+def test_compare_attributes_the_gap_per_stage_per_1000_output_tokens():
+    a = trace_summary.stage_summary(none_trace())
+    b = trace_summary.stage_summary(off_trace(), tokens_per_verify=1.0)
+    cmp = trace_summary.compare_stages(a, b)
+    assert cmp["tokens"] == {"a": 130, "b": 66}
+    t = cmp["total"]["window_ms"]
+    assert t["a"] == pytest.approx(1.3 * 1000 / 130, abs=1e-3) and t["b"] == pytest.approx(0.995 * 1000 / 66, abs=1e-3)
+    rows = {r["name"]: r for r in cmp["stages"]}
+    assert rows["draft_prefill"]["total_ms"] == {"a": 0.0, "b": pytest.approx(0.06 * 1000 / 66, abs=1e-3),
+                                                 "diff": pytest.approx(0.06 * 1000 / 66, abs=1e-3)}
+    assert sum(r["total_ms"]["diff"] for r in cmp["stages"]) == pytest.approx(t["diff"], abs=1e-2)
+    assert sum(r["share"] for r in cmp["stages"]) == pytest.approx(1.0, abs=1e-2)
+    steps = {r["name"]: r for r in cmp["steps"]}
+    assert steps["decode"]["steps"] == {"a": 2, "b": 1} and steps["decode"]["ms_per_step"]["a"] == 0.325
+    assert steps["lead_in"]["ms_per_step"] == {"a": None, "b": None}
+    text = trace_summary.format_comparison(cmp, "none", "off")
+    assert "A = none: 130 output tokens in 1.3 ms" in text and "| draft_prefill | 0.00 | 0.91 | +0.91 |" in text
+    assert "| step | A steps | B steps |" in text
+    with pytest.raises(ValueError, match="B has no output token count"):
+        trace_summary.compare_stages(a, trace_summary.stage_summary(off_trace()))
+
+
+def test_stages_of_reads_a_traffic_profile_or_a_bare_summary():
+    st = trace_summary.stage_summary(none_trace())
+    assert trace_summary.stages_of(st) is st
+    doc = {"traces": {"1-TP-1.trace.json.gz": {"error": "x"}, "1-TP-0.trace.json.gz": {"stages": st}},
+           "primary": "1-TP-0.trace.json.gz"}
+    assert trace_summary.stages_of(doc) is st
+    with pytest.raises(ValueError, match="no stage summary .corrupt"):
+        trace_summary.stages_of({"traces": {"t": {"error": "corrupt"}}, "primary": "t"})
+    with pytest.raises(ValueError, match="neither"):
+        trace_summary.stages_of({"rows": []})
+
+
+def test_cli_stages_flag(tmp_path, capsys):
+    path = tmp_path / "1-TP-0.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": off_trace()}, f)
+    trace_summary.main([str(path), "--stages", "--tokens-per-verify", "1"])
+    out = json.loads(capsys.readouterr().out)[str(path)]
+    assert out["graph_launches"] == 3 and out["stages"]["tokens"]["output_tokens"] == 66
+    with pytest.raises(SystemExit):
+        trace_summary.main([str(path), "--stages", "--tokens-per-verify", "0"])
+
+
+def test_launches_on_a_thread_without_spans_are_matched_by_time():
+    events = [dict(e, tid=555) if e.get("cat") == "cuda_runtime" else e for e in none_trace()]
+    st = trace_summary.stage_summary(events)
+    assert {c: v["total_ms"] for c, v in st["stages"].items()} == {
+        "decode": 0.72, "prefill": 0.5, "unattributed": 0.05, "other": 0.03}

@@ -104,10 +104,12 @@ def server_state(config: str, worker: str = "v2", attention: str = "triton") -> 
 
 
 class FakeServer:
-    """The HTTP stand-in; ``sets`` holds every accepted gate update, ``flushes`` counts /flush_cache."""
+    """The HTTP stand-in; ``sets`` holds every accepted gate update, ``flushes`` counts /flush_cache.
+    ``on_profile(path, body)`` answers /start_profile and /stop_profile: None (200) or a status."""
 
     def __init__(self, state: dict):
         self.state, self.sets, self.flushes, self.log = state, [], 0, []
+        self.on_profile = lambda path, body: None
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -132,6 +134,14 @@ class FakeServer:
                 if self.path == "/flush_cache":
                     outer.flushes += 1
                     return self._send({})
+                if self.path in ("/start_profile", "/stop_profile"):
+                    status = outer.on_profile(self.path, body)
+                    if status is None:
+                        return self._send({})
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 gate = outer.state["internal_states"][0].get("spec_gate")
                 update = body.get("server_args", {})
                 if gate is None:
@@ -822,3 +832,148 @@ def test_dry_run_prints_the_plan_and_starts_nothing(tmp_path, monkeypatch, capsy
     assert all(r["est_s"] > 0 and r["argv"][:2] == ["--backend", "sglang"] for r in rows)
     assert lines[-1].startswith(f"{len(rows)} rows, 2 warm-up runs: about ")
     assert not (tmp_path / "o").exists()
+
+
+# -- --profile-row: SGLang's profiler over a repeat of one row -----------------------------------------
+
+def write_trace(directory: str, name: str = "1764633600.1-TP-0.trace.json.gz") -> None:
+    """What SGLang writes into /start_profile's output_dir: a small chrome trace with one target
+    prefill, the draft's prefill and one OFF step (bench.trace_summary's stage tests have more)."""
+    import gzip
+
+    def x(cat, name, ts, dur, corr=None, pid=100, tid=100):
+        e = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
+        if corr is not None:
+            e["args"] = {"correlation": corr}
+        return e
+
+    events = [x("user_annotation", "step[EXTEND bs=2 toks=300]", 0, 50), x("cuda_runtime", "cudaLaunchKernel", 1, 2, 1),
+              x("kernel", "gemm", 10, 100, 1, 0, 7),
+              x("user_annotation", "step[EXTEND bs=2 toks=300]", 60, 20), x("cuda_runtime", "cudaLaunchKernel", 61, 2, 2),
+              x("kernel", "draft_gemm", 110, 20, 2, 0, 7),
+              x("user_annotation", "step[TARGET_VERIFY bs=64]", 90, 10), x("cuda_runtime", "cudaGraphLaunch", 91, 2, 3),
+              x("kernel", "decode_gemm", 140, 60, 3, 0, 7)]
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    with gzip.open(Path(directory) / name, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+PROFILE_ARGS = ["--p-wrong", "0.2", "--workloads", "varied-closed", "--concurrency", "16,64", "--num-prompts", "8",
+                "--no-warmup", "--profile-row", "varied-closed:64", "--profile-delay", "0", "--profile-steps", "7"]
+
+
+def test_profile_row_records_a_repeat_of_the_row_and_summarizes_it_by_stage(servers, bench, tmp_path, monkeypatch,
+                                                                            capsys):
+    server = servers("gate")
+    posts = []
+
+    def on_profile(path, body):
+        posts.append((path, body, list(server.sets)))
+        write_trace(body["output_dir"])
+
+    server.on_profile = on_profile
+    out = tmp_path / "o"
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", "off", *PROFILE_ARGS, "--out", out,
+        "--work-dir", tmp_path / "w")
+    _, rows = read_csv(out / traffic.DEFAULT_CSV)
+    assert [r["concurrency"] for r in rows] == ["16", "64"]  # the profiled pass is not a row
+    argvs = bench()
+    assert len(argvs) == 3
+    same = [[x for i, x in enumerate(a) if a[i - 1] != "--output-file"] for a in argvs]
+    assert same[2] == same[1]  # the pass sends the c=64 row's requests again
+    assert opt(argvs[2], "--output-file").endswith("-c64-profile.jsonl")
+    (path, body, sets), = posts
+    assert path == "/start_profile" and sets == [(1, 0)]  # while the gate was forced off
+    assert body["num_steps"] == 7 and body["activities"] == ["CPU", "GPU"]
+    assert body["with_stack"] is False and body["record_shapes"] is False
+    name = "profile-traffic-off-v2-p0.2-varied-closed-c64"
+    assert body["output_dir"] == str((out / name).resolve())
+    doc = json.loads((out / f"{name}.json").read_text())
+    assert doc["errors"] == [] and doc["primary"] == "1764633600.1-TP-0.trace.json.gz"
+    assert doc["tokens_per_verify"] == 1.0 and doc["pass"]["completed"] == 8 and doc["threshold"] == 1
+    stages = doc["traces"][doc["primary"]]["stages"]
+    assert set(stages["stages"]) == {"prefill", "draft_prefill", "decode"}
+    assert stages["tokens"]["output_tokens"] == 66 and doc["traces"][doc["primary"]]["summary"]["graph_launches"] == 1
+    run = json.loads((out / "traffic-off-v2-p0.2.json").read_text())["runs"][0]
+    assert run["profile"]["json"] == str(out / f"{name}.json") and run["profile"]["output_tokens"] == 66
+    assert run["plan"]["profile"] == {"workload": "varied-closed", "level": 64.0, "steps": 7, "delay_s": 0.0}
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"profile"')]
+    assert printed[0]["stages_ms"]["draft_prefill"] > 0
+    # the comparison command reads what was written (here the same profile twice: no gap)
+    cli(monkeypatch, "compare-profiles", out / f"{name}.json", out / f"{name}.json")
+    text = capsys.readouterr().out
+    assert "A = off varied-closed c=64" in text and "B - A +0.00" in text
+
+
+def test_a_profile_cut_short_is_stopped_and_a_failed_one_keeps_the_rows(servers, bench, tmp_path, monkeypatch,
+                                                                        capsys):
+    server = servers("none")
+    stops = []
+
+    def on_profile(path, body):  # the pass ended before num_steps: only /stop_profile writes the trace
+        if path == "/start_profile":
+            server.profile_dir = body["output_dir"]
+        else:
+            stops.append(path)
+            write_trace(server.profile_dir)
+
+    server.on_profile = on_profile
+    out = tmp_path / "o"
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", "none", *PROFILE_ARGS, "--out", out,
+        "--work-dir", tmp_path / "w")
+    doc = json.loads((out / "profile-traffic-none-v2-p0.2-varied-closed-c64.json").read_text())
+    assert stops == ["/stop_profile"] and doc["stopped_early"] is True and doc["errors"] == []
+    assert doc["tokens_per_verify"] is None  # no speculation
+    assert "draft_prefill" not in doc["traces"][doc["primary"]]["stages"]["stages"]  # told: none
+    # the server refuses to profile: said, recorded, and the call still ends well with its rows
+    server.on_profile = lambda path, body: 500
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", "none", *PROFILE_ARGS, "--out", out,
+        "--work-dir", tmp_path / "w")
+    assert "warning: profile: /start_profile answered 500" in capsys.readouterr().err
+    doc = json.loads((out / "profile-traffic-none-v2-p0.2-varied-closed-c64.json").read_text())
+    assert doc["traces"] == {} and doc["errors"][0].startswith("/start_profile answered 500")
+    _, rows = read_csv(out / traffic.DEFAULT_CSV)
+    assert len(rows) == 4
+    msg = fails(monkeypatch, capsys, "compare-profiles", out / "profile-traffic-none-v2-p0.2-varied-closed-c64.json",
+                out / "profile-traffic-none-v2-p0.2-varied-closed-c64.json")
+    assert "neither a stage summary nor a traffic profile with traces" in msg
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--profile-row", "varied-closed"], "is not WORKLOAD:LEVEL"),
+    (["--profile-row", "varied-closed:2.5"], "the level of varied-closed is a number of concurrent requests >= 1"),
+    (["--profile-row", "varied-poisson:0"], "the level of varied-poisson is a request rate > 0"),
+    (["--profile-row", "bogus-closed:64"], "workload 'bogus-closed' is not"),
+    (["--profile-row", "varied-closed:32"], "--profile-row varied-closed:32: no such row in this call"),
+    (["--profile-row", "long-closed:64"], "no such row in this call (workloads uniform-closed,varied-closed"),
+    (["--profile-steps", "5"], "--profile-steps / --profile-delay go with --profile-row"),
+    (["--profile-row", "varied-closed:64", "--profile-steps", "0"], "--profile-steps is a number of forward steps"),
+    (["--profile-row", "varied-closed:64", "--profile-delay", "nan"], "--profile-delay is a number of seconds"),
+])
+def test_bad_profile_arguments_are_one_line_errors(tmp_path, monkeypatch, capsys, args, says):
+    monkeypatch.setattr(traffic, "traffic", lambda a: pytest.fail("traffic() must not start after an error"))
+    assert says in fails(monkeypatch, capsys, "traffic", "--url", "http://h:1", "--config", "none", "--p-wrong",
+                         "0.2", "--concurrency", "16,64", "--workloads", "uniform-closed,varied-closed",
+                         "--out", tmp_path / "o", *args)
+
+
+def test_compare_profiles_file_errors(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    for a, says in ((tmp_path / "missing.json", "no such file: "), (tmp_path, "is a directory"),
+                    (bad, "cannot read ")):
+        assert says in fails(monkeypatch, capsys, "compare-profiles", a, a)
+
+
+def test_dry_run_shows_the_profiled_pass(tmp_path, monkeypatch, capsys):
+    cli(monkeypatch, "traffic", "--url", "http://h:1", "--config", "none", "--p-wrong", "0.2", "--workloads",
+        "varied-closed", "--concurrency", "16,64", "--profile-row", "varied-closed:64", "--dry-run",
+        "--out", tmp_path / "o")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [line.get("profile_pass") for line in lines] == [None, None, "varied-closed"]
+    assert lines[2]["steps"] == traffic.PROFILE_STEPS and lines[2]["est_s"] == lines[1]["est_s"]
+    assert "warning" not in capsys.readouterr().err
+    cli(monkeypatch, "traffic", "--url", "http://h:1", "--config", "none", "--p-wrong", "0.2", "--workloads",
+        "varied-closed", "--concurrency", "64", "--num-prompts", "64", "--profile-row", "varied-closed:64",
+        "--dry-run", "--out", tmp_path / "o")
+    assert "warning: --profile-delay 6 s is over half of the row's ~" in capsys.readouterr().err
