@@ -38,10 +38,10 @@ def generate_payload(input_ids: List[int], max_new_tokens: int) -> Dict[str, Any
 
 
 def check_ids(oracle: Any, prompt: List[int], output_ids: Any, max_new_tokens: int) -> Optional[int]:
-    """Index of the first output token that is not the oracle chain's (the length when one is
-    short or long), or None when the output is the chain exactly."""
+    """Index of the first output token that is not the oracle's continuation of ``prompt`` (the
+    length when one is short or long), or None when the output is it exactly."""
     got = list(output_ids or [])
-    want = oracle.chain(prompt[-1], max_new_tokens)
+    want = oracle.continuation(prompt, max_new_tokens)
     bad = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
     if bad is None and len(got) != len(want):
         bad = min(len(got), len(want))

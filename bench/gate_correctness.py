@@ -21,9 +21,19 @@ auto. the auto threshold (``"auto"`` over POST /set_internal_state) under a clos
    same decisions (``decisions_digest``, switches, decode steps ON/OFF: ``ranks_agree_auto``).
    Recorded as ``auto`` in each entry (:func:`auto_record`), with ``auto_ok`` and ``ranks_agree_auto``.
 
+KV-sensitive pair (``--kv-sensitive``; ``bench.synthetic_models --kv-sensitive``): the target's next
+token is pi of the token one position back, read by attention, and the draft reads the tokens
+before it through its own K/V cache, so a target K/V left wrong by OFF steps, a switch or a
+retraction changes an output (A-F, auto), and a draft K/V left wrong changes phase C's accept
+length, instead of only showing in the sampled run-time proofs. ``--build PRESET`` writes the pair
+into ``--models`` first (``--p-wrong``, ``--seed``; with ``--kv-sensitive`` the KV-sensitive one).
+Every entry records ``kv_sensitive``; an entry of one kind of pair never replaces one of the other.
+
 Usage (GPU machine): python -m bench.gate_correctness --models DIR --out bench/results/gate-correctness.json
 ``--auto`` runs only the auto phase (merged into an existing entry of the same config and TP:
 :func:`merge_result`), ``--skip-auto`` only A-F. One JSON line per configuration as it ends.
+KV-sensitive: python -m bench.gate_correctness --models /tmp/models/1b-kv --build 1b --kv-sensitive
+--out bench/results/gate-correctness-kv.json
 """
 
 from __future__ import annotations
@@ -95,14 +105,15 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
                switches_target: int, mem_fraction: float, phases: str = ALL_PHASES,
                auto_options: Optional[AutoOptions] = None) -> Dict[str, Any]:
     cfg = CONFIGS[name]
+    kv = bool(getattr(oracle, "kv_sensitive", False))
     args = eagle3_args(
         str(models / "target"), str(models / "draft"),
         topk=cfg["topk"], num_steps=cfg["num_steps"], num_draft_tokens=cfg["num_draft_tokens"],
         overlap=cfg["overlap"], max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
         mem_fraction=mem_fraction,
     ) + ["--tp-size", str(tp), THRESHOLD_FLAG, str(MAX_RR)]
-    rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "phases": {}}
-    server = start_server(f"gate-{name}-tp{tp}", args, port, log_dir)
+    rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv, "phases": {}}
+    server = start_server(f"gate-{name}-tp{tp}" + ("-kv" if kv else ""), args, port, log_dir)
     url = server.url
     try:
         wait_ready(server)
@@ -134,10 +145,15 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     oks = []
 
     # A. forced ON
-    ok, res = check_many(url, oracle, make_prompts(vocab, 16, 32, 1), 128, 16)
+    prompts_a = make_prompts(vocab, 16, 32, 1)
+    ok, res = check_many(url, oracle, prompts_a, 128, 16)
     g = spec_gate(url)
     rec["phases"]["A_forced_on"] = {"oracle_match": ok, "decode_steps_on": g["decode_steps_on"],
                                     "accept_length_recent": g["accept_length_recent"]}
+    # each request's verify count against the oracle's trace (no OFF step yet): whether SGLang's own
+    # loop drafts as the oracle models it, the baseline for phase C's exact recovery check
+    rec["phases"]["A_forced_on"].update(forced_on_verify_ct(oracle, prompts_a, res, 128, cfg["num_steps"]))
+    rec["forced_on_verify_ct_matches_oracle"] = rec["phases"]["A_forced_on"]["spec_verify_ct_matches_oracle"]
     rec["accept_length_before_off"] = g["accept_length_recent"]
     oks.append(ok)
 
@@ -270,6 +286,15 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
                 and "off_draft_extend" in g)
     rec["final_spec_gate"] = g
+
+
+def forced_on_verify_ct(oracle: Any, prompts: Sequence[Sequence[int]], results: Sequence[Dict[str, Any]],
+                        max_new_tokens: int, num_steps: int) -> Dict[str, Any]:
+    """``spec_verify_ct`` per request (``results`` in prompt order) next to the oracle's verify count
+    for speculation on throughout (``Oracle.spec_decode``), and whether all are equal."""
+    got = [r.get("spec_verify_ct") for r in results]
+    want = [oracle.spec_decode(p, max_new_tokens, num_steps)["verify_ct"] for p in prompts]
+    return {"spec_verify_ct": got, "spec_verify_ct_oracle": want, "spec_verify_ct_matches_oracle": got == want}
 
 
 # -- the auto phase ------------------------------------------------------------------------------
@@ -423,6 +448,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--base-port", type=int, default=31000)
+    ap.add_argument("--kv-sensitive", action="store_true",
+                    help="run on the KV-sensitive pair (bench.synthetic_models --kv-sensitive): wrong or "
+                         "stale K/V then changes outputs or accept lengths; --models must hold one (or --build it)")
+    ap.add_argument("--build", metavar="PRESET", default=None,
+                    help="first write the synthetic pair of this preset (tiny, 1b, 8b) into --models")
+    ap.add_argument("--p-wrong", type=float, default=0.2, help="with --build (default 0.2)")
+    ap.add_argument("--seed", type=int, default=0, help="with --build (default 0)")
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--auto", action="store_true",
                        help="only the auto-threshold phase (merged into an existing entry of the same config and TP)")
@@ -448,9 +480,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     opts = AutoOptions(seconds=a.auto_seconds, period_s=a.auto_period, peak=a.auto_peak,
                        output_len=a.auto_output_len, extra_s=a.auto_extra_seconds)
 
-    from bench.synthetic_models import Oracle
-
-    oracle = Oracle.load(a.models / "oracle.json")
+    oracle = load_pair(ap, a)
     names = a.configs.split(",")
     with ThreadPoolExecutor(max_workers=a.parallel) as pool:
         futs = [pool.submit(run_config, n, a.models, oracle, a.base_port + 10 * i, a.log_dir,
@@ -463,18 +493,39 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             print(json.dumps(result_line(r, phases)), flush=True)
 
 
+def load_pair(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Any:
+    """The Oracle of ``a.models`` (written first with ``--build``); exits 2 (``ap.error``) when
+    there is none, the preset or p is unknown, or the pair is not the kind ``--kv-sensitive`` asks."""
+    from bench.synthetic_models import PRESETS, Oracle, generate_pair
+
+    if a.build is not None:
+        if a.build not in PRESETS:
+            ap.error(f"--build: unknown preset {a.build!r}; choose from {sorted(PRESETS)}")
+        if not 0.0 <= a.p_wrong <= 1.0:
+            ap.error(f"--p-wrong must be in [0, 1], got {a.p_wrong}")
+        generate_pair(a.models, preset=a.build, p_wrong=a.p_wrong, seed=a.seed, kv_sensitive=a.kv_sensitive)
+    try:
+        oracle = Oracle.load(a.models / "oracle.json")
+    except (OSError, ValueError) as exc:
+        ap.error(f"no synthetic pair at {a.models} ({type(exc).__name__}: {exc}); write one with --build PRESET")
+    if oracle.kv_sensitive != a.kv_sensitive:
+        ap.error(f"{a.models} holds a {'KV-sensitive' if oracle.kv_sensitive else 'default'} pair: "
+                 + ("pass --kv-sensitive" if oracle.kv_sensitive else "build one with --build PRESET --kv-sensitive"))
+    return oracle
+
+
 #: the keys of a run's JSON line (phases A-F)
-LINE_KEYS = ("config", "tp", "worker_class", "oracle_match", "switches", "ranks_agree",
+LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "switches", "ranks_agree",
              "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
              "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok",
              "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
-             "recovery_matches_oracle", "error")
+             "recovery_matches_oracle", "forced_on_verify_ct_matches_oracle", "error")
 
 
 def result_line(rec: Dict[str, Any], phases: str = ALL_PHASES) -> Dict[str, Any]:
     """The one JSON line printed for a run: A-F's keys (unless auto-only), then ``auto_ok``,
     ``ranks_agree_auto`` and ``auto`` without its ``auto_buckets`` (in the file)."""
-    keys = ("config", "tp", "worker_class", "oracle_match", "error") if phases == AUTO_ONLY else LINE_KEYS
+    keys = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "error") if phases == AUTO_ONLY else LINE_KEYS
     line = {k: rec.get(k) for k in keys}
     if phases != CLASSIC_ONLY:
         line["auto_ok"] = rec.get("auto_ok")
@@ -495,14 +546,15 @@ def _rank_proof(rec: Dict[str, Any], gate: Dict[str, Any], key: str, active: boo
 
 
 def merge_result(out: Path, rec: Dict[str, Any], keys: Optional[Sequence[str]] = None) -> None:
-    """Write ``rec`` into the JSON list at ``out``, replacing an entry of the same (config, tp).
+    """Write ``rec`` into the JSON list at ``out``, replacing an entry of the same (config, tp, kind
+    of pair: ``kv_sensitive``, absent = the default pair).
 
     With ``keys`` (an auto-only run: AUTO_ENTRY_KEYS) an entry of the same (config, tp) that has
     phases A-F keeps them and gets only ``keys`` from ``rec``, ``auto_error`` when the run failed,
     and ``oracle_match`` = A-F's and the auto phase's; otherwise ``rec`` replaces it (or is added).
     """
     existing = json.loads(out.read_text()) if out.exists() else []
-    same = [r for r in existing if isinstance(r, dict) and (r.get("config"), r.get("tp")) == (rec["config"], rec["tp"])]
+    same = [r for r in existing if _same_run(r, rec)]
     if keys is not None and same and same[-1].get("phases"):
         entry = same[-1]
         for k in keys:
@@ -517,8 +569,14 @@ def merge_result(out: Path, rec: Dict[str, Any], keys: Optional[Sequence[str]] =
         entry["oracle_match"] = bool(base) and auto.get("oracle_match") is True
         write_json(out, existing)
         return
-    keep = [r for r in existing if not (isinstance(r, dict) and (r.get("config"), r.get("tp")) == (rec["config"], rec["tp"]))]
+    keep = [r for r in existing if not _same_run(r, rec)]
     write_json(out, keep + [rec])
+
+
+def _same_run(entry: Any, rec: Dict[str, Any]) -> bool:
+    """``entry`` is a run of ``rec``'s configuration, TP size and kind of pair."""
+    return (isinstance(entry, dict) and (entry.get("config"), entry.get("tp")) == (rec["config"], rec["tp"])
+            and bool(entry.get("kv_sensitive")) == bool(rec.get("kv_sensitive")))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
 #                                                with `pip wheel --no-deps -w .devrun .`)
 #   bash bench/gpu_session.sh models PRESET P...   synthetic pairs into /tmp/models/PRESET/pP
 #   bash bench/gpu_session.sh smoke | gate [args]
+#   bash bench/gpu_session.sh gate-kv [args]    the gate on the KV-sensitive 1b pair (built into
+#                                                /tmp/models/1b/kv-p0.2 on the first call)
 set -euo pipefail
 step=${1:?step}; shift || true
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -27,6 +29,10 @@ case "$step" in
     env_sh; python3 -m bench.gpu_smoke --models-root /tmp/models/1b --out "$out/gpu-smoke.json" "$@" ;;
   gate)
     env_sh; python3 -m bench.gate_correctness --models /tmp/models/1b/p0.2 --out "$out/gate-correctness.json" "$@" ;;
+  gate-kv)
+    env_sh; m=/tmp/models/1b/kv-p0.2
+    build=(); [ -f $m/oracle.json ] || build=(--build 1b --p-wrong 0.2)
+    python3 -m bench.gate_correctness --models $m "${build[@]}" --kv-sensitive --out "$out/gate-correctness-kv.json" "$@" ;;
   logs)
     tar czf "$out/logs.tgz" -C /tmp specconsole-logs 2>/dev/null || true ;;
   *) echo "unknown step $step" >&2; exit 2 ;;

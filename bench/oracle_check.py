@@ -16,7 +16,7 @@ def make_prompts(vocab: int, n: int, length: int, seed: int) -> List[List[int]]:
 
 
 def check_one(url: str, oracle: Any, prompt: List[int], max_new_tokens: int) -> Dict[str, Any]:
-    """One greedy request; ``match`` is True iff the output ids equal the oracle chain."""
+    """One greedy request; ``match`` is True iff the output ids equal the oracle's continuation."""
     return check_output(oracle, prompt, generate(url, prompt, max_new_tokens), max_new_tokens)
 
 
@@ -33,10 +33,11 @@ def check_batch(url: str, oracle: Any, prompts: List[List[int]], max_new_tokens:
 
 
 def check_output(oracle: Any, prompt: List[int], out: Dict[str, Any], max_new_tokens: int) -> Dict[str, Any]:
-    """One ``/generate`` answer against the oracle chain of ``prompt``: ``match``, the index of the
+    """One ``/generate`` answer against the oracle's continuation of ``prompt`` (the pi chain of its
+    last token, or for a KV-sensitive pair the one of its last two): ``match``, the index of the
     first wrong token (None if all right), ``n_tokens`` and SGLang's per-request spec counters."""
     got = out.get("output_ids") or []
-    want = oracle.chain(prompt[-1], max_new_tokens)
+    want = oracle.continuation(prompt, max_new_tokens)
     first_bad = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
     if first_bad is None and len(got) != len(want):
         first_bad = min(len(got), len(want))

@@ -6,13 +6,16 @@ because the corrupted keys are a fixed set: one position's four requests can all
 synthetic pair's oracle removes that noise: a draft whose KV cache and hidden state are current
 accepts exactly ``Oracle.accept_lengths_from`` at each position, so the measured accept length of
 the first ON batch, and of the first ``steps_since_on`` ON batches, must *equal* the prediction. A
-stale draft state would draft from an old token and accept 1 per request.
+stale draft state would draft from an old token and accept 1 per request. With a KV-sensitive pair
+(``bench.synthetic_models --kv-sensitive``) the draft reads the tokens before it through its K/V
+cache, so a draft K/V left wrong by the OFF steps breaks the equality too (the default pair's draft
+ignores its K/V: there only the hidden state counts).
 
 Assumes the recovery phase's requests were prefilled in one batch (they then share one position;
 ``bench.gate_correctness`` phase C sends them together and records whether the prediction held).
 
 ``python -m bench.recovery_oracle FILE [--models DIR | --vocab V (--p-wrong P | --p-wrong-families
-P0,P1,..) --seed S]`` adds the prediction to each entry of a ``bench.gate_correctness`` JSON list
+P0,P1,..) --seed S [--kv-sensitive]]`` adds the prediction to each entry of a ``bench.gate_correctness`` JSON list
 written before phase C recorded it, and prints one line per entry. Exit status 0 when every entry equals the prediction, 1 when
 one does not or could not be checked (no recovery phase, malformed, not measured), 2 for a file
 or oracle it cannot read.
@@ -98,7 +101,8 @@ def annotate(entries: List[Dict[str, Any]], oracle: Any, configs: Dict[str, Dict
 
     Entries written before phase C counted resume steps are taken to have had one exactly when
     the KV-only OFF draft extend ran (``off_draft_extend == "kv-only"``, the only case
-    server_patch runs resume steps in).
+    server_patch runs resume steps in). An entry run on the other kind of pair than ``oracle``
+    (``kv_sensitive`` differs; absent means the default pair) is skipped.
     """
     lines = []
     for i, e in enumerate(entries):
@@ -109,6 +113,10 @@ def annotate(entries: List[Dict[str, Any]], oracle: Any, configs: Dict[str, Dict
         if not isinstance(phase, dict) or e.get("config") not in configs:
             name = f"{e.get('config')} tp={e.get('tp')}" if isinstance(e, dict) else f"entry {i}"
             lines.append(f"{name}: no recovery phase of a known config, skipped")
+            continue
+        if bool(e.get("kv_sensitive")) != bool(getattr(oracle, "kv_sensitive", False)):
+            kind = "a KV-sensitive" if e.get("kv_sensitive") else "the default"
+            lines.append(f"{e['config']} tp={e.get('tp')}: ran on {kind} pair, not this oracle's, skipped")
             continue
         resume = phase.get("resume_steps")
         if resume is None:
@@ -132,11 +140,11 @@ def annotate(entries: List[Dict[str, Any]], oracle: Any, configs: Dict[str, Dict
 
 
 def oracle_from_maps(vocab: int, p_wrong: float, seed: int,
-                     p_wrong_families: Optional[Sequence[float]] = None) -> Any:
+                     p_wrong_families: Optional[Sequence[float]] = None, kv_sensitive: bool = False) -> Any:
     """An ``Oracle`` from ``build_maps(vocab, p_wrong, seed, p_wrong_families=...)`` alone (no
     model dir): enough for chains and acceptance; its layout fields (special tokens, sizes) are
     placeholders. ``p_wrong_families`` (K values, with ``p_wrong`` 0) rebuilds a pair made with
-    ``--p-wrong-families``."""
+    ``--p-wrong-families``; ``kv_sensitive`` one made with ``--kv-sensitive`` (same maps)."""
     from bench.synthetic_models import Oracle, build_family_maps, mean_p_wrong, prompt_families
 
     if not 0.0 <= p_wrong <= 1.0:
@@ -147,7 +155,7 @@ def oracle_from_maps(vocab: int, p_wrong: float, seed: int,
                   seed=seed, preset="maps-only", vocab=vocab, vocab_size=vocab, special_tokens={},
                   eos_token_id=-1, bos_token_id=-1, pad_token_id=-1, unk_token_id=-1, hidden_size=0,
                   num_layers=0, draft_intermediate_size=0, target_layers_to_capture=[], dtype="none",
-                  families=families)
+                  families=families, kv_sensitive=kv_sensitive)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -159,6 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--p-wrong-families", default=None, metavar="P0,P1,..",
                     help="without --models: the pair's per-family p (excludes --p-wrong)")
     ap.add_argument("--seed", type=int, default=0, help="without --models: the pair's seed")
+    ap.add_argument("--kv-sensitive", action="store_true", help="without --models: a KV-sensitive pair")
     ap.add_argument("--dry-run", action="store_true", help="print, do not rewrite the file")
     a = ap.parse_args(argv)
     from bench.server_harness import CONFIGS, write_json
@@ -171,9 +180,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif a.p_wrong_families is not None:
             if a.p_wrong is not None:
                 ap.error("give --p-wrong or --p-wrong-families, not both")
-            oracle = oracle_from_maps(a.vocab, 0.0, a.seed, [float(x) for x in a.p_wrong_families.split(",")])
+            oracle = oracle_from_maps(a.vocab, 0.0, a.seed, [float(x) for x in a.p_wrong_families.split(",")],
+                                      kv_sensitive=a.kv_sensitive)
         else:
-            oracle = oracle_from_maps(a.vocab, 0.2 if a.p_wrong is None else a.p_wrong, a.seed)
+            oracle = oracle_from_maps(a.vocab, 0.2 if a.p_wrong is None else a.p_wrong, a.seed,
+                                      kv_sensitive=a.kv_sensitive)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         ap.error(f"no oracle: {type(exc).__name__}: {exc}")
     try:

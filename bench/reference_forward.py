@@ -270,6 +270,32 @@ def eagle3_generate(target: TargetModel, draft: DraftModel, prompt: list[int], m
     Returns ``{"tokens": generated ids (max_new_tokens), "accept_lengths": [accepted+1 per round],
     "drafts": [proposed tokens per round]}``.
     """
+    r = gated_generate(target, draft, prompt, max_new_tokens, num_steps, on=lambda _i: True)
+    return {"tokens": r["tokens"], "accept_lengths": r["accept_lengths"], "drafts": r["drafts"]}
+
+
+#: what an OFF step does to the draft's KV cache (``gated_generate``)
+OFF_DRAFT_KV = ("write", "skip", "stale")
+
+
+def gated_generate(target: TargetModel, draft: DraftModel, prompt: list[int], max_new_tokens: int,
+                   num_steps: int, on, off_draft_kv: str = "write") -> dict:
+    """``eagle3_generate`` with a speculation gate: round ``i`` speculates when ``on(i)`` is true,
+    else it is an OFF step (plain target decode, one token).
+
+    ``off_draft_kv`` says what an OFF step does to the draft's KV cache at its position ``p``:
+    ``"write"`` runs the draft extend there (hidden at p with the token at p + 1), as the gate's
+    KV-only OFF draft extend does; ``"skip"`` writes nothing; ``"stale"`` writes the K/V of the
+    wrong token (the one at p, a one-position-late pairing). The OFF step right before an ON round
+    (the gate's resume step) always runs the full draft extend, so ``"skip"``/``"stale"`` leave the
+    draft's hidden state current and only its K/V of the earlier OFF positions wrong.
+
+    Returns ``{"tokens": generated ids (max_new_tokens), "accept_lengths": [accepted+1 per ON
+    round], "drafts": [proposed tokens per ON round], "rounds": ["on" | "off" per round]}``.
+    Raises ValueError for an unknown ``off_draft_kv``.
+    """
+    if off_draft_kv not in OFF_DRAFT_KV:
+        raise ValueError(f"off_draft_kv must be one of {OFF_DRAFT_KV}, got {off_draft_kv!r}")
     tc, dc = KVCache(), KVCache()
     T = len(prompt)
     out = target.forward(torch.tensor(prompt), torch.arange(T), tc)
@@ -278,8 +304,20 @@ def eagle3_generate(target: TargetModel, draft: DraftModel, prompt: list[int], m
     d = draft.forward(ext_ids, out.aux_hidden, torch.arange(T), dc)
     first, hid = d.tokens[-1], d.hidden[-1:]
     seq = T  # committed positions with target KV: 0..seq-1; tokens[-1] sits at position seq
-    accept, drafts_log = [], []
+    accept, drafts_log, rounds = [], [], []
     while len(tokens) < max_new_tokens:
+        if not on(len(rounds)):
+            vo = target.forward(torch.tensor([tokens[-1]]), torch.tensor([seq]), tc)
+            nxt = int(vo.logits[-1].argmax())
+            if off_draft_kv == "write" or on(len(rounds) + 1):
+                d = draft.forward(torch.tensor([nxt]), vo.aux_hidden, torch.tensor([seq]), dc)
+                first, hid = d.tokens[-1], d.hidden[-1:]
+            elif off_draft_kv == "stale":
+                draft.forward(torch.tensor([tokens[-1]]), vo.aux_hidden, torch.tensor([seq]), dc)
+            tokens.append(nxt)
+            seq += 1
+            rounds.append("off")
+            continue
         drafts = [first]
         h = hid
         for step in range(1, num_steps):
@@ -302,7 +340,8 @@ def eagle3_generate(target: TargetModel, draft: DraftModel, prompt: list[int], m
         seq += n + 1
         accept.append(n + 1)
         drafts_log.append(drafts)
-    return {"tokens": tokens[:max_new_tokens], "accept_lengths": accept, "drafts": drafts_log}
+        rounds.append("on")
+    return {"tokens": tokens[:max_new_tokens], "accept_lengths": accept, "drafts": drafts_log, "rounds": rounds}
 
 
 def logit_margin(logits: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
@@ -319,6 +358,6 @@ def bf16_ulp(x: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = [
-    "KVCache", "TargetModel", "DraftModel", "TargetOutput", "DraftOutput", "eagle3_generate",
+    "KVCache", "TargetModel", "DraftModel", "TargetOutput", "DraftOutput", "eagle3_generate", "gated_generate",
     "load_safetensors_dir", "rms_norm", "logit_margin", "bf16_ulp",
 ]

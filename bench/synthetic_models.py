@@ -2,7 +2,7 @@
 
 Implements ``shared/design/synthetic-models.md`` (corrections against the SGLang 0.5.12 source
 are listed below). ``python -m bench.synthetic_models --out DIR --preset {tiny,1b,8b}
-[--p-wrong P | --families K --p-wrong-families P0,..,PK-1]`` writes::
+[--p-wrong P | --families K --p-wrong-families P0,..,PK-1] [--kv-sensitive]`` writes::
 
     DIR/target/config.json                  LlamaForCausalLM
     DIR/target/generation_config.json
@@ -13,7 +13,8 @@ are listed below). ``python -m bench.synthetic_models --out DIR --preset {tiny,1
     DIR/draft/model.safetensors
     DIR/draft/tokenizer.json, tokenizer_config.json, special_tokens_map.json
     DIR/oracle.json                         pi, corrupted keys, draft successor map, ids, expected acceptance
-                                             (format 1; format 2 adds ``families`` when K > 1)
+                                             (format 1; format 2 adds ``families`` when K > 1; format 3
+                                             is a KV-sensitive pair, see the end of this docstring)
 
 Construction (all "SGLang" references are to sglang 0.5.12, ``python/sglang/srt``):
 
@@ -79,6 +80,55 @@ Construction (all "SGLang" references are to sglang 0.5.12, ``python/sglang/srt`
   decoding of a word prompt never produces it: no ``ignore_eos`` needed (though it is harmless).
   The tokenizer adds no BOS (no post-processor, ``add_bos_token: false``), so a text prompt
   "w5 w17" is exactly ids [5, 17] and the continuation is ``pi`` applied to the last word.
+
+KV-sensitive pair (``--kv-sensitive``, ``generate_pair(kv_sensitive=True)``; oracle.json format 3).
+In the pair above the target's attention adds nothing and the draft's ``o_proj`` is zero, so a
+wrong or stale K/V cache (after the gate's OFF steps, a retraction, a switch) cannot change any
+output. This variant routes the next token through attention over earlier positions, in both
+models; maps (``pi``, corruption, families), shapes, configs and tokenizer are the same, and so
+are the per-token acceptance and ``expected_accept_length``.
+
+* Layout (``KVLayout``, ``D = min(kv_heads * head_dim, (H-1)//2)``: 127 tiny, 1023 1b, 1024 8b):
+  embedding row ``x`` = the code ``c(x)`` (random direction, ``|c| = sqrt(D)``) on dims C =
+  ``0..D-1``, ``KV_BIAS`` on ``bias_dim = 2D``, 0 elsewhere -- in particular on P = ``D..2D-1``,
+  which only attention writes and both lm_heads read. ``u(x) = c(x)/|c(x)|``.
+* Positional heads (``PositionalHead``): q_proj/k_proj read only ``bias_dim``, so q and k are one
+  fixed vector per head whatever the token, and RoPE makes the softmax logit of key ``s`` for the
+  query at ``t`` a function ``S(s - t + offset)`` of the distance alone, peaked at
+  ``s = t - offset`` with a gap of ``KV_ATTENTION_GAP`` = 30 nats to every other key up to
+  ``max_position_embeddings`` (checked numerically, also with bf16 q/k/cos/sin): such a head
+  returns the value of exactly one earlier position. v_proj copies C into the value (KV head
+  ``g`` carries code dims ``g*head_dim..``), o_proj writes it to P at its embedding scale.
+* Target: layer 0's heads all look one position back; every other ``o_proj`` / ``down_proj`` is 0,
+  so from layer 1 on the residual is ``E[x_t] + c(x_{t-1})`` (P part = ``c(x_{t-1})``; so are the
+  three aux states). ``lm_head`` row ``j`` = ``u(pi^-1(j))`` on P: the next token after
+  ``x_{t-1}, x_t`` is ``pi(x_{t-1})``, and the continuation of ``[.., a, b]`` is
+  ``pi(a), pi(b), pi^2(a), pi^2(b), ..`` (``Oracle.continuation``). Logit of the winner
+  ``~ sqrt(D)`` (11 tiny, 32 1b, 45 8b), runner-up gap >= 7 / 26 / 37 in bf16
+  (``bench.margin_check --preset P --kv-sensitive``).
+* Draft: at position p its embedding input is ``x_{p+1}`` and it must propose ``x_{p+2} =
+  pi(x_p)``. ``fc`` copies the first aux state's P dims (``c(x_{p-1})``) onto P. Half of each KV
+  group's query heads look one position back and add the code of their embedding input there,
+  ``c(x_p)``; the other half look two back and subtract ``c(x_{p-1})``. At an extend position
+  the fc copy and the subtraction cancel; at a decode step the residual is the previous step's
+  output hidden, whose P part is the code the two-back heads subtract: either way the P part
+  entering the MLP is exactly ``c(x_p)``, read from the draft's own K/V. ``lm_head`` is the
+  target's (``pi``), so the draft proposes ``pi(x_p)``. The MLP memory holds only the corrupted
+  keys ``k``: it turns ``c(k)`` into ``sqrt(D) (u(pi^-1(succ(k))) - KV_WRONG_PUSH u(k))``, so the
+  proposal is ``succ(k)`` and the right token scores below zero (never another top-k branch of
+  an EAGLE tree: topk > 1 accepts exactly the chain's). Proposals: ``Oracle.draft_proposals``.
+* What a wrong K/V does: the target's K/V of position t-1 holding another token's (or another
+  position's) makes the next token ``pi`` of something else -- an output mismatch; the draft's
+  K/V of positions p-1 / p-2 left unwritten or written for the wrong token (e.g. by OFF steps)
+  makes its proposal wrong -- an accept length below ``Oracle.accept_lengths_from``; a stale aux
+  hidden leaves an uncancelled code in P (often a wrong proposal). The default pair gives the
+  same output and accept lengths in all these cases (tests/test_synthetic_kv.py shows both).
+* Limits: the target reads exactly one position back, in layer 0 (a K/V entry damaged after it
+  was read as "the previous position", or the K/V of layers 1.., change nothing); the draft's K/V
+  depend on its embedding input and position, not on the hidden half of its input; the oracle
+  needs prompts of >= 2 tokens for the output and >= 3 for speculation (``min_prompt_length``:
+  the draft's first step looks three positions back from the end), word tokens in the last two
+  places; ``proj_noise`` is refused.
 """
 
 from __future__ import annotations
@@ -110,7 +160,23 @@ ORACLE_FORMAT_VERSION = 1
 #: oracle.json format of a multi-family pair: version 1 plus a ``families`` list. A reader that
 #: knows only version 1 refuses it (its single ``p_wrong`` would mispredict acceptance).
 ORACLE_FORMAT_VERSION_FAMILIES = 2
-ORACLE_FORMAT_VERSIONS = (ORACLE_FORMAT_VERSION, ORACLE_FORMAT_VERSION_FAMILIES)
+#: oracle.json format of a KV-sensitive pair (``--kv-sensitive``, one family or several): version 1
+#: (plus ``families`` when K > 1) with ``kv_sensitive: true`` and ``kv_construction``. Its greedy
+#: output depends on the last *two* prompt tokens, so a reader that knows only 1/2 must refuse it.
+ORACLE_FORMAT_VERSION_KV = 3
+ORACLE_FORMAT_VERSIONS = (ORACLE_FORMAT_VERSION, ORACLE_FORMAT_VERSION_FAMILIES, ORACLE_FORMAT_VERSION_KV)
+
+#: KV-sensitive pair: RoPE frequency pairs its positional heads use (the fastest ones; a slow pair
+#: turns too little between neighbouring positions to tell them apart, so it only adds a constant).
+KV_HEAD_FREQS = 16
+#: KV-sensitive pair: smallest softmax-logit gap (nats) between a positional head's wanted key and
+#: any other key within ``max_position_embeddings``; the other keys then share < T * e^-30 weight.
+KV_ATTENTION_GAP = 30.0
+#: KV-sensitive pair: the constant embedding coordinate every word carries (q and k are made from it).
+KV_BIAS = 1.0
+#: KV-sensitive pair: a corrupted draft key also pushes the right token down by this (x its unit
+#: code), so the right token is never among a tree's other top-k branches (exact topk > 1 acceptance).
+KV_WRONG_PUSH = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,6 +433,164 @@ def build_maps(vocab: int, p_wrong: float, seed: int, families: int | None = Non
 
 
 # ---------------------------------------------------------------------------------------------
+# KV-sensitive construction: layout and positional heads
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class KVLayout:
+    """Residual-stream layout of a KV-sensitive pair, in dims of the hidden size H.
+
+    * C = dims ``0..D-1``: the token's own code ``c(x)`` (``|c(x)| = sqrt(D)``, a random direction);
+    * P = dims ``D..2D-1``: zero in every embedding; only attention writes here (the code of an
+      earlier token), and both lm_heads read only here;
+    * ``bias_dim = 2D``: ``KV_BIAS`` in every embedding row (q and k are made from it alone, so
+      they carry position only, through RoPE);
+    * dims ``2D+1..H-1``: zero.
+
+    ``D = min(num_kv_heads * head_dim, (H - 1) // 2)``: KV head ``g``'s value is C dims
+    ``g*head_dim ..`` of its token, so all KV heads together carry one whole code.
+    """
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    code_dim: int
+
+    @property
+    def bias_dim(self) -> int:
+        return 2 * self.code_dim
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head."""
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def code(self) -> slice:
+        """C: the token's own code."""
+        return slice(0, self.code_dim)
+
+    @property
+    def prev(self) -> slice:
+        """P: the code an attention head copied from an earlier position."""
+        return slice(self.code_dim, 2 * self.code_dim)
+
+    @property
+    def embed_rms(self) -> float:
+        """RMS of a word embedding row, ``sqrt((D + KV_BIAS^2) / H)``: RMSNorm divides by this
+        (up to bf16 rounding of the code and ``rms_norm_eps``), the same for every word."""
+        return math.sqrt((self.code_dim + KV_BIAS**2) / self.hidden_size)
+
+    def to_json(self) -> dict:
+        return {"code_dims": [0, self.code_dim], "prev_dims": [self.code_dim, 2 * self.code_dim],
+                "bias_dim": self.bias_dim}
+
+
+def kv_layout(p: Preset) -> KVLayout:
+    """The ``KVLayout`` of preset ``p``. Raises ValueError when the shape cannot hold it: the
+    query heads per KV head must be even (half of the draft's heads look one position back, half
+    two), and H must leave room for C, P and the bias dim."""
+    hd, nh, nkv = p.head_dim, p.num_heads, p.num_kv_heads
+    if nh % nkv or (nh // nkv) % 2:
+        raise ValueError(f"KV-sensitive pair needs an even number of query heads per KV head, "
+                         f"got {nh} heads / {nkv} KV heads")
+    d = min(nkv * hd, (p.hidden_size - 1) // 2)
+    if d < 16:
+        raise ValueError(f"hidden size {p.hidden_size} too small for a KV-sensitive pair")
+    return KVLayout(p.hidden_size, nh, nkv, hd, d)
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionalHead:
+    """q/k of an attention head that looks exactly ``offset`` positions back, through RoPE alone.
+
+    Neox RoPE turns the pair (i, i + head_dim/2) of q at position t by ``t*theta_i`` and of k at
+    position s by ``s*theta_i`` (``theta_i = rope_theta^(-2i/head_dim)``), so with
+    ``k0_i = mu_i (1, 0)`` and ``q0_i = lambda_i (cos(offset*theta_i), -sin(offset*theta_i))`` the
+    softmax logit ``head_dim^-0.5 q.k`` is ``S(s - t + offset)`` with
+    ``S(delta) = sum_i w_i cos(delta*theta_i)``, ``w_i = head_dim^-0.5 lambda_i mu_i``: largest at
+    ``delta = 0`` (key ``s = t - offset``), for every t. ``w_i`` is ``sqrt(theta_i)`` on the
+    ``KV_HEAD_FREQS`` fastest pairs (0 on the rest), scaled so that ``min_gap`` =
+    ``S(0) - max_{1 <= |delta| <= max_positions} S(delta)`` equals ``gap`` (nats). One ``k0``
+    serves every offset (a KV head's query heads may look back by different offsets).
+    """
+
+    head_dim: int
+    rope_theta: float
+    max_positions: int
+    weights: tuple[float, ...]  # w_i, [head_dim // 2], softmax-logit units
+    min_gap: float
+
+    @classmethod
+    def build(cls, head_dim: int, rope_theta: float, max_positions: int,
+              gap: float = KV_ATTENTION_GAP) -> "PositionalHead":
+        """Raises ValueError when no gap is left (head_dim < 4 or max_positions < 1)."""
+        if head_dim < 4 or head_dim % 2 or max_positions < 1:
+            raise ValueError(f"positional head needs an even head_dim >= 4 and max_positions >= 1, "
+                             f"got {head_dim}, {max_positions}")
+        theta = cls._inv_freq(head_dim, rope_theta)
+        w = np.zeros(head_dim // 2)
+        k = min(KV_HEAD_FREQS, head_dim // 2)
+        w[:k] = np.sqrt(theta[:k])
+        g = cls._gaps(w, theta, max_positions).min()
+        if not g > 0:
+            raise ValueError("positional head: no gap between the wanted key and the others")
+        w *= gap / g
+        return cls(head_dim, float(rope_theta), int(max_positions), tuple(float(x) for x in w),
+                   float(cls._gaps(w, theta, max_positions).min()))
+
+    @staticmethod
+    def _inv_freq(head_dim: int, rope_theta: float) -> np.ndarray:
+        # SGLang RotaryEmbedding._compute_inv_freq (layers/rotary_embedding/base.py:119-139)
+        return 1.0 / rope_theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+    @staticmethod
+    def _gaps(w: np.ndarray, theta: np.ndarray, max_positions: int) -> np.ndarray:
+        """``S(0) - S(delta)`` for ``delta = 1..max_positions`` (S is even)."""
+        delta = np.arange(1, max_positions + 1, dtype=np.float64)[:, None]
+        return (w[None, :] * (1.0 - np.cos(delta * theta[None, :]))).sum(axis=1)
+
+    def _amplitude(self) -> np.ndarray:
+        # lambda_i = mu_i = sqrt(w_i * sqrt(head_dim)): q and k of equal size (bf16 headroom both)
+        return np.sqrt(np.asarray(self.weights) * math.sqrt(self.head_dim))
+
+    def key(self) -> np.ndarray:
+        """k0 [head_dim] (before RoPE): ``mu_i`` at dim i, 0 at dim i + head_dim/2."""
+        k = np.zeros(self.head_dim)
+        k[: self.head_dim // 2] = self._amplitude()
+        return k
+
+    def query(self, offset: int) -> np.ndarray:
+        """q0 [head_dim] (before RoPE) of a head that attends to the key ``offset`` positions back."""
+        theta = self._inv_freq(self.head_dim, self.rope_theta)
+        a, half = self._amplitude(), self.head_dim // 2
+        q = np.zeros(self.head_dim)
+        q[:half] = a * np.cos(offset * theta)
+        q[half:] = -a * np.sin(offset * theta)
+        return q
+
+    def logits(self, rel: Sequence[int], offset: int) -> np.ndarray:
+        """Softmax logits [len(rel)] of the keys at relative positions ``rel`` (``s - t <= 0``)."""
+        theta = self._inv_freq(self.head_dim, self.rope_theta)
+        d = (np.asarray(rel, dtype=np.float64) + offset)[:, None]
+        return (np.asarray(self.weights)[None, :] * np.cos(d * theta[None, :])).sum(axis=1)
+
+    def to_json(self) -> dict:
+        return {"freq_pairs": int(np.count_nonzero(self.weights)), "min_gap_nats": self.min_gap,
+                "peak_logit": float(sum(self.weights)), "max_positions": self.max_positions}
+
+
+def kv_construction(p: Preset) -> dict:
+    """What ``oracle.json`` records of a KV-sensitive pair's construction (informative)."""
+    head = PositionalHead.build(p.head_dim, p.rope_theta, p.max_position_embeddings)
+    return {"layout": kv_layout(p).to_json(), "positional_head": head.to_json(),
+            "target_attention_layer": 0, "target_offsets": [1], "draft_offsets": [1, 2],
+            "wrong_push": KV_WRONG_PUSH}
+
+
+# ---------------------------------------------------------------------------------------------
 # Oracle
 # ---------------------------------------------------------------------------------------------
 
@@ -386,8 +610,19 @@ class Oracle:
     ``families`` (``PromptFamily`` list, or the dicts of ``oracle.json``) tiles the words; None
     (the default, and every format-1 file) means one family ``0..vocab-1`` with ``p_wrong``, and
     ``__post_init__`` fills it in; ``format_version`` is set from the number of families (1 for
-    one, 2 for more). With several families ``generate_pair`` stores their size-weighted mean
-    ``p_wrong`` (a label; the per-family values drive every prediction).
+    one, 2 for more, 3 for a KV-sensitive pair). With several families ``generate_pair`` stores
+    their size-weighted mean ``p_wrong`` (a label; the per-family values drive every prediction).
+
+    ``kv_sensitive`` (``--kv-sensitive``): the target's greedy next token after ``... a, b`` is
+    ``pi[a]`` (the token one position *before* the last, read through attention), not ``pi[b]``;
+    the continuation of ``[.., a, b]`` is ``pi(a), pi(b), pi^2(a), pi^2(b), ..`` (``continuation``).
+    The draft step at a position reads the token there through attention as well, so its memory
+    keys are the sequence's own tokens (see ``draft_proposals``). The sequence methods
+    (``next_after``, ``continuation``, ``draft_proposals``, ``accepted_after``, ``spec_decode``,
+    ``accept_lengths_from``) serve both kinds of pair; ``chain``/``next_token`` stay the pi chain,
+    and the methods that take one key (``draft_chain``, ``accepted_drafts``,
+    ``simulate_spec_decode``) refuse a KV-sensitive pair. The acceptance formulas are the same.
+    ``kv_construction`` records the layout and positional heads (informative).
     """
 
     pi: list[int]
@@ -412,6 +647,8 @@ class Oracle:
     proj_noise: float = 0.0
     format_version: int = ORACLE_FORMAT_VERSION
     families: list[PromptFamily] | None = None
+    kv_sensitive: bool = False
+    kv_construction: dict | None = None
 
     def __post_init__(self) -> None:
         self._pi_inv = [0] * self.vocab
@@ -424,6 +661,9 @@ class Oracle:
         if _check_partition(self.families) != self.vocab:
             raise ValueError(f"families end at {self.families[-1].stop}, vocab is {self.vocab}")
         self.format_version = ORACLE_FORMAT_VERSION if len(self.families) == 1 else ORACLE_FORMAT_VERSION_FAMILIES
+        self.kv_sensitive = bool(self.kv_sensitive)
+        if self.kv_sensitive:
+            self.format_version = ORACLE_FORMAT_VERSION_KV
         self._family_starts = [f.start for f in self.families]
         self._family_corrupted = [0] * len(self.families)
         for c in self.corrupted:
@@ -489,7 +729,7 @@ class Oracle:
 
         Holds for any prompt whose last token is ``start_token`` (the target ignores context),
         with speculation on, off or switching; every id is in ``family_of(start_token)``. Raises ValueError if ``start_token`` is not a word
-        id or ``n < 0``.
+        id or ``n < 0``. A KV-sensitive pair's output is not this chain: use ``continuation``.
         """
         x = self._check_word(start_token)
         if n < 0:
@@ -508,7 +748,10 @@ class Oracle:
         second-to-last committed token ``key`` (and the embedding of the last committed token
         ``pi(key)``); step ``i`` proposes ``pi(m^i(key))`` with ``m = draft_successor``.
         Equal to ``chain(pi(key), num_steps + 1)[1:]`` up to the first corrupted key.
+        Raises ValueError for a KV-sensitive pair (its proposals depend on two tokens:
+        ``draft_proposals``).
         """
+        self._refuse_kv("draft_chain", "draft_proposals")
         k = self._check_word(key)
         out = []
         for _ in range(num_steps):
@@ -578,6 +821,7 @@ class Oracle:
         ``max_new_tokens`` (SGLang trims the tokens but counts the round), so the SGLang number is
         exact only when no round overshoots; expect small tail effects for short outputs.
         """
+        self._refuse_kv("simulate_spec_decode", "spec_decode")
         last = self._check_word(last_prompt_token)
         if max_new_tokens < 1 or num_steps < 1:
             raise ValueError("max_new_tokens and num_steps must be >= 1")
@@ -602,7 +846,9 @@ class Oracle:
     def accepted_drafts(self, key: int, num_steps: int) -> int:
         """Draft tokens the target accepts in one chain-drafting round (topk 1, ``num_steps`` steps)
         whose first draft step has memory key ``key`` (the second-to-last committed token, see
-        ``draft_chain``): the leading steps whose keys are not corrupted, ``0..num_steps``."""
+        ``draft_chain``): the leading steps whose keys are not corrupted, ``0..num_steps``.
+        Raises ValueError for a KV-sensitive pair (``accepted_after``)."""
+        self._refuse_kv("accepted_drafts", "accepted_after")
         n, k = 0, self._check_word(key)
         while n < num_steps and k not in self._corrupted_set:
             n += 1
@@ -615,20 +861,159 @@ class Oracle:
         state that start once ``committed`` (>= 1) output tokens of ``prompt`` exist.
 
         This is what speculation must reach when it resumes after OFF steps: each OFF step commits
-        one token of the chain, so a request that made ``committed`` tokens without speculation
-        drafts from key ``seq[-2]`` of ``prompt + chain(prompt[-1], committed)``. For topk > 1 the
-        same holds with the synthetic draft (a corrupted key's other top-k branches are noise).
-        Raises ValueError if ``committed < 1`` or ``num_rounds``/``num_steps < 1``.
+        one token of the continuation, so a request that made ``committed`` tokens without
+        speculation drafts from ``seq = prompt + continuation(prompt, committed)``
+        (``accepted_after(seq)``; key ``seq[-2]`` for the default pair). For topk > 1 the same holds
+        with the synthetic draft (a corrupted key's other top-k branches are noise; a KV-sensitive
+        draft even pushes the right token to the bottom there). Raises ValueError if
+        ``committed < 1`` or ``num_rounds``/``num_steps < 1``, or (KV-sensitive) a prompt of < 3 tokens.
         """
         if committed < 1 or num_rounds < 1 or num_steps < 1:
             raise ValueError("committed, num_rounds and num_steps must be >= 1")
-        seq = [self._check_word(prompt[-1])] + self.chain(prompt[-1], committed)
+        self._check_spec_prompt(prompt)
+        # only the last two tokens matter (one for the default pair): keep the list short
+        seq = [self._check_word(t) for t in prompt[-2 if self.kv_sensitive else -1:]]
+        seq += self.continuation(seq, committed)
         out = []
         for _ in range(num_rounds):
-            n = self.accepted_drafts(seq[-2], num_steps)
+            n = self.accepted_after(seq, num_steps)
             out.append(n + 1)
-            seq.extend(self.chain(seq[-1], n + 1))
+            seq.extend(self.continuation(seq[-2:], n + 1))
+            del seq[:-2]
         return out
+
+    # -- sequence view (both kinds of pair) ----------------------------------------------------
+    @property
+    def min_prompt_length(self) -> int:
+        """Shortest prompt whose speculative decoding the oracle predicts: 1, or 3 for a
+        KV-sensitive pair (its draft's first step reads the prompt's last two tokens and the one
+        before, through its positional heads)."""
+        return 3 if self.kv_sensitive else 1
+
+    def _refuse_kv(self, name: str, instead: str) -> None:
+        if self.kv_sensitive:
+            raise ValueError(f"{name}: a KV-sensitive pair's output depends on the last two tokens; "
+                             f"use {instead} with the sequence")
+
+    def _check_spec_prompt(self, prompt: Sequence[int]) -> None:
+        if len(prompt) < self.min_prompt_length:
+            raise ValueError(f"this pair needs prompts of >= {self.min_prompt_length} tokens, got {len(prompt)}")
+
+    def next_after(self, seq: Sequence[int]) -> int:
+        """The target's greedy next token after the word ids ``seq``: ``pi[seq[-1]]``, or for a
+        KV-sensitive pair ``pi[seq[-2]]`` (its layer-0 heads read the position before the last).
+        Raises ValueError for a non-word, an empty ``seq``, or a 1-token one of a KV-sensitive pair
+        (whose only key is itself: undefined here)."""
+        if self.kv_sensitive:
+            if len(seq) < 2:
+                raise ValueError("a KV-sensitive pair needs >= 2 tokens to predict the next one")
+            self._check_word(seq[-1])
+            return self.pi[self._check_word(seq[-2])]
+        if not seq:
+            raise ValueError("empty sequence")
+        return self.pi[self._check_word(seq[-1])]
+
+    def continuation(self, prompt: Sequence[int], n: int) -> list[int]:
+        """The exact greedy continuation of ``prompt`` (word ids), ``n`` ids; with speculation on,
+        off or switching. Default pair: ``chain(prompt[-1], n)``. KV-sensitive pair, prompt
+        ``[.., a, b]``: ``pi(a), pi(b), pi^2(a), pi^2(b), ..`` (every token is pi of the token two
+        before it). Raises ValueError as ``next_after`` or for ``n < 0``.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        if not self.kv_sensitive:
+            if not prompt:
+                raise ValueError("empty prompt")
+            return self.chain(prompt[-1], n)
+        self.next_after(prompt)
+        a, b = int(prompt[-2]), int(prompt[-1])
+        out = []
+        for _ in range(n):
+            a, b = b, self.pi[a]
+            out.append(b)
+        return out
+
+    def draft_proposals(self, seq: Sequence[int], num_steps: int) -> list[int]:
+        """The draft's chain proposal (topk 1) for a request whose committed tokens are ``seq``
+        (its last token is the one the next verify feeds first).
+
+        Default pair: ``draft_chain(seq[-2], num_steps)``. KV-sensitive pair: the draft step at
+        position p reads the token *at p* through attention (its input embedding at p - 1) and
+        proposes ``draft_successor`` of it for p + 2; the first proposal comes from position
+        ``len(seq) - 2``, so with ``view = [seq[-2], seq[-1], d_1, d_2, ..]`` step i proposes
+        ``d_i = draft_successor[view[i-1]]``. Exact up to and including the first wrong proposal
+        (a corrupted key's memory output stays in the draft's hidden: later proposals of that
+        round are unspecified, and never accepted). ``seq`` is the committed sequence of a prompt of
+        >= ``min_prompt_length`` tokens (or just its last two tokens). Raises ValueError for < 2
+        tokens or ``num_steps < 1``.
+        """
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        if len(seq) < 2:
+            raise ValueError("draft proposals need >= 2 committed tokens")
+        if not self.kv_sensitive:
+            return self.draft_chain(seq[-2], num_steps)
+        view = [self._check_word(seq[-2]), self._check_word(seq[-1])]
+        for i in range(num_steps):
+            view.append(self.draft_successor[view[i]])
+        return view[2:]
+
+    def accepted_after(self, seq: Sequence[int], num_steps: int) -> int:
+        """Draft tokens the target accepts in the round that follows the committed tokens ``seq``
+        (topk 1, ``num_steps`` steps): the leading keys ``seq[-2], seq[-1], c_1, c_2, ..``
+        (``c = continuation(seq, ..)``) that are not corrupted, ``0..num_steps``. For the default
+        pair this is ``accepted_drafts(seq[-2])`` (its keys walk the pi chain, which is the
+        continuation). ``seq`` as for ``draft_proposals``; raises ValueError as it does."""
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        if len(seq) < 2:
+            raise ValueError("a round needs >= 2 committed tokens")
+        if not self.kv_sensitive:
+            return self.accepted_drafts(seq[-2], num_steps)
+        keys = [int(seq[-2]), int(seq[-1])] + self.continuation(seq, max(0, num_steps - 2))
+        n = 0
+        while n < num_steps and keys[n] not in self._corrupted_set:
+            n += 1
+        return n
+
+    def spec_decode(self, prompt: Sequence[int], max_new_tokens: int, num_steps: int,
+                    on: Callable[[int], bool] | None = None) -> dict:
+        """``simulate_spec_decode`` for a whole prompt (either kind of pair): the prefill emits
+        ``next_after(prompt)``, each verify round accepts ``accepted_after(seq)`` drafts plus the
+        bonus token. Same return dict (``tokens == continuation(prompt, max_new_tokens)``), plus
+        ``rounds`` (``"on"``/``"off"`` per round).
+
+        ``on`` (round index -> bool, default always): a gated schedule; an OFF round commits one
+        token without speculating (and counts no verify), and the first ON round after OFF ones
+        accepts what a current draft state accepts there (``accept_lengths_from``), since the gate
+        keeps the draft's KV and hidden state current through OFF steps. Raises ValueError for a
+        prompt shorter than ``min_prompt_length`` or counts < 1.
+        """
+        if max_new_tokens < 1 or num_steps < 1:
+            raise ValueError("max_new_tokens and num_steps must be >= 1")
+        self._check_spec_prompt(prompt)
+        seq = [self._check_word(t) for t in prompt]
+        seq.append(self.next_after(seq))
+        made, accept, rounds = 1, [], []
+        while made < max_new_tokens:
+            if on is not None and not on(len(rounds)):
+                seq.extend(self.continuation(seq, 1))
+                made += 1
+                rounds.append("off")
+                continue
+            n = self.accepted_after(seq, num_steps)
+            seq.extend(self.continuation(seq, n + 1))
+            made += n + 1
+            accept.append(n + 1)
+            rounds.append("on")
+        return {
+            "tokens": seq[len(prompt):len(prompt) + max_new_tokens],
+            "accept_lengths": accept,
+            "verify_ct": len(accept),
+            "mean_accept_length": (sum(accept) / len(accept)) if accept else float("nan"),
+            "sglang_spec_accept_length": (max_new_tokens / len(accept)) if accept else float("nan"),
+            "rounds": rounds,
+        }
 
     # -- prompts ------------------------------------------------------------------------------
     def random_prompts(self, num_prompts: int, length: int, seed: int = 0) -> list[list[int]]:
@@ -647,9 +1032,11 @@ class Oracle:
         One family: format 1, exactly the original keys (no ``families``). Several: format 2, the
         same keys plus ``families``, one dict per family: ``token_ids`` [start, stop) and
         ``p_wrong`` (what ``load`` reads back), and derived ``corrupted_count``, ``accept_rate``,
-        ``expected_accept_length`` (num_steps "1".."8" -> tokens per verify).
+        ``expected_accept_length`` (num_steps "1".."8" -> tokens per verify). KV-sensitive: format 3,
+        the keys of 1 (and ``families`` when K > 1) plus ``kv_sensitive: true`` and ``kv_construction``.
         """
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "families"}
+        skip = {"families"} if self.kv_sensitive else {"families", "kv_sensitive", "kv_construction"}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         d["accept_rate"] = self.accept_rate
         d["expected_accept_length"] = {str(k): self.expected_accept_length(k) for k in range(1, 9)}
         d["word_token_ids"] = [0, self.vocab]
@@ -674,8 +1061,9 @@ class Oracle:
     def load(cls, path: str | os.PathLike) -> "Oracle":
         """Read an ``oracle.json`` (``path`` may be the file or the generator's output dir).
 
-        Reads format 1 (one family) and 2 (``families``). Raises FileNotFoundError if missing,
-        ValueError on an unknown ``format_version`` or a format-2 file without ``families``.
+        Reads format 1 (one family), 2 (``families``) and 3 (KV-sensitive). Raises
+        FileNotFoundError if missing, ValueError on an unknown ``format_version``, a format-2 file
+        without ``families``, or ``kv_sensitive`` not matching format 3.
         """
         p = Path(path)
         if p.is_dir():
@@ -685,6 +1073,8 @@ class Oracle:
             raise ValueError(f"{p}: unsupported oracle format_version {d.get('format_version')!r}")
         if d["format_version"] == ORACLE_FORMAT_VERSION_FAMILIES and not d.get("families"):
             raise ValueError(f"{p}: format_version 2 without 'families'")
+        if (d["format_version"] == ORACLE_FORMAT_VERSION_KV) != bool(d.get("kv_sensitive")):
+            raise ValueError(f"{p}: format_version {d['format_version']} with kv_sensitive={d.get('kv_sensitive')!r}")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -1024,6 +1414,169 @@ class _WeightBuilder:
         ]
 
 
+class _KVWeightBuilder(_WeightBuilder):
+    """The KV-sensitive pair's tensors (module docstring, "KV-sensitive pair"; layout ``KVLayout``).
+
+    The random tensors (the target's MLPs and its q/k/v of layers 1..) come from the same seeded
+    generator as the default pair's; the Gaussian embedding the base class draws is replaced by
+    the codes, drawn right after it.
+    """
+
+    def __init__(self, p: Preset, oracle_maps, vocab: int, dtype: torch.dtype, device: torch.device,
+                 seed: int, proj_noise: float):
+        if proj_noise:
+            raise ValueError("proj_noise is not supported with a KV-sensitive pair")
+        super().__init__(p, oracle_maps, vocab, dtype, device, seed, proj_noise)
+        self.lay_kv = kv_layout(p)
+        self.head = PositionalHead.build(p.head_dim, p.rope_theta, p.max_position_embeddings)
+        lk, H, Vs = self.lay_kv, p.hidden_size, self.lay["vocab_size"]
+        D = lk.code_dim
+        c = torch.randn(Vs, D, generator=self.gen, device=device, dtype=torch.float32)
+        c *= math.sqrt(D) / c.norm(dim=1, keepdim=True)  # |c(x)| = sqrt(D): one RMS for every row
+        e = torch.zeros(Vs, H, dtype=torch.float32, device=device)
+        e[:, lk.code] = c
+        e[:, lk.bias_dim] = KV_BIAS
+        self.embed = e.to(dtype)
+        self.E = self.embed.float()
+        del c, e
+        code = self.E[:, lk.code]
+        self.U = code / code.norm(dim=1, keepdim=True)  # [Vs, D] unit codes u(x), of the stored rows
+        # RMSNorm output of the bias coordinate (the same for every row up to bf16 rounding)
+        self.n_bias = KV_BIAS / math.sqrt(lk.embed_rms**2 + p.rms_norm_eps)
+
+    # -- primitives -------------------------------------------------------------------------
+    def _on_prev(self, rows: torch.Tensor) -> torch.Tensor:
+        """[n, D] code-space rows -> [n, H] rows living on the P dims."""
+        out = torch.zeros(rows.shape[0], self.p.hidden_size, dtype=torch.float32, device=self.device)
+        out[:, self.lay_kv.prev] = rows
+        return out
+
+    def lm_head_rows(self, rows: int) -> torch.Tensor:
+        """[rows, H]: row j < vocab = u(pi^-1(j)) on the P dims, so the argmax is pi of the token
+        whose code attention wrote there; other rows 0."""
+        head = torch.zeros(rows, self.p.hidden_size, dtype=torch.float32, device=self.device)
+        head[: self.vocab] = self._on_prev(self.U[self.pi_inv_t])
+        return head.to(self.dtype)
+
+    def _qk(self, offsets: Sequence[int], in_width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """q_proj [heads*hd, in_width], k_proj [kv_heads*hd, in_width]: read only the bias dim, so q
+        and k are ``PositionalHead`` vectors (q head h of a KV group looks back ``offsets[h % group]``)."""
+        lk, hd = self.lay_kv, self.p.head_dim
+        q = torch.zeros(lk.num_heads * hd, in_width, dtype=torch.float64)
+        k = torch.zeros(lk.num_kv_heads * hd, in_width, dtype=torch.float64)
+        for h in range(lk.num_heads):
+            q[h * hd:(h + 1) * hd, lk.bias_dim] = torch.from_numpy(self.head.query(offsets[h % lk.group]))
+        for g in range(lk.num_kv_heads):
+            k[g * hd:(g + 1) * hd, lk.bias_dim] = torch.from_numpy(self.head.key())
+        return ((q / self.n_bias).to(self.dtype).to(self.device),
+                (k / self.n_bias).to(self.dtype).to(self.device))
+
+    def _v(self, in_width: int) -> torch.Tensor:
+        """v_proj [kv_heads*hd, in_width]: value dim r = C dim r (KV head g carries code dims g*hd..)."""
+        lk = self.lay_kv
+        v = torch.zeros(lk.num_kv_heads * self.p.head_dim, in_width, dtype=self.dtype, device=self.device)
+        idx = torch.arange(lk.code_dim, device=self.device)
+        v[idx, idx] = 1
+        return v
+
+    def _o(self, signs: Sequence[float]) -> torch.Tensor:
+        """o_proj [H, heads*hd]: q head h's output dim j -> P dim g*hd + j (g its KV group), times
+        ``signs[h % group] * embed_rms / (heads of that sign in the group)``: the heads of one sign
+        average, and the copied code comes out at its embedding scale, ``c(x)``."""
+        lk, hd = self.lay_kv, self.p.head_dim
+        o = torch.zeros(self.p.hidden_size, lk.num_heads * hd, dtype=torch.float32, device=self.device)
+        for h in range(lk.num_heads):
+            sign = signs[h % lk.group]
+            if not sign:
+                continue
+            same = sum(1 for x in signs if x == sign)
+            g = h // lk.group
+            for j in range(hd):
+                r = g * hd + j
+                if r < lk.code_dim:
+                    o[lk.code_dim + r, h * hd + j] = sign * lk.embed_rms / same
+        return o.to(self.dtype)
+
+    # -- draft pieces -----------------------------------------------------------------------
+    def fc(self) -> torch.Tensor:
+        """[H, 3H]: the first aux state's P dims (the target's copy of ``c(x_{p-1})``) onto the P dims,
+        where the draft's two-back heads subtract the same code again."""
+        H, lk = self.p.hidden_size, self.lay_kv
+        w = torch.zeros(H, 3 * H, dtype=self.dtype, device=self.device)
+        idx = torch.arange(lk.prev.start, lk.prev.stop, device=self.device)
+        w[idx, idx] = 1
+        return w
+
+    def _corrupted_keys(self) -> list[int]:
+        return [k for k in range(self.vocab) if self.succ[k] != self.pi[k]]
+
+    def memory_gate(self, inter: int) -> torch.Tensor:
+        """Row r < #corrupted: ``s * u(c_r)`` on P (only corrupted keys need a memory row)."""
+        keys = torch.tensor(self._corrupted_keys(), dtype=torch.long, device=self.device)
+        g = torch.zeros(inter, self.p.hidden_size, dtype=torch.float32, device=self.device)
+        g[: len(keys)] = MEMORY_GATE_SCALE * self._on_prev(self.U[keys])
+        return g.to(self.dtype)
+
+    def memory_up(self, inter: int) -> torch.Tensor:
+        keys = torch.tensor(self._corrupted_keys(), dtype=torch.long, device=self.device)
+        u = torch.zeros(inter, self.p.hidden_size, dtype=torch.float32, device=self.device)
+        u[: len(keys)] = self._on_prev(self.U[keys])
+        return u.to(self.dtype)
+
+    def memory_down(self, inter: int) -> torch.Tensor:
+        """Column r: ``sqrt(D) (u(t) - (1 + KV_WRONG_PUSH) u(c_r)) / (s H)``, ``t = pi^-1(succ(c_r))``:
+        the P content ``sqrt(D) u(c)`` becomes ``sqrt(D) (u(t) - KV_WRONG_PUSH u(c))``, whose argmax
+        through the lm_head is ``succ(c)`` and whose score for the right token ``pi(c)`` is negative."""
+        H, D = self.p.hidden_size, self.lay_kv.code_dim
+        keys = torch.tensor(self._corrupted_keys(), dtype=torch.long, device=self.device)
+        d = torch.zeros(H, inter, dtype=torch.float32, device=self.device)
+        if len(keys):
+            t = self.pi_inv_t[self.succ_t[keys]]
+            diff = math.sqrt(D) * (self.U[t] - (1.0 + KV_WRONG_PUSH) * self.U[keys])  # [n, D]
+            d[:, : len(keys)] = self._on_prev(diff).T / (MEMORY_GATE_SCALE * H)
+        return d.to(self.dtype)
+
+    # -- plans ------------------------------------------------------------------------------
+    def target_specs(self) -> list[TensorSpec]:
+        """As ``_WeightBuilder.target_specs`` with layer 0's attention made positional: q/k from the
+        bias dim (every head looks one position back), v = the code, o_proj -> P."""
+        specs = super().target_specs()
+        H, hd, lk = self.p.hidden_size, self.p.head_dim, self.lay_kv
+        q, kv = lk.num_heads * hd, lk.num_kv_heads * hd
+        qk = lambda i: self._qk([1] * lk.group, H)[i]  # noqa: E731
+
+        pre = "model.layers.0.self_attn."
+        layer0 = {
+            pre + "q_proj.weight": TensorSpec(pre + "q_proj.weight", (q, H), self.dtype, lambda: qk(0)),
+            pre + "k_proj.weight": TensorSpec(pre + "k_proj.weight", (kv, H), self.dtype, lambda: qk(1)),
+            pre + "v_proj.weight": TensorSpec(pre + "v_proj.weight", (kv, H), self.dtype, lambda: self._v(H)),
+            pre + "o_proj.weight": TensorSpec(pre + "o_proj.weight", (H, q), self.dtype,
+                                              lambda: self._o([1.0] * lk.group)),
+        }
+        return [layer0.get(s.name, s) for s in specs]
+
+    def draft_specs(self) -> list[TensorSpec]:
+        """As ``_WeightBuilder.draft_specs`` with a positional attention (half of each KV group's
+        query heads look one position back and add the code there to P, half look two back and
+        subtract it) reading the embedding half of the 2H input, and the corrupted-keys memory."""
+        specs = super().draft_specs()
+        H, hd, lk = self.p.hidden_size, self.p.head_dim, self.lay_kv
+        q, kv = lk.num_heads * hd, lk.num_kv_heads * hd
+        half = lk.group // 2
+        offsets = [1] * half + [2] * half
+        signs = [1.0] * half + [-1.0] * half
+        qk = lambda i: self._qk(offsets, 2 * H)[i]  # noqa: E731
+
+        m = "midlayer.self_attn."
+        attn = {
+            m + "q_proj.weight": TensorSpec(m + "q_proj.weight", (q, 2 * H), self.dtype, lambda: qk(0)),
+            m + "k_proj.weight": TensorSpec(m + "k_proj.weight", (kv, 2 * H), self.dtype, lambda: qk(1)),
+            m + "v_proj.weight": TensorSpec(m + "v_proj.weight", (kv, 2 * H), self.dtype, lambda: self._v(2 * H)),
+            m + "o_proj.weight": TensorSpec(m + "o_proj.weight", (H, q), self.dtype, lambda: self._o(signs)),
+        }
+        return [attn.get(s.name, s) for s in specs]
+
+
 def _resolve_device(device: str | None) -> torch.device:
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -1045,6 +1598,7 @@ def generate_pair(
     max_shard_gb: float = 5.0,
     families: int | None = None,
     p_wrong_families: Sequence[float] | None = None,
+    kv_sensitive: bool = False,
 ) -> Oracle:
     """Write the synthetic target/draft pair and ``oracle.json`` under ``out_dir``; return the Oracle.
 
@@ -1071,9 +1625,15 @@ def generate_pair(
             ``1 - p_wrong_families[k]`` per draft token); K = ``families`` when both are given.
             Excludes a nonzero ``p_wrong``. Without ``families``/``p_wrong_families`` the pair
             (weights, configs, oracle.json) is exactly the original single-cycle one.
+        kv_sensitive: build the KV-sensitive pair (module docstring): the target's next token is
+            pi of the token one position back, read by layer 0's attention, and the draft reads the
+            sequence through its own attention, so a wrong or stale K/V of either model changes the
+            output or the accept length. Same maps, shapes, configs and tokenizer; oracle.json
+            format 3. Excludes ``proj_noise``.
 
-    Raises ValueError for an unknown preset/dtype, ``p_wrong`` outside [0, 1], vocab < 2, or
-    family options ``prompt_families`` refuses.
+    Raises ValueError for an unknown preset/dtype, ``p_wrong`` outside [0, 1], vocab < 2,
+    family options ``prompt_families`` refuses, or ``kv_sensitive`` with ``proj_noise`` or a shape
+    ``kv_layout`` refuses.
     Design: shared/design/synthetic-models.md; math: see the module docstring.
     """
     if preset not in PRESETS:
@@ -1085,6 +1645,10 @@ def generate_pair(
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(_DTYPES)}")
     if proj_noise < 0:
         raise ValueError("proj_noise must be >= 0")
+    if kv_sensitive:
+        if proj_noise:
+            raise ValueError("proj_noise is not supported with a KV-sensitive pair")
+        construction = kv_construction(p)  # refuses a shape that cannot hold the layout
     layers = sglang_default_capture_layers(p.num_layers)
     dev = _resolve_device(device)
     if not 0.0 <= p_wrong <= 1.0:
@@ -1100,7 +1664,7 @@ def generate_pair(
             old.unlink()
 
     with torch.no_grad():
-        b = _WeightBuilder(p, maps, vocab, _DTYPES[dtype], dev, seed, proj_noise)
+        b = (_KVWeightBuilder if kv_sensitive else _WeightBuilder)(p, maps, vocab, _DTYPES[dtype], dev, seed, proj_noise)
         max_bytes = int(max_shard_gb * (1 << 30))
         write_sharded(tdir, b.target_specs(), max_bytes)
         write_sharded(ddir, b.draft_specs(), max_bytes)
@@ -1120,6 +1684,7 @@ def generate_pair(
         hidden_size=p.hidden_size, num_layers=p.num_layers,
         draft_intermediate_size=draft_intermediate_size(p, vocab), target_layers_to_capture=layers,
         dtype=dtype, device=str(dev), proj_noise=float(proj_noise), families=fams,
+        kv_sensitive=kv_sensitive, kv_construction=construction if kv_sensitive else None,
     )
     oracle.save(out / "oracle.json")
     return oracle
@@ -1168,6 +1733,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", choices=sorted(_DTYPES), default=None, help="default: preset's")
     ap.add_argument("--proj-noise", type=float, default=0.0, help="noise scale for target o_proj/down_proj (default 0: exact zeros)")
     ap.add_argument("--max-shard-gb", type=float, default=5.0)
+    ap.add_argument("--kv-sensitive", action="store_true",
+                    help="the KV-sensitive pair: the next token is pi of the token one position back, "
+                         "read through attention by target and draft, so a wrong or stale K/V changes "
+                         "the output or the accept length (oracle.json format 3)")
     return ap
 
 
@@ -1181,17 +1750,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     vocab = int(a.vocab or PRESETS[a.preset].vocab)
     try:
         prompt_families(vocab, p_wrong, a.families, a.p_wrong_families)
+        if a.kv_sensitive:
+            kv_layout(PRESETS[a.preset])
+            if a.proj_noise:
+                raise ValueError("--proj-noise is not supported with --kv-sensitive")
     except ValueError as exc:
         ap.error(str(exc))
     t0 = time.perf_counter()
     o = generate_pair(a.out, preset=a.preset, vocab=a.vocab, p_wrong=p_wrong, seed=a.seed,
                       device=a.device, dtype=a.dtype, proj_noise=a.proj_noise, max_shard_gb=a.max_shard_gb,
-                      families=a.families, p_wrong_families=a.p_wrong_families)
+                      families=a.families, p_wrong_families=a.p_wrong_families, kv_sensitive=a.kv_sensitive)
     dt = time.perf_counter() - t0
     size = sum(f.stat().st_size for f in Path(a.out).rglob("*") if f.is_file())
     print(
         f"wrote {a.out}: preset={o.preset} V={o.vocab} vocab_size={o.vocab_size} dtype={o.dtype} "
         f"device={o.device} p_wrong={o.p_wrong} accept_rate={o.accept_rate:.4f} "
+        f"{'kv_sensitive ' if o.kv_sensitive else ''}"
         f"E[accept_len|3 steps]={o.expected_accept_length(3):.3f} eos={o.eos_token_id} "
         f"{size / 1e9:.2f} GB in {dt:.1f} s",
         file=sys.stderr,
