@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU run of 2026-12-02 (one H200): the auto threshold after its fixes (three-in-a-row samples,
+# one fitted crossover) against no speculation and always-on on variable-length traffic (p = 0.2),
+# then gate correctness on the KV-sensitive pair (A-F and auto, three configs), then p = 0.5 and
+# the shifting draft while device time lasts.
+#
+#   bash bench/gpu_run_2026_12_02.sh models      (carry .gpuwheels/A): wheels to /tmp/whl, the 8B pair
+#                                                p = 0.2 and the KV-sensitive 1B pair into /tmp/models
+#   bash bench/gpu_run_2026_12_02.sh install     (carry .gpuwheels/B .devrun), then starts the chain
+#                                                with setsid and waits like `wait`
+#   bash bench/gpu_run_2026_12_02.sh wait SECONDS   waits for all.done or SECONDS, packs $OUT/run.tgz
+# .devrun: this project as a wheel (pip wheel --no-deps -w .devrun .), so SGLang finds the plugin.
+set -uo pipefail
+R=/tmp/run
+step=${1:?step}; shift || true
+env_sh() { source .gpuwheels/B/env.sh; }
+case "$step" in
+  models)
+    mkdir -p /tmp/whl "$R" && cp .gpuwheels/A/*.whl /tmp/whl/ && ls /tmp/whl | wc -l
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    export PYTHONUNBUFFERED=1
+    python3 -m bench.synthetic_models --out /tmp/models/8b/p0.2 --preset 8b --p-wrong 0.2 --device cuda 2>&1 | tee "$R/models.log"
+    python3 -m bench.synthetic_models --out /tmp/models/1b/kv-p0.2 --preset 1b --p-wrong 0.2 --kv-sensitive \
+      --device cuda 2>&1 | tee -a "$R/models.log" ;;
+  install)
+    cp .gpuwheels/B/*.whl .devrun/*.whl /tmp/whl/
+    bash .gpuwheels/B/install-on-gpu.sh || exit 1
+    env_sh
+    python3 -c "from importlib.metadata import entry_points as e, version as v; print('plugins:', [x.value for x in e(group='sglang.srt.plugins')], 'fastapi', v('fastapi'))"
+    setsid bash bench/gpu_run_2026_12_02.sh chain >"$R/chain.log" 2>&1 </dev/null &
+    sleep 2
+    bash bench/gpu_run_2026_12_02.sh wait "${1:-420}" ;;
+  chain)
+    env_sh
+    m=/tmp/models/8b
+    # 1. auto vs none / always, variable lengths, p = 0.2 (accept length ~2.9)
+    python3 -m bench.auto_run --pairs $m/p0.2 --out "$R/auto" --concurrency 1,16,64,128 \
+      --rates 4,16,48 --row-seconds 6 --off-levels 64 >"$R/auto.log" 2>&1
+    touch "$R/auto.done"
+    # 2. gate correctness on the KV-sensitive pair: phases A-F and auto, v2 topk 1, v1 topk 1, v1 topk 4
+    python3 -m bench.gate_correctness --models /tmp/models/1b/kv-p0.2 --kv-sensitive \
+      --out "$R/gate-correctness-kv.json" --log-dir "$R/gate-logs" >"$R/gatekv.log" 2>&1
+    touch "$R/gatekv.done"
+    # 3. p = 0.5 (accept length ~1.9), then the shifting draft, while time lasts
+    python3 -m bench.synthetic_models --out $m/p0.5 --preset 8b --p-wrong 0.5 --device cuda >>"$R/models.log" 2>&1
+    python3 -m bench.auto_run --pairs $m/p0.5 --configs auto,none,always --out "$R/auto-p05" --concurrency 1,16,64,128 \
+      --rates 4,16,48 --row-seconds 6 --off-levels "" >"$R/auto-p05.log" 2>&1
+    touch "$R/all.done" ;;
+  wait)
+    limit=${1:-500}; t0=$SECONDS
+    while [ $((SECONDS - t0)) -lt "$limit" ] && [ ! -e "$R/all.done" ]; do
+      sleep 15
+      echo "--- $((SECONDS - t0)) s: $(ls "$R" | tr '\n' ' ')"
+      for f in chain auto gatekv auto-p05; do tail -n 2 "$R/$f.log" 2>/dev/null | cut -c1-240; done
+    done
+    tar czf "${OUT:-/tmp/out}/run.tgz" --exclude='work' --exclude='load' -C "$R" . 2>/dev/null
+    ls -la "${OUT:-/tmp/out}" ;;
+  *) echo "unknown step $step" >&2; exit 2 ;;
+esac
