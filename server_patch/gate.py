@@ -172,7 +172,8 @@ class SpecGate:
         if self.probing:
             return "probing: measuring this mode here"
         b = self.costs.bucket(batch_size) if batch_size else None
-        on_rate, off_rate = b.rates(batch_size) if b is not None else (None, None)
+        on_rate, off_rate = (b.rates(batch_size, self.costs.accept_for(auto.bucket_of(batch_size)))
+                             if b is not None else (None, None))
         entry = self.policy.table.get(auto.bucket_of(batch_size)) if batch_size else None
         if on_rate is not None and off_rate is not None:
             here = f"est. ON {on_rate:,.0f} vs OFF {off_rate:,.0f} tok/s"

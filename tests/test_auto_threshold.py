@@ -170,6 +170,23 @@ def test_a_worse_draft_is_followed_within_tens_of_steps_while_on():
     assert not any(modes[first_off + auto.SYNC_EVERY:][:500]) or sum(modes[first_off:]) <= 0.02 * len(modes)
 
 
+def test_a_worse_draft_at_the_sizes_running_now_moves_the_estimates_of_the_sizes_not_running():
+    # the H200 run of 2026-12-02 (p = 0.5, c = 16): the crossover stayed above a batch hovering at
+    # 15-16 for most of a row while its own bucket said OFF, outvoted by the ON estimates of sizes
+    # not running, measured with an accept length that no longer held
+    for seed in range(4):
+        sim, rng = Sim(seed=seed), random.Random(seed)
+        for b in [1] * 600 + [4] * 600 + [8] * 600 + [15] * 600 + [16] * 600 + [24] * 600 + [64] * 600:
+            sim.step(b, P02)
+        assert auto.crossover(sim.gate.policy.table) >= 32
+        for _ in range(600):
+            sim.step(rng.choice((15, 16, 16, 16)), P05)
+        assert auto.crossover(sim.gate.policy.table) <= 16, seed
+        b = sim.gate.costs.buckets[auto.bucket_of(24)]  # not run since the draft got worse
+        assert sim.gate.costs.accept_for(auto.bucket_of(24)) == pytest.approx(model(P05, 16)["accept"], rel=0.1)
+        assert b.accept.value == pytest.approx(model(P02, 24)["accept"], rel=0.05)
+
+
 def test_a_better_draft_is_found_again_while_off():
     sim = Sim(seed=10)
     run(sim, [16] * 3000, P05)  # weak draft: OFF at 16
