@@ -132,6 +132,7 @@ class LogView(ScrollView, can_focus=True):
         if not lines:
             return
         anchor = self._top_entry()  # before the top is cut
+        shown_list, shown_len = self.shown, len(self.shown)
         new = []
         for n, item in enumerate(lines):
             kind, text = item if isinstance(item, tuple) else (logparse.classify(item), item)
@@ -158,7 +159,8 @@ class LogView(ScrollView, can_focus=True):
                 self.new_while_paused += sum(self.keeps(e) for e in new)
         else:
             self._took(sum(self.keeps(e) for e in new), cut, len(self.entries) - len(new), anchor)
-        self.refresh()
+        if self.shown is not shown_list or len(self.shown) != shown_len:
+            self.refresh()  # else every new line is filtered out (e.g. the console's own polls)
         self.post_message(self.StateChanged())
 
     def _took(self, shown: int, cut: bool, start: int, anchor: LogEntry | None) -> None:
