@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -39,6 +40,8 @@ from typing import Any, Dict, List, Optional
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
+#: the profiler's own work (its snapshots): left out of the shares
+PROFILER = "profiler"
 #: (category, path fragments of a function's file); the first match wins
 CATEGORIES = [
     ("rendering (textual, rich)", ("/textual/", "/rich/")),
@@ -51,6 +54,7 @@ CATEGORIES = [
     ("session and model (console)", ("/console/session.py", "/console/model.py", "/console/state.py",
                                      "/console/load_figures.py", "/console/events.py",
                                      "/console/portcheck.py", "/console/process.py")),
+    (PROFILER, ("/cProfile.py", "/pstats.py", "/bench/console_cpu.py")),
     ("event loop (asyncio, selectors)", ("/asyncio/", "/selectors.py", "/threading.py",
                                          "/concurrent/")),
 ]
@@ -179,6 +183,8 @@ def breakdown(end_path: Path, start_path: Optional[Path] = None, top: int = 25) 
             if v > 0:
                 cat = category(ckey[0])
                 groups[cat] = groups.get(cat, 0.0) + tt * v / weight
+    groups.pop(PROFILER, None)
+    rows = [r for r in rows if r[2] != PROFILER]
     total = sum(groups.values()) or 1.0
     rows.sort(reverse=True)
     return {
@@ -286,6 +292,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=1.0, help="the console's --interval (1.0)")
     p.add_argument("--gpus", type=int, default=8, help="simulated GPUs in the panel (8)")
     p.add_argument("--profile", action="store_true", help="one more run under cProfile: where the time goes")
+    p.add_argument("--keep-profile", type=Path, default=None, metavar="DIR",
+                   help="with --profile: keep the two cProfile snapshots (start, end of the window) in DIR")
     p.add_argument("--out", type=Path, default=None, help="write the JSON record here (else stdout only)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--log-dir", default=None, help=argparse.SUPPRESS)
@@ -325,6 +333,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             rec = run_once(a, profile_out=prof)
             record["profile"] = {"run_under_cprofile": rec, "window": "the measured seconds only",
                                  **breakdown(Path(f"{prof}.1"), Path(f"{prof}.0"))}
+            if a.keep_profile is not None:  # for pstats: console.prof.0 (start), .1 (end of the window)
+                a.keep_profile.mkdir(parents=True, exist_ok=True)
+                for k in (0, 1):
+                    shutil.copy(f"{prof}.{k}", a.keep_profile / f"console.prof.{k}")
     text = json.dumps(record, indent=2)
     print(text)
     if a.out is not None:

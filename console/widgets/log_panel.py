@@ -23,7 +23,7 @@ OWN_SHOWN = "console polls shown (o hides)"
 #: the same, where the title is short of room (80 columns)
 OWN_HIDDEN_SHORT = "polls hidden (o)"
 OWN_SHOWN_SHORT = "polls shown (o)"
-from console.textual_compat import OrderedInput
+from console.textual_compat import OrderedInput, set_border_title
 
 PROMPTS = {
     "search": "search (n / N next / previous match, empty clears)",
@@ -101,9 +101,7 @@ class LogPanel(Vertical):
             return
         v = views.first()
         width = self.content_region.width or self.app.size.width
-        title = log_title(self.base_title, v, width - 2)
-        if title != self.border_title:  # setting it repaints the whole panel, log lines and all
-            self.border_title = title
+        set_border_title(self, log_title(self.base_title, v, width - 2))  # the border line only
         indicator = self.query_one("#log-filters", Static)
         line = filter_line(v.include, v.exclude, v.search, len(v.match_rows()) if v.search else 0, width,
                            whole_file=bool(v.unheld_ranges(1)))
