@@ -35,6 +35,7 @@ from textual.strip import Strip
 from console import logparse
 from console.logfilter import FILTERED, FIND, LogRequest, filter_terms, line_visible
 from console.logwindow import LogEntry, Region, first_number, position, unheld_ranges
+from console.textual_compat import set_virtual_size
 
 __all__ = ["LogEntry", "LogView", "Region", "filter_terms", "line_visible"]
 
@@ -242,7 +243,7 @@ class LogView(ScrollView, can_focus=True):
         self.call_after_refresh(self.scroll_to, y=y, animate=False, immediate=True)
 
     def _update_size(self) -> None:
-        self.virtual_size = Size(self._width, len(self.shown))
+        set_virtual_size(self, Size(self._width, len(self.shown)))  # no layout per new line
 
     # -- reactives -------------------------------------------------------------------------
 
