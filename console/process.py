@@ -10,7 +10,9 @@ follows like any other server log.
 If the console itself dies without cleaning up (SIGKILL, OOM killer), the kernel stops the
 child: on Linux it is started with a parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)``),
 so it gets SIGTERM when the console's process ends (SGLang's own scheduler processes follow their
-parent the same way). Elsewhere this is a no-op.
+parent the same way). Elsewhere this is a no-op. A server that ignores that SIGTERM (or hangs
+in it) is ended anyway: next to the server runs :mod:`console.supervisor`, which notices the
+console's death (a pipe closes) and SIGTERMs the group, then SIGKILLs it after the stop timeout.
 
 Linux: group membership is read from ``/proc``; elsewhere ``killpg(pgid, 0)`` is used.
 """
@@ -29,6 +31,9 @@ from pathlib import Path
 from console.config import redact_args
 from console.logparse import START_MARKER
 
+#: what :meth:`ServerProcess.end_supervisor` writes (:data:`console.supervisor.STOP_WORD`)
+STOP_WORD = b"stop"
+
 #: command that starts the real server; ``SPECCONSOLE_SERVER_CMD`` replaces it (tests point it
 #: at ``python -m console.demo_server``)
 SERVER_CMD_ENV = "SPECCONSOLE_SERVER_CMD"
@@ -45,6 +50,19 @@ def default_server_command() -> list[str]:
 def demo_server_command() -> list[str]:
     """The built-in simulated server, started exactly like a real one."""
     return [sys.executable, "-m", "console.demo_server"]
+
+
+def supervisor_command(pgid: int, timeout_s: float) -> list[str]:
+    """argv of the watchdog (:mod:`console.supervisor`) for the server group ``pgid``."""
+    return [sys.executable, "-m", "console.supervisor", "--pgid", str(pgid), "--timeout", repr(float(timeout_s))]
+
+
+def _supervisor_env(env: dict[str, str] | None) -> dict[str, str]:
+    """``env`` (or ours) with this ``console`` package first on PYTHONPATH: the watchdog runs our code."""
+    out = dict(os.environ if env is None else env)
+    root = str(Path(__file__).resolve().parents[1])
+    out["PYTHONPATH"] = os.pathsep.join([root] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
+    return out
 
 
 #: prctl option: signal sent to this process when its parent dies (linux/prctl.h)
@@ -165,6 +183,9 @@ class ServerProcess:
         self.starts = 0
         self.stopping = False
         self._stop_lock = threading.Lock()
+        #: the watchdog of the current run (:mod:`console.supervisor`) and the pipe it watches
+        self.supervisor: subprocess.Popen[bytes] | None = None
+        self._supervisor_pipe: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -180,8 +201,10 @@ class ServerProcess:
         """Start (or restart) the child in its own session, appending output to the log file.
 
         Writes a ``[specconsole] starting server: <cmd>`` marker line first, so log readers
-        know a new run begins. Raises OSError when the command cannot be started.
+        know a new run begins. Then starts the run's :mod:`console.supervisor` (a watchdog that
+        ends the group if the console dies). Raises OSError when the command cannot be started.
         """
+        self.end_supervisor()  # a restart: the previous run's watchdog has nothing left to watch
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             log.write(f"{START_MARKER} {shlex.join(redact_args(self.command))}\n".encode())
@@ -196,9 +219,52 @@ class ServerProcess:
                 close_fds=True,
                 preexec_fn=parent_death_signal(),
             )
+            self._start_supervisor(log)
         self.started_at = time.monotonic()
         self.starts += 1
         self.stopping = False
+
+    def _start_supervisor(self, log) -> None:
+        """Start the watchdog of the group just started; its stdin is a pipe only we can write.
+
+        Best effort: if it cannot start, the parent-death signal is still there.
+        """
+        assert self.popen is not None
+        read_end, write_end = os.pipe()  # both non-inheritable (PEP 446): no other child gets them
+        try:
+            self.supervisor = subprocess.Popen(
+                supervisor_command(self.popen.pid, self.stop_timeout_s),
+                stdin=read_end,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # neither in the server's group nor the terminal's
+                close_fds=True,
+                env=_supervisor_env(self.env),
+            )
+        except OSError:  # pragma: no cover - the interpreter vanished?
+            os.close(write_end)
+            self.supervisor = None
+        else:
+            self._supervisor_pipe = write_end
+        finally:
+            os.close(read_end)
+
+    def end_supervisor(self) -> None:
+        """Tell the watchdog the console has the group in hand (``stop``), and reap it. Idempotent."""
+        fd, self._supervisor_pipe = self._supervisor_pipe, None
+        if fd is not None:
+            try:
+                os.write(fd, STOP_WORD)
+            except OSError:  # it is already gone
+                pass
+            os.close(fd)
+        sup, self.supervisor = self.supervisor, None
+        if sup is not None:
+            try:
+                sup.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:  # pragma: no cover - stuck in startup
+                sup.kill()
+                sup.wait()
 
     def poll(self) -> int | None:
         """The child's exit code (negative: killed by that signal), None while it runs."""
@@ -250,6 +316,8 @@ class ServerProcess:
                 return self.popen.wait(timeout=5.0)
             except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not delivered?
                 return None
+            finally:
+                self.end_supervisor()
 
     def last_lines(self, n: int = 12) -> list[str]:
         """The last ``n`` lines of the log file (for the crash screen)."""

@@ -79,6 +79,7 @@ class ConsoleSession:
         self._log_reader: asyncio.Task | None = None
         self._last_check = st.CHECK_UNKNOWN
         self._port_owner_ok = False  # the port's listener was checked to be our child
+        self._published_at = 0.0  # time.monotonic() of the last publish()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -195,6 +196,7 @@ class ConsoleSession:
                 self.console_line("WORKER MISMATCH: " + snap.worker.detail)
                 self.sink(ev.WorkerMismatch(snap.worker.detail))
             self._last_check = snap.worker.status
+        self._published_at = time.monotonic()
         self.sink(ev.Published(snap))
 
     def console_line(self, text: str) -> None:
@@ -202,9 +204,14 @@ class ConsoleSession:
         self.sink(ev.ConsoleLine(text))
 
     async def _clock_loop(self) -> None:
+        """A snapshot every CLOCK_S s when nothing else published one (durations keep counting).
+
+        While the polls and NVML reads publish every interval, this adds no screen update of its own.
+        """
         while True:
-            await asyncio.sleep(CLOCK_S)
-            self.publish()
+            await asyncio.sleep(max(0.05, self._published_at + CLOCK_S - time.monotonic()))
+            if time.monotonic() - self._published_at >= CLOCK_S * 0.99:
+                self.publish()
 
     # -- threshold changes -----------------------------------------------------------------
 

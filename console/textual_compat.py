@@ -1,6 +1,6 @@
 """Every use of Textual internals in one place (tested against the pinned Textual, 8.2).
 
-Three workarounds, each with its reason:
+Five workarounds, each with its reason:
 
 * **Keys in typing order** (:class:`KeyOrderMixin`).
 
@@ -43,7 +43,17 @@ Three workarounds, each with its reason:
   stacks every ``notify``; this replaces its ``Notify`` handler and uses ``App._notifications``,
   ``_unnotify`` and ``_refresh_notifications``.
 
-Internals used: ``Screen._modal_binding_chain``, ``Widget._bindings``, ``Input.check_consume_key``,
+* **A border title repaints only the border** (:func:`set_border_title`): setting
+  ``Widget.border_title`` repaints the whole widget, children and all, even to the same text. The
+  log panel's title counts the lines held, which changes with every poll of the server (its access
+  lines are held, hidden): that repainted the whole log pane once or twice a second.
+
+* **A growing log without a layout** (:func:`set_virtual_size`): ``virtual_size`` is a layout
+  reactive, so each new line the log pane shows (its virtual height grows by one) laid out the
+  whole screen again. While the scrollbars shown stay the same, only the view and its scrollbars
+  need an update.
+
+Internals used: ``Widget._scroll_update`` (scrollbar sizes, scroll clamping), ``Widget._border_title`` (what ``border_title`` stores), ``Screen._modal_binding_chain``, ``Widget._bindings``, ``Input.check_consume_key``,
 ``Input._restart_blink``, ``App._notifications`` / ``_unnotify`` / ``_refresh_notifications``,
 ``textual.notifications.Notify``. ``tests/test_textual_compat.py`` pins each behaviour.
 """
@@ -53,7 +63,9 @@ from __future__ import annotations
 from typing import Any
 
 from textual import events
+from textual.geometry import Region, Size
 from textual.notifications import Notification, Notify
+from textual.widget import Widget
 from textual.widgets import Input
 
 #: the longest keys are held for a text field that does not get the focus (then they are replayed)
@@ -195,3 +207,44 @@ class NoticeMixin:
             live = {n.identity for n in shown}
             self._tagged = {k: v for k, v in tagged.items() if k in live}
         self._refresh_notifications()  # type: ignore[attr-defined]
+
+
+def set_border_title(widget: Widget, title: str) -> None:
+    """Set ``widget.border_title`` to ``title``, repainting only its top border line.
+
+    Nothing happens when the title is already ``title``. Before the widget is laid out, or without
+    a top border, it is set the ordinary way (a repaint of the whole widget).
+    """
+    if widget.border_title == title:
+        return
+    offset = widget.content_offset
+    if not widget.is_mounted or not widget.outer_size.width or offset.y < 1 or not isinstance(title, str):
+        widget.border_title = title
+        return
+    # what Textual's border_title descriptor stores (textual.widget._BorderTitle.__set__)
+    widget._border_title = widget.render_str(title).expand_tabs(4).split()[0]
+    widget.refresh(Region(-offset.x, -offset.y, widget.outer_size.width, 1))
+
+
+def set_virtual_size(view: Widget, size: Size) -> None:
+    """Set the scrolling widget ``view``'s ``virtual_size`` to ``size``, without a layout when it can.
+
+    When the vertical scrollbar is shown before and after (the content is taller than the view
+    both times) and the horizontal one is shown both times or neither, only the view and its
+    scrollbars are updated (as the layout would: window sizes, scroll position clamped). Else, or
+    before the view is laid out, it is set the ordinary way (a layout).
+    """
+    old = view.virtual_size
+    if size == old:
+        return
+    region = view.scrollable_content_region
+    width, height = region.width, region.height
+    same_bars = (view.is_mounted and height > 0 and view.show_vertical_scrollbar
+                 and old.height > height and size.height > height
+                 and (old.width > width) == (size.width > width))
+    if not same_bars:
+        view.virtual_size = size
+        return
+    view.set_reactive(Widget.virtual_size, size)
+    view._scroll_update(size)
+    view.refresh()

@@ -101,3 +101,30 @@ async def test_bindings_resolve_on_arrival_when_no_text_field_has_the_focus():
             app.post_message(events.Key("x", "x"))
         await pilot.pause()
         assert app.hits == 3
+
+
+async def test_set_border_title_repaints_only_the_border_line():
+    from textual.containers import Vertical
+    from textual.widgets import Static
+
+    from console.textual_compat import set_border_title
+
+    class _Boxed(App):
+        CSS = "#box { border: round white; height: 6; }"
+
+        def compose(self):
+            with Vertical(id="box"):
+                yield Static("inside", id="inside")
+
+    app = _Boxed()
+    async with app.run_test(size=(40, 10)) as pilot:
+        box = app.query_one("#box")
+        set_border_title(box, "first")
+        await pilot.pause()
+        assert box.border_title == "first"
+        set_border_title(box, "second")
+        assert box._repaint_regions and all(r.height == 1 and r.y == 0 for r in box._repaint_regions)
+        await pilot.pause()
+        assert "second" in app.export_screenshot() and box.border_title == "second"
+        set_border_title(box, "second")  # the same text: nothing to repaint
+        assert not box._repaint_regions

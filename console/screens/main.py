@@ -35,7 +35,9 @@ class MainScreen(Screen):
     """The operator's view (fits 80x24; grows with the terminal)."""
 
     AUTO_FOCUS = "#log-view"
-    snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, always_update=True)
+    # repaint=False: the screen draws nothing of it; a repaint here was a full-screen update per
+    # snapshot (the widgets repaint themselves, each only when what it shows changed)
+    snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, always_update=True, repaint=False)
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status-bar")
@@ -68,9 +70,12 @@ class MainScreen(Screen):
         # no panels and updates nothing (query_one raised NoMatches there: a flaky test)
         for widget in self.query(SnapshotWidget):
             widget.snapshot = snapshot
+        # a border title set repaints the whole panel (even to the same text): only on a change
         title = gpu_sources.title(snapshot.gpus)
         for panel in self.query("#gpu-panel"):
-            panel.border_title = title
+            if panel.border_title != title:
+                panel.border_title = title
         load_title = LOAD_TITLE + (" · stale" if snapshot.stale else "")
         for panel in self.query("#load-panel"):
-            panel.border_title = load_title
+            if panel.border_title != load_title:
+                panel.border_title = load_title

@@ -15,10 +15,47 @@ from textual.widget import Widget
 from console.state import ConsoleSnapshot
 
 
-class SnapshotWidget(Widget):
-    """A widget whose ``render()`` reads ``self.snapshot`` (bound to the main screen's snapshot)."""
+def render_key(rendered: object) -> object:
+    """What :meth:`SnapshotWidget.render` gave, as a value that is equal when the output is the same."""
+    if isinstance(rendered, Text):
+        return (rendered.plain, tuple(rendered.spans), str(rendered.style), rendered.justify,
+                rendered.overflow, rendered.no_wrap, rendered.end)
+    return rendered
 
-    snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, layout=False)
+
+class SnapshotWidget(Widget):
+    """A widget whose ``render()`` reads ``self.snapshot`` (bound to the main screen's snapshot).
+
+    A new snapshot repaints the widget only when what it renders changed: the session publishes
+    several snapshots a second (polls, NVML reads, log lines, the clock), and most of them change
+    nothing a given widget shows. (Textual still repaints it itself on a resize or a theme change.)
+    """
+
+    snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, layout=False, repaint=False)
+    _shown: object = None  # render_key() of the last repaint asked for
+    _inputs: object = None  # (size, render_inputs()) when that was computed
+
+    def render_inputs(self, snapshot: ConsoleSnapshot) -> object:
+        """The parts of ``snapshot`` that :meth:`render` reads, or None (then it is rendered to
+        compare). Equal inputs at the same size: the widget is not even rendered."""
+        return None
+
+    def _watch_snapshot(self, snapshot: ConsoleSnapshot) -> None:
+        # runs before the subclass's watch_snapshot (Textual calls _watch_ then watch_)
+        if not self.is_mounted or not self.size.width:
+            self._shown = self._inputs = None
+            self.refresh()
+            return
+        inputs = self.render_inputs(snapshot)
+        if inputs is not None:
+            inputs = (self.size, inputs)
+            if inputs == self._inputs:
+                return
+            self._inputs = inputs
+        key = render_key(self.render())
+        if key != self._shown:
+            self._shown = key
+            self.refresh()
 
     def style_of(self, name: str) -> Style:
         """Rich style of one of this widget's component classes (set by the theme)."""

@@ -141,6 +141,11 @@ class BatchChart(SnapshotWidget):
         "batch-chart--axis",
     }
 
+    def render_inputs(self, snapshot) -> object:
+        g = snapshot.gate
+        return (snapshot.batch_history, g.threshold if g else None, g.hysteresis if g else None,
+                g.mode if g else None)
+
     def render(self) -> Text:
         s = self.snapshot
         g = s.gate

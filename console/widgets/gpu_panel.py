@@ -122,8 +122,16 @@ class GpuTable(SnapshotWidget):
         return max(1, len(render_rows(self.snapshot, width, _PLAIN).plain.split("\n")))
 
     _height = -1
+    _height_of: object = None  # the inputs _height was computed from
+
+    def render_inputs(self, snapshot: st.ConsoleSnapshot) -> object:
+        return (snapshot.gpus, snapshot.gpu_util_history)
 
     def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
+        inputs = (self.size.width, self.render_inputs(snapshot))
+        if inputs == self._height_of:
+            return
+        self._height_of = inputs
         height = self.get_content_height(None, None, self.size.width) if self.size.width else -1
         if height != self._height:  # re-layout only when the number of lines changes
             self._height = height

@@ -23,7 +23,7 @@ OWN_SHOWN = "console polls shown (o hides)"
 #: the same, where the title is short of room (80 columns)
 OWN_HIDDEN_SHORT = "polls hidden (o)"
 OWN_SHOWN_SHORT = "polls shown (o)"
-from console.textual_compat import OrderedInput
+from console.textual_compat import OrderedInput, set_border_title
 
 PROMPTS = {
     "search": "search (n / N next / previous match, empty clears)",
@@ -49,6 +49,7 @@ class LogPanel(Vertical):
         super().__init__(**kwargs)
         self.base_title = title
         self.prompt_kind: str | None = None
+        self._filter_text: str | None = None  # what the filter line shows
 
     def compose(self) -> ComposeResult:
         yield Static("", id="log-filters", classes="-hidden", markup=False)
@@ -100,11 +101,13 @@ class LogPanel(Vertical):
             return
         v = views.first()
         width = self.content_region.width or self.app.size.width
-        self.border_title = log_title(self.base_title, v, width - 2)
+        set_border_title(self, log_title(self.base_title, v, width - 2))  # the border line only
         indicator = self.query_one("#log-filters", Static)
         line = filter_line(v.include, v.exclude, v.search, len(v.match_rows()) if v.search else 0, width,
                            whole_file=bool(v.unheld_ranges(1)))
-        indicator.update(line)
+        if line != self._filter_text:
+            self._filter_text = line
+            indicator.update(line)
         indicator.set_class(not line, "-hidden")
 
 

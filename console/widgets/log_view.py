@@ -35,6 +35,7 @@ from textual.strip import Strip
 from console import logparse
 from console.logfilter import FILTERED, FIND, LogRequest, filter_terms, line_visible
 from console.logwindow import LogEntry, Region, first_number, position, unheld_ranges
+from console.textual_compat import set_virtual_size
 
 __all__ = ["LogEntry", "LogView", "Region", "filter_terms", "line_visible"]
 
@@ -132,6 +133,7 @@ class LogView(ScrollView, can_focus=True):
         if not lines:
             return
         anchor = self._top_entry()  # before the top is cut
+        shown_list, shown_len = self.shown, len(self.shown)
         new = []
         for n, item in enumerate(lines):
             kind, text = item if isinstance(item, tuple) else (logparse.classify(item), item)
@@ -158,7 +160,8 @@ class LogView(ScrollView, can_focus=True):
                 self.new_while_paused += sum(self.keeps(e) for e in new)
         else:
             self._took(sum(self.keeps(e) for e in new), cut, len(self.entries) - len(new), anchor)
-        self.refresh()
+        if self.shown is not shown_list or len(self.shown) != shown_len:
+            self.refresh()  # else every new line is filtered out (e.g. the console's own polls)
         self.post_message(self.StateChanged())
 
     def _took(self, shown: int, cut: bool, start: int, anchor: LogEntry | None) -> None:
@@ -240,7 +243,7 @@ class LogView(ScrollView, can_focus=True):
         self.call_after_refresh(self.scroll_to, y=y, animate=False, immediate=True)
 
     def _update_size(self) -> None:
-        self.virtual_size = Size(self._width, len(self.shown))
+        set_virtual_size(self, Size(self._width, len(self.shown)))  # no layout per new line
 
     # -- reactives -------------------------------------------------------------------------
 

@@ -1,0 +1,113 @@
+"""The launched server's watchdog: ends the server's process group when the console disappears.
+
+``prctl(PR_SET_PDEATHSIG, SIGTERM)`` (:mod:`console.process`) only *asks* the server to stop when
+the console dies; a server that ignores or hangs on SIGTERM would keep its GPU memory and its
+port. So next to every server it starts, :class:`console.process.ServerProcess` starts this
+small process (``python -m console.supervisor --pgid G --timeout T``) in a session of its own,
+with its stdin the read end of a pipe whose only write end the console holds:
+
+* the console stops the server itself (``q``, a crash, a restart): it writes ``stop`` and
+  closes the pipe; the supervisor exits without signalling anything;
+* the console dies without doing so (``kill -9``, the OOM killer): the kernel closes the pipe, the
+  supervisor reads end-of-file, sends SIGTERM to the group, waits up to ``T`` seconds (the same
+  stop timeout as the console's own clean stop, ``--stop-timeout``), then SIGKILLs whatever is
+  left and exits once the group is empty.
+
+It imports only the standard library and :func:`console.process.group_members`, so it starts in
+well under a second and holds almost no memory while it waits (blocked in ``read``, no polling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from console.process import STOP_WORD, group_members
+
+#: seconds to wait for the group to vanish after SIGKILL
+KILL_WAIT_S = 5.0
+
+
+def _say(text: str) -> None:
+    """One ``[specconsole supervisor]`` line on stderr (the server's log file)."""
+    try:
+        sys.stderr.write(f"[specconsole supervisor] {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _signal(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_empty(pgid: int, timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Wait until the group has no live member or ``timeout_s`` passed; True when empty."""
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def end_group(pgid: int, timeout_s: float) -> bool:
+    """SIGTERM the group ``pgid``, wait up to ``timeout_s`` s, then SIGKILL what is left.
+
+    Returns:
+        True when the group is empty at the end.
+    """
+    if not group_members(pgid):
+        return True
+    _signal(pgid, signal.SIGTERM)
+    if _wait_empty(pgid, timeout_s):
+        return True
+    _say(f"process group {pgid} still runs {timeout_s:g} s after SIGTERM: SIGKILL")
+    _signal(pgid, signal.SIGKILL)
+    return _wait_empty(pgid, KILL_WAIT_S)
+
+
+def watch(pgid: int, timeout_s: float, fd: int = 0) -> int:
+    """Block until the console writes ``stop`` on ``fd`` or the pipe closes; end the group on a close.
+
+    Returns:
+        The exit status: 0 after ``stop`` or once the group is gone, 1 if members survived SIGKILL.
+    """
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 64)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries reads
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            break
+        data += chunk
+        if STOP_WORD in data:
+            return 0
+    _say(f"the console is gone: stopping server process group {pgid} "
+         f"(SIGTERM, SIGKILL after {timeout_s:g} s)")
+    return 0 if end_group(pgid, timeout_s) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m console.supervisor --pgid G --timeout T``: watch stdin (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m console.supervisor", description=__doc__.split("\n")[0])
+    parser.add_argument("--pgid", type=int, required=True, help="the server's process group id")
+    parser.add_argument("--timeout", type=float, required=True, help="seconds between SIGTERM and SIGKILL")
+    args = parser.parse_args(argv)
+    # the terminal's signals are not ours to act on: only the pipe decides
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    return watch(args.pgid, args.timeout)
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a process
+    sys.exit(main())
