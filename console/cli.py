@@ -337,16 +337,17 @@ def port_problem(cfg: AppConfig) -> str | None:
     """Launch/demo: why the server cannot be started on its port (something is there), or None."""
     if not cfg.server_command:
         return None
-    from console.portcheck import port_hint
-    from console.portcheck import port_problem as check
+    from console.portcheck import check_port, port_hint
 
     host, port = server_host_port(cfg.server_command)
     if port is None:
         return None
-    problem = check(host, port, hint=port_hint(cfg.mode), api_key=cfg.api_key)
-    if problem:
-        problem += f". To watch that server instead: specconsole attach {cfg.url}"
-    return problem
+    taken = check_port(host, port, hint=port_hint(cfg.mode), api_key=cfg.api_key)
+    if taken is None:
+        return None
+    if taken.watchable:
+        return taken.message + f". To watch that server instead: specconsole attach {cfg.url}"
+    return taken.message
 
 
 def main(argv: list[str] | None = None) -> int:

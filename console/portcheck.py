@@ -190,6 +190,12 @@ class PortTaken:
         return f"port {self.port} on {where} is already in use by {who}. Not starting a second server there: {self.hint}"
 
     @property
+    def watchable(self) -> bool:
+        """Whether ``specconsole attach`` could watch what is there: it answered ``/server_info``
+        (or asked for an API key), as :func:`who_answers` words it."""
+        return self.who.startswith(("an SGLang ", "a server that answers /server_info", "a server that wants an API key"))
+
+    @property
     def short(self) -> str:
         """One line for the top bar: the port and the listening process (or what answers)."""
         who = process_line(self.pids[0], 40) if self.pids else self.who

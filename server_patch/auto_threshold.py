@@ -14,7 +14,10 @@ batches of one mode (:class:`StepTimer`: under the overlap scheduler that period
 batch's launch, so a prefill next would be charged to a decode step). It is the period the
 server really produces tokens at, GPU- or CPU-bound. ``A(b)``: the accept length (tokens per
 request per ON step: accepted drafts + the bonus token, from SGLang's ``update_spec_metrics``)
-measured live. Both per batch-size bucket (BUCKET_EDGES), as exponential moving averages that
+measured live, per bucket while that bucket runs ON, else the accept length of all recent ON
+samples (:meth:`StepCosts.accept_for`: it follows the draft and the prompt mix, not the batch
+size, so a draft that got worse at the sizes running now also lowers the ON estimates of sizes
+not running now). Both per batch-size bucket (BUCKET_EDGES), as exponential moving averages that
 forget old samples (weight ``ALPHA`` per sample), so a change of draft quality or prompt mix is
 followed. The comparison is the one of ``shared/design/auto-threshold-anchors.md``: speculate
 iff ``A(b) > t_on(b) / t_off(b)``.
@@ -34,7 +37,12 @@ at startup). A probe of the worse mode costs at most (its deficit) x PROBE_SHARE
 A mode never measured in a bucket is probed every LEARN_GAP steps for its first LEARN_PROBES
 probes (learning in tens of steps, not hundreds); a bucket whose ratio is beyond LOG_CLIP
 re-measures its losing mode DECISIVE_STALE times less often (at 128 requests an ON step of the
-8B-shaped pair costs two OFF steps' time, so its probes cost twice their share of steps).
+8B-shaped pair costs two OFF steps' time, so its probes cost twice their share of steps). Since
+speculation pays less as the batch grows, a bucket beyond one that is ahead for its mode by
+IMPLY_RATIO (with IMPLY_SAMPLES samples each way) -- larger than such an OFF bucket, smaller than
+such an ON one -- is settled by it: it never probes a mode it has not measured (on the H200,
+2026-12-02, each new size at 128 requests spent its first probes ON at half the speed of OFF
+although 64 had shown OFF 1.8x ahead).
 
 **Stability.** The crossover moves only when another fits the votes better by STICK, and after
 any switch the mode is kept for DWELL decode steps, so a batch size hovering at the crossover
@@ -76,6 +84,9 @@ LOG_CLIP = math.log(1.5)  # a bucket's vote counts a ratio of ON to OFF tok/s up
 VOTE_CAP = 64  # ... weighted by its fewer-measured mode's samples, up to this many
 STICK = 0.02  # the crossover moves when another fits the votes better by this share of their weight
 DECISIVE_STALE = 4  # a bucket beyond LOG_CLIP re-measures its losing mode this many times less often
+ACCEPT_STALE = 4 * 64  # a bucket's accept length older than this (decode steps) than the newest yields to it
+IMPLY_RATIO = math.log(1.15)  # a bucket this far ahead for one mode settles the buckets beyond it ...
+IMPLY_SAMPLES = 8  # ... once it has this many samples of each mode
 
 
 def bucket_of(batch_size: int) -> int:
@@ -116,11 +127,13 @@ class BucketCosts:
     t_off: Ema = dataclasses.field(default_factory=Ema)
     accept: Ema = dataclasses.field(default_factory=Ema)
 
-    def rates(self, batch_size: float) -> Tuple[Optional[float], Optional[float]]:
-        """Expected output tok/s ``(ON, OFF)`` at ``batch_size`` (None where not measured)."""
+    def rates(self, batch_size: float, accept: Optional[float] = None) -> Tuple[Optional[float], Optional[float]]:
+        """Expected output tok/s ``(ON, OFF)`` at ``batch_size`` (None where not measured), with
+        ``accept`` (tok/req/step; default: this bucket's own estimate) as the accept length."""
         on = off = None
-        if self.t_on.value and self.accept.value:
-            on = batch_size * self.accept.value / self.t_on.value
+        accept = accept if accept is not None else self.accept.value
+        if self.t_on.value and accept:
+            on = batch_size * accept / self.t_on.value
         if self.t_off.value:
             off = batch_size / self.t_off.value
         return on, off
@@ -131,6 +144,21 @@ class StepCosts:
 
     def __init__(self) -> None:
         self.buckets: Dict[int, BucketCosts] = {}
+        self.accept = Ema()  # the accept length over every ON sample, whatever its batch size
+
+    def accept_for(self, index: int) -> Optional[float]:
+        """The accept length to rate bucket ``index``'s ON mode with: its own estimate while it is
+        at most ACCEPT_STALE decode steps older than the newest ON sample anywhere, else the
+        accept length of all recent ON samples. The accept length follows the draft and the
+        prompt mix far more than the batch size, so a draft that got worse (or better) at the
+        sizes running now moves the ON estimates of the sizes not running too (SGLang's greedy
+        acceptance does not depend on the batch)."""
+        b = self.buckets.get(index)
+        if b is None or b.accept.value is None:
+            return None
+        if self.accept.last_step - b.accept.last_step > ACCEPT_STALE:
+            return self.accept.value
+        return b.accept.value
 
     def add(self, batch_size: int, on: bool, step_time_s: float, tokens: int, step: int) -> bool:
         """One decode batch of ``batch_size`` requests that ran ``on`` (speculation) in
@@ -145,6 +173,7 @@ class StepCosts:
         t.add(step_time_s, step)
         if on:
             b.accept.add(tokens / batch_size, step)
+            self.accept.add(tokens / batch_size, step)
         return True
 
     def bucket(self, batch_size: int) -> Optional[BucketCosts]:
@@ -201,11 +230,13 @@ class Entry:
     """One bucket of the table: ``on`` (speculation preferred there), ``probe``: the mode that
     still needs measuring there (True ON, False OFF, None: both are measured), ``learning``: that
     mode has fewer than MIN_SAMPLES samples there (its first LEARN_PROBES probes come every
-    LEARN_GAP decode steps, not PROBE_GAP, within the same budget)."""
+    LEARN_GAP decode steps, not PROBE_GAP, within the same budget), ``implied``: a bucket beyond
+    it on the side of its mode prefers that mode by IMPLY_RATIO or more (:func:`build_table`)."""
 
     on: bool
     probe: Optional[bool] = None
     learning: bool = False  # the probed mode was never measured here: probe again soon
+    implied: bool = False
 
 @dataclasses.dataclass(frozen=True)
 class Table:
@@ -226,37 +257,40 @@ class Table:
         """Speculation on for bucket ``index``: below the crossover."""
         return self.cross is None or index < self.cross
 
-    def to_wire(self) -> Tuple[Optional[int], List[Tuple[int, bool, Optional[bool], bool]]]:
-        """A compact, picklable form for the TP broadcast."""
-        return self.cross, [(i, e.on, e.probe, e.learning) for i, e in self.entries]
+    def to_wire(self) -> Tuple[Optional[int], List[Tuple[Any, ...]]]:
+        """A compact, picklable form for the TP broadcast: ``(cross, [(index, on, probe,
+        learning, implied), ...])``."""
+        return self.cross, [(i, e.on, e.probe, e.learning, e.implied) for i, e in self.entries]
 
     @classmethod
-    def from_wire(cls, data: Tuple[Optional[int], List[Tuple[int, bool, Optional[bool], bool]]]) -> "Table":
-        """The table :meth:`to_wire` sent."""
+    def from_wire(cls, data: Tuple[Optional[int], List[Tuple[Any, ...]]]) -> "Table":
+        """The table :meth:`to_wire` sent (entries without ``implied`` read as not implied)."""
         cross, entries = data
-        return cls(tuple((int(i), Entry(bool(on), None if probe is None else bool(probe), bool(learning)))
-                         for i, on, probe, learning in entries), None if cross is None else int(cross))
+        return cls(tuple((int(e[0]), Entry(bool(e[1]), None if e[2] is None else bool(e[2]), bool(e[3]),
+                                           bool(e[4]) if len(e) > 4 else False))
+                         for e in entries), None if cross is None else int(cross))
 
 
-def log_ratio(b: BucketCosts, index: int) -> Optional[float]:
-    """``ln(ON tok/s / OFF tok/s)`` at the middle of bucket ``index``, or None while a mode has
-    fewer than MIN_SAMPLES samples there. An estimate that went stale still counts (probes
+def log_ratio(b: BucketCosts, index: int, accept: Optional[float] = None) -> Optional[float]:
+    """``ln(ON tok/s / OFF tok/s)`` at the middle of bucket ``index`` (with ``accept`` as the
+    accept length: :meth:`StepCosts.accept_for`; default the bucket's own), or None while a mode
+    has fewer than MIN_SAMPLES samples there. An estimate that went stale still counts (probes
     refresh it; forgetting it would leave the sizes it covers to the neighbours)."""
     if min(b.t_on.count, b.accept.count, b.t_off.count) < MIN_SAMPLES:
         return None
     lo, hi = bucket_range(index)
-    on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo)
+    on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo, accept)
     if not on_rate or not off_rate:
         return None
     return math.log(on_rate / off_rate)
 
 
-def vote(b: BucketCosts, index: int) -> float:
+def vote(b: BucketCosts, index: int, accept: Optional[float] = None) -> float:
     """Bucket ``index``'s say in the crossover: positive for speculation,
     ``w * clip(ln(ON tok/s / OFF tok/s), +-LOG_CLIP)`` with ``w`` its fewer-measured mode's
     samples up to VOTE_CAP; 0 while a mode is not measured (:func:`log_ratio`) or the two are
     within MARGIN."""
-    ratio = log_ratio(b, index)
+    ratio = log_ratio(b, index, accept)
     if ratio is None or abs(ratio) < math.log(1 + MARGIN):
         return 0.0
     weight = min(b.t_on.count, b.t_off.count, VOTE_CAP)
@@ -306,26 +340,36 @@ def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
     (running it measures it); a bucket whose ratio is beyond LOG_CLIP re-measures its losing mode
     only every DECISIVE_STALE x STALE_STEPS (a probe of a mode at half the speed costs twice).
     """
-    ratios = {i: log_ratio(b, i) for i, b in costs.buckets.items()}
+    ratios = {i: log_ratio(b, i, costs.accept_for(i)) for i, b in costs.buckets.items()}
     measured = sorted(i for i, r in ratios.items() if r is not None)
     cross = previous.cross
     if measured:
-        fitted, moved = fit_crossover({i: vote(costs.buckets[i], i) for i in measured}, previous.cross)
+        fitted, moved = fit_crossover({i: vote(costs.buckets[i], i, costs.accept_for(i)) for i in measured},
+                                      previous.cross)
         if moved:
             cross = boundary(fitted, measured)
     table = Table((), cross)
+    settled = [i for i in measured if min(costs.buckets[i].t_on.count, costs.buckets[i].t_off.count) >= IMPLY_SAMPLES]
+    ahead_on = [i for i in settled if ratios[i] >= IMPLY_RATIO]
+    ahead_off = [i for i in settled if ratios[i] <= -IMPLY_RATIO]
     entries = []
     for index in sorted(costs.buckets):
         b = costs.buckets[index]
         on = table.preferred(index)
         r = ratios[index]
         decisive = r is not None and abs(r) >= LOG_CLIP and (r > 0) == on
-        stale = STALE_STEPS * (DECISIVE_STALE if decisive else 1)
+        # speculation pays less as the batch grows: a bucket beyond one that is clearly ahead for
+        # its mode (smaller than such an ON bucket, larger than such an OFF one) is settled by it
+        # and never probes a mode it has not measured (that one is measured next door)
+        implied = any(i > index for i in ahead_on) if on else any(i < index for i in ahead_off)
+        stale = STALE_STEPS * (DECISIVE_STALE if decisive or implied else 1)
         missing = [mode for mode, known in ((True, b.t_on.fresh(step, stale) and b.accept.fresh(step, stale)),
                                             (False, b.t_off.fresh(step, stale))) if not known]
+        if implied:
+            missing = [mode for mode in missing if (b.t_on if mode else b.t_off).count >= MIN_SAMPLES]
         probe = next((mode for mode in missing if mode != on), None)
         learning = probe is not None and (b.t_on if probe else b.t_off).count < MIN_SAMPLES
-        entries.append((index, Entry(on, probe, learning)))
+        entries.append((index, Entry(on, probe, learning, implied)))
     return Table(tuple(entries), cross)
 
 
@@ -396,7 +440,7 @@ def report(costs: StepCosts, table: Table) -> List[Dict[str, Any]]:
     for index in sorted(costs.buckets):
         b = costs.buckets[index]
         lo, hi = bucket_range(index)
-        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo)
+        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo, costs.accept_for(index))
         entry = table.get(index)
         out.append({
             "lo": lo, "hi": hi,

@@ -172,9 +172,17 @@ class SpecGate:
         if self.probing:
             return "probing: measuring this mode here"
         b = self.costs.bucket(batch_size) if batch_size else None
-        on_rate, off_rate = b.rates(batch_size) if b is not None else (None, None)
-        here = ("learning: not measured both ways yet" if on_rate is None or off_rate is None
-                else f"est. ON {on_rate:,.0f} vs OFF {off_rate:,.0f} tok/s")
+        on_rate, off_rate = (b.rates(batch_size, self.costs.accept_for(auto.bucket_of(batch_size)))
+                             if b is not None else (None, None))
+        entry = self.policy.table.get(auto.bucket_of(batch_size)) if batch_size else None
+        if on_rate is not None and off_rate is not None:
+            here = f"est. ON {on_rate:,.0f} vs OFF {off_rate:,.0f} tok/s"
+        elif entry is not None and entry.implied and (on_rate if entry.on else off_rate) is not None:
+            mode, rate = ("ON", on_rate) if entry.on else ("OFF", off_rate)
+            side = "larger" if entry.on else "smaller"
+            here = f"est. {mode} {rate:,.0f} tok/s, {mode} ahead at {side} batches"
+        else:
+            here = "learning: not measured both ways yet"
         cross = auto.crossover(self.policy.table)
         return f"{here}; " + (f"crossover {cross}" if cross is not None else "no crossover yet")
 

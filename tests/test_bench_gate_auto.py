@@ -277,7 +277,8 @@ def test_the_auto_phase_against_a_stand_in_server(oracle):
     assert a["set_reply"]["threshold"] == "auto" and a["probes"] > 0 and a["switches"] > 0
     assert a["requests"] == fake.generated and a["all_requests_ended"] is True
     assert a["crossover"] == 8 and a["decisions_digest_equal"] is True
-    assert OPTS.peak // 2 < fake.max_in_flight <= OPTS.peak  # the load swept up towards its peak ...
+    # the load swept up (how far towards its peak depends on the machine's speed: no timing here) ...
+    assert 2 < fake.max_in_flight <= OPTS.peak
     assert a["batch_sizes_seen"][0] <= 2  # ... and back down
 
 

@@ -903,9 +903,35 @@ def test_port_problem_says_who_holds_the_port_and_what_to_do(tmp_path, monkeypat
         assert cli.main(["demo", "--port", str(port)]) == 1
         err = " ".join(capsys.readouterr().err.split())  # wrapped to the terminal
         assert "already in use" in err and "pass --port P (specconsole demo --port P)" in err
-        assert f"specconsole attach http://127.0.0.1:{port}" in err
+        assert "specconsole attach" not in err  # nothing there that attach could watch
         assert cli.main(["launch", "--", "--model-path", "M", "--port", str(port)]) == 1
         assert "specconsole launch -- ... --port P" in " ".join(capsys.readouterr().err.split())
+    # a server that answers /server_info: watching it is the way out
+    import http.server
+    import json as _json
+
+    class Info(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = _json.dumps({"version": "0.5.12"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Info)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        port = srv.server_address[1]
+        assert cli.main(["demo", "--port", str(port)]) == 1
+        err = " ".join(capsys.readouterr().err.split())
+        assert "an SGLang 0.5.12 server" in err and f"specconsole attach http://127.0.0.1:{port}" in err
+    finally:
+        srv.shutdown()
+        srv.server_close()
     info = {"version": "0.5.12", "model_path": "M", "simulated": {"note": "x"},
             "internal_states": [{"spec_gate": {"threshold": 50}}]}
     assert portcheck.describe_server_info(info) == "an SGLang 0.5.12 server (simulated demo server, model M, threshold 50)"
