@@ -29,12 +29,13 @@ from console import logparse
 from console.commands import console_commands
 from console.config import AppConfig
 from console.modes import demo_config
+from console.multi_app import MultiServerMixin
 from console.screens.crash import CrashScreen
 from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
 from console.screens.no_server import NoServerScreen
 from console.screens.threshold_dialog import ThresholdDialog, ThresholdRequest
-from console.session import ConsoleSession, wall_clock
+from console.session import wall_clock
 from console.textual_compat import KeyOrderMixin, NoticeMixin
 from console.widgets.log_panel import LogPanel
 from console.widgets.log_view import LogView
@@ -48,7 +49,7 @@ CONTROL = "control"
 SEVERITY = {"info": "information", "ok": "information", "warning": "warning", "error": "error"}
 
 
-class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
+class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
     """specconsole. ``App.run()`` returns 0 (or the exit code asked for) and leaves the terminal clean.
 
     Args:
@@ -71,6 +72,10 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
         Binding("a", "threshold_auto", "Auto", show=False),
         # --readonly: the keys above are hidden (check_action) and these say why instead
         Binding("plus,equals_sign,minus,t,a", "readonly_notice", "Read-only", show=False),
+        # several servers (attach URL URL ...): focus the previous / next, one threshold for all
+        Binding("left_square_bracket", "focus_server(-1)", "Prev server", show=False, key_display="["),
+        Binding("right_square_bracket", "focus_server(1)", "Next server", show=False, key_display="]"),
+        Binding("T", "threshold_all", "Set all", show=False),
         Binding("slash", "log_prompt('search')", "Search", key_display="/"),
         Binding("n", "next_match(1)", "Next match", show=False),
         Binding("N", "next_match(-1)", "Previous match", show=False),
@@ -89,8 +94,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
     def __init__(self, config: AppConfig, nvml_module: Any = None, http_timeout_s: float = 5.0) -> None:
         super().__init__()
         self.theme_name = config.theme
-        self.session = ConsoleSession(config, self.on_session_event, nvml_module=nvml_module,
-                                      http_timeout_s=http_timeout_s)
+        self.init_sessions(config, nvml_module, http_timeout_s)  # one session, or one per server
         self._quitting = False
         self._signalled = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
@@ -121,6 +125,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
     def start_gpu_reads(self) -> None:
         """Read NVML every poll interval (also while no server is configured)."""
         self.session.start_gpus()
+        self.start_other_gpu_reads()
 
     def _begin(self) -> None:
         if self.cfg.mode == "none":
@@ -131,10 +136,12 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
     def start_session(self) -> None:
         """Start the session (polling; the server child in launch/demo mode)."""
         log_panel = self.main_screen.query_one(LogPanel)
-        log = self.cfg.log_path
-        log_panel.base_title = f"Log {log.name}" if log is not None else "Log (none: attach --log FILE)"
+        log_panel.base_title = self.log_title()
         log_panel.update_title()
+        for note in self.cfg.notes:
+            self.console_line(note)
         self.session.start()
+        self.start_servers()  # several servers: the list, and every other session
 
     def publish(self) -> None:
         """Show the current snapshot now."""
@@ -211,6 +218,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
         if text == last_text and now - last_at < REPEAT_QUIET_S:
             return
         lines = [(logparse.CONSOLE, f"[console {self.wall_clock()}] {part}") for part in text.split("\n")]
+        self.record_console_lines(lines)
         try:
             self._log_view().add_lines(lines)
         except Exception:  # noqa: BLE001 - screen not composed yet
@@ -259,6 +267,10 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if isinstance(self.screen, NoServerScreen) and action not in ("quit", "help", "command_palette"):
             return False
+        if action in ("focus_server", "threshold_all"):
+            if not self.multi or isinstance(self.focused, Input):
+                return False
+            return True
         if action in ("threshold_step", "threshold_dialog", "threshold_auto"):
             if isinstance(self.focused, Input):
                 return False  # typing into a search/filter box: + - t are text, not threshold keys
@@ -280,6 +292,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
             return
         self._quitting = True
         await self.session.quit()
+        await self.quit_servers()
         self.exit(0)
 
     def action_help(self) -> None:
@@ -389,7 +402,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, App[int]):
         threading.Thread(target=stop_then_exit, name="specconsole-signal", daemon=True).start()
 
     async def on_unmount(self) -> None:
-        await self.session.close()
+        await self.close_servers()
 
     def shutdown_server(self) -> None:
         """Stop the server group if this app started one (idempotent; used by the CLI's finally)."""

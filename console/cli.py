@@ -2,7 +2,7 @@
 
     specconsole [--readonly] [--interval S] [--theme dark|light|ansi]
     specconsole launch [--log-dir DIR] [--stop-timeout S] -- <sglang server args>
-    specconsole attach URL [--log FILE] [--api-key KEY]
+    specconsole attach URL [URL ...] [--log FILE ...] [--api-key KEY]
     specconsole demo [--log-dir DIR] [--port P] [--gpus sim|real] [-- <demo server args>]
 
 Without a mode: launch the server of ``specconsole.toml`` (working directory, then the user
@@ -24,6 +24,7 @@ from console.config import (
     DEFAULT_URL,
     AppConfig,
     ConfigError,
+    ServerTarget,
     api_key_from_server_args,
     check_api_key,
     default_log_dir,
@@ -82,9 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="SIGTERM to SIGKILL delay when stopping the server group (default 10)")
     attach = sub.add_parser("attach", parents=[common], help="watch a running server (never stops it)")
-    attach.add_argument("url", help="e.g. http://127.0.0.1:30000 (http:// is added when no scheme is given)")
-    attach.add_argument("--log", type=Path, default=None, help="the server's log file to follow")
-    attach.add_argument("--api-key", default=None, help="the server's --api-key / --admin-api-key")
+    attach.add_argument("url", nargs="+",
+                        help="e.g. http://127.0.0.1:30000 (http:// is added when no scheme is given); "
+                             "several: a server list, one in focus ([ and ] move it); SGLang's router: its workers")
+    attach.add_argument("--log", type=Path, action="append", default=None,
+                        help="the server's log file to follow (several servers: one --log per URL, in order)")
+    attach.add_argument("--api-key", default=None, help="the server's --api-key / --admin-api-key (every server's)")
     demo = sub.add_parser(
         "demo", parents=[common], help="run against a built-in simulated server (no GPU needed)",
         usage="specconsole demo [options] [-- <demo server args>]",
@@ -150,13 +154,27 @@ def resolve(argv: list[str]) -> AppConfig:
     if args.mode == "attach":
         if extra:
             mode_parser.error("attach takes no server arguments")
-        try:
-            url = normalize_url(args.url)
-        except ConfigError as exc:
-            mode_parser.error(str(exc))
+        urls = []
+        for raw in args.url:
+            try:
+                urls.append(normalize_url(raw))
+            except ConfigError as exc:
+                mode_parser.error(str(exc))
+        logs = args.log or []
+        if len(urls) == 1 and len(logs) > 1:
+            mode_parser.error("one server takes one --log")
+        if len(urls) > 1 and logs and len(logs) != len(urls):
+            mode_parser.error(f"{len(urls)} servers and {len(logs)} --log: give one --log per URL, "
+                              "in the same order, or none")
         _check_api_key(mode_parser, args.api_key, "--api-key")
-        _check_log_file(mode_parser, args.log, "--log")
-        return replace(base, mode="attach", url=url, log_path=args.log, api_key=args.api_key)
+        for log in logs:
+            _check_log_file(mode_parser, log, "--log")
+        if len(urls) == 1:
+            return replace(base, mode="attach", url=urls[0], log_path=logs[0] if logs else None,
+                           api_key=args.api_key)
+        _check_duplicates(mode_parser, urls, "attach")
+        targets = tuple(ServerTarget(u, logs[i] if logs else None, args.api_key) for i, u in enumerate(urls))
+        return multi_config(base, targets)
     if args.mode == "demo":
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
                        nvml=args.gpus, demo_args=extra)
@@ -169,6 +187,8 @@ def resolve(argv: list[str]) -> AppConfig:
         parser.error("server arguments need a mode: specconsole launch -- <server args>")
 
     # no mode: config file, else a local server, else explain
+    if file_cfg is not None and file_cfg.get("servers"):
+        return _servers_from_file(parser, base, file_cfg)
     if file_cfg is not None:
         server = file_cfg["server"]
         log_dir = Path(server["log_dir"]).expanduser() if server.get("log_dir") else default_log_dir()
@@ -190,6 +210,39 @@ def resolve(argv: list[str]) -> AppConfig:
     if probe(DEFAULT_URL):
         return replace(base, mode="attach", url=DEFAULT_URL)
     return replace(base, mode="none", url=DEFAULT_URL, config_path=file_cfg["path"] if file_cfg else None)
+
+
+def multi_config(base: AppConfig, targets: tuple[ServerTarget, ...]) -> AppConfig:
+    """Attach mode for ``targets``: one of them is a plain attach config (the first, for
+    today's single-server path), several make the server list."""
+    first = targets[0]
+    return replace(base, mode="attach", url=first.url, log_path=first.log_path, api_key=first.api_key,
+                   servers=targets if len(targets) > 1 else ())
+
+
+def _check_duplicates(parser: argparse.ArgumentParser, urls: list[str], where: str) -> None:
+    """Refuse a server given twice (exits): two rows of one server would fight over its gate."""
+    seen: set[str] = set()
+    for url in urls:
+        if url in seen:
+            parser.error(f"{where}: server {url} is given twice; list each server once")
+        seen.add(url)
+
+
+def _servers_from_file(parser: argparse.ArgumentParser, base: AppConfig, file_cfg: dict) -> AppConfig:
+    """The config file's ``[[servers]]`` as an attach config (exits on a bad URL or log)."""
+    path = file_cfg["path"]
+    targets = []
+    for i, entry in enumerate(file_cfg["servers"], 1):
+        try:
+            url = normalize_url(entry["url"])
+        except ConfigError as exc:
+            parser.error(f"{path}: [[servers]] #{i} url: {exc}")
+        log = Path(entry["log"]).expanduser() if entry.get("log") else None
+        _check_log_file(parser, log, f"{path}: [[servers]] #{i} log")
+        targets.append(ServerTarget(url, log, entry.get("api_key")))
+    _check_duplicates(parser, [t.url for t in targets], f"{path}: [[servers]]")
+    return multi_config(base, tuple(targets))
 
 
 _INTERVAL_RULE = f"must be a number of seconds from {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g}"
@@ -300,6 +353,10 @@ def port_problem(cfg: AppConfig) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """The ``specconsole`` entry point. Returns the process exit code."""
     cfg = resolve(list(sys.argv[1:] if argv is None else argv))
+    if cfg.mode == "attach":
+        from console.servers import expand_routers
+
+        cfg = expand_routers(cfg)  # SGLang's router: watch its workers instead
     problem = port_problem(cfg)
     if problem:  # before the screen: the message stays in the terminal
         import shutil

@@ -11,6 +11,12 @@
     # log = "/var/log/sglang.log"         # with attach: the log to follow
     # api_key = "..."
 
+    # several servers instead of [server] (one row each in the server list):
+    # [[servers]]
+    # url = "http://10.0.0.5:30000"      # a server, or SGLang's router (its workers are listed)
+    # log = "/var/log/sglang-a.log"      # optional: this server's log
+    # api_key = "..."                    # optional
+
     [console]                     # defaults for every mode; command-line options win
     interval = 1.0                # seconds between polls
     theme = "dark"                # dark | light | ansi
@@ -85,9 +91,11 @@ class ConfigError(Exception):
     """The config file is unreadable or has wrong types."""
 
 
-SECTION_KEYS = {"server", "console"}
+SECTION_KEYS = {"server", "console", "servers"}
 SERVER_KEYS = {"args", "log_dir", "attach", "log", "api_key"}
 CONSOLE_KEYS = {"interval", "theme", "readonly"}
+#: keys of one ``[[servers]]`` entry
+SERVERS_KEYS = {"url", "log", "api_key"}
 
 
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
@@ -176,7 +184,50 @@ def load_config(path: Path) -> dict[str, Any]:
         if key in console and (not isinstance(console[key], typ) or isinstance(console[key], bool) != (typ is bool)):
             raise ConfigError(f"{path}: console.{key} has the wrong type: expected {expected}, "
                               f"got {console[key]!r}")
-    return {"server": server, "console": console, "path": str(path)}
+    servers = _load_servers(path, data.get("servers"))
+    if servers and server:
+        raise ConfigError(f"{path}: [server] and [[servers]] exclude each other; keep one "
+                          "([[servers]] lists the servers to watch)")
+    return {"server": server, "console": console, "servers": servers, "path": str(path)}
+
+
+def _load_servers(path: Path, servers: Any) -> list[dict[str, str]]:
+    """Type-check the ``[[servers]]`` list (each: ``url``, optional ``log`` and ``api_key``)."""
+    if servers is None:
+        return []
+    if not isinstance(servers, list) or not all(isinstance(s, dict) for s in servers):
+        raise ConfigError(f"{path}: servers must be a list of tables: [[servers]] with url = \"...\"")
+    if not servers:
+        raise ConfigError(f"{path}: servers is empty; list at least one [[servers]] url")
+    for i, entry in enumerate(servers, 1):
+        unknown = sorted(set(entry) - SERVERS_KEYS)
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} in [[servers]] #{i}; "
+                              f"known: {', '.join(sorted(SERVERS_KEYS))}")
+        if "url" not in entry:
+            raise ConfigError(f"{path}: [[servers]] #{i} has no url")
+        for key in sorted(SERVERS_KEYS):
+            if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
+                raise ConfigError(f"{path}: [[servers]] #{i} {key} must be a non-empty string"
+                                  + ("" if key == "api_key" else f" (got {entry[key]!r})"))
+        if "api_key" in entry:
+            check_api_key(entry["api_key"], f"{path}: [[servers]] #{i} api_key")
+    return servers
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """One server of several to watch (``attach URL URL ...`` or ``[[servers]]``).
+
+    Attributes:
+        url: the server's base URL (normalized).
+        log_path: its log file to follow, or None.
+        api_key: its bearer token, or None.
+    """
+
+    url: str
+    log_path: Path | None = None
+    api_key: str | None = None
 
 
 @dataclass
@@ -199,6 +250,9 @@ class AppConfig:
         handle_signals: install SIGTERM/SIGHUP handlers (off under the test driver).
         demo_args: extra arguments for the demo server.
         config_path: the config file read (mode ``none``: it names no server), or None.
+        servers: attach mode with several servers: every one (the first is ``url``); empty
+            for one server (the console then runs exactly as with a single URL).
+        notes: console lines written when the session starts (e.g. a router's workers found).
     """
 
     mode: str = "attach"
@@ -215,6 +269,8 @@ class AppConfig:
     handle_signals: bool = True
     demo_args: list[str] = field(default_factory=list)
     config_path: str | None = None
+    servers: tuple[ServerTarget, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")

@@ -16,6 +16,8 @@ HELP = r"""# specconsole — keys
 | `-` | threshold - 1 req (refused before sending outside [1, max running requests] or at/below the hysteresis) |
 | `t` | set threshold and hysteresis exactly (plain integers; the threshold may be `auto`) |
 | `a` | auto threshold on (the gate finds the crossover from its own step times), or off again at the learned crossover |
+| `[` / `]` | several servers (`attach URL URL ...`): focus the previous / next server in the server list; the panels, the log pane and the threshold keys follow the focus |
+| `T` | several servers: one threshold and hysteresis for all of them, after a confirm; each server checks it against its own limits and confirms it by its own `spec_gate` (the outcome is shown per server) |
 | `/` | search the log; `n` / `N` next / previous match, in the whole file (a match above the lines held is shown with the lines around it; `End` returns) |
 | `f` | show only log lines containing … (`a\|b`: a or b) |
 | `x` | hide log lines containing … |
@@ -48,7 +50,8 @@ HELP = r"""# specconsole — keys
   It holds the last 20,000 lines (the title says `last 20,000 of 249,780` when the file has more);
   a filter and `n` / `N` read the rest of the file in the background.
 
-Modes: `specconsole launch -- <server args>`, `specconsole attach URL [--log FILE]`,
+Modes: `specconsole launch -- <server args>`, `specconsole attach URL [URL ...] [--log FILE ...]`
+(several URLs: a server list; SGLang's router URL: its workers),
 `specconsole demo`, or plain `specconsole` (config file, else 127.0.0.1:30000, else this advice).
 Options: `--readonly` (no threshold keys), `--interval SECONDS`, `--theme dark|light|ansi`.
 `launch` / `demo` refuse to start on a port something else holds, and show and change only the

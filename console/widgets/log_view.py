@@ -181,6 +181,24 @@ class LogView(ScrollView, can_focus=True):
         else:
             self._to_end()
 
+    def clear(self) -> None:
+        """Drop every line held (another server's log takes the pane); filters and search stay."""
+        self.entries = []
+        self.file_region = None
+        self.shown = []
+        self.new_while_paused = 0
+        self.file_id = None
+        self.total_lines = 0
+        self.own_lines = 0
+        self.generation += 1  # answers about the old lines are dropped
+        self.searching = self.filtering = None
+        self._width = 0
+        self._match_pos = None
+        self._pin = None
+        self._update_size()
+        self.refresh()
+        self.post_message(self.StateChanged())
+
     def _new_file(self, file_id: int) -> None:
         """Another file (rotated, truncated): the numbers held are of the old one."""
         if self.file_id is not None:
