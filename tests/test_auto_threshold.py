@@ -385,6 +385,46 @@ def test_prefill_launches_charged_to_the_decode_step_before_them_do_not_bias_the
     assert g.policy.table.preferred(auto.bucket_of(1)) and not g.policy.table.preferred(auto.bucket_of(64))
 
 
+def _loop_step(sim: Sim, costs: dict, rng: random.Random, left: list, empty: list, it: int) -> int:
+    """One scheduler iteration of a closed loop (:func:`_closed_loop`, :func:`_bench_rows`): the
+    decode batch of the requests with tokens ``left`` (a prefill launched next adds its 2 ms to
+    that period), then the refills of the slots whose round trip (``empty``, decode steps) ends.
+    Returns the forward_iter count after it."""
+    g = sim.gate
+    batch = sum(1 for x in left if x > 0)
+    prefill_next = any(e == 1 for e in empty)
+    if batch:
+        if g.decode_steps % auto.SYNC_EVERY == 0:
+            g.set_table(g.refresh_table())
+        g.decide(batch)
+        on = g.spec_enabled
+        m = model(costs, batch)
+        per_req = m["accept"] if on else 1.0
+        sim.clock += (m["always"] * m["accept"] if on else m["none"]) * max(0.2, 1 + rng.gauss(0, 0.03))
+        if prefill_next:
+            sim.clock += 0.002
+        made = 0
+        for i, x in enumerate(left):
+            if x > 0:
+                n = min(x, max(1, round(per_req + rng.uniform(-0.5, 0.5))) if on else 1)
+                left[i] -= n
+                made += n
+                if left[i] == 0:
+                    empty[i] = rng.randint(1, 4)
+        sim.tokens += made
+        it += 1
+        sample = sim.timer.observe(it, "on" if on else "off", sim.clock, batch, made)
+        if sample is not None:
+            g.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
+    for i, e in enumerate(empty):
+        if e == 1:
+            left[i], empty[i] = rng.randint(32, 512), 0
+            it += 1  # the prefill
+        elif e > 1:
+            empty[i] = e - 1
+    return it
+
+
 def _closed_loop(config: GateConfig, costs: dict, concurrency: int, steps: int, seed: int,
                  warmup: int = 0) -> float:
     """Output tok/s of a closed loop of ``concurrency`` requests with variable output lengths
@@ -393,44 +433,14 @@ def _closed_loop(config: GateConfig, costs: dict, concurrency: int, steps: int, 
     launch lands in the period of the decode step before it, as on the H200. Measured after
     ``warmup`` decode steps (the benchmark's warm-up: the server has served before)."""
     sim = Sim(seed=seed, config=config)
-    g, rng = sim.gate, random.Random(seed)
+    rng = random.Random(seed)
     left = [rng.randint(32, 512) for _ in range(concurrency)]
     empty = [0] * concurrency  # decode steps until a finished slot's next request is prefilled
     it = 0
     for k in range(warmup + steps):
         if k == warmup:
             t0, n0 = sim.clock, sim.tokens
-        batch = sum(1 for x in left if x > 0)
-        prefill_next = any(e == 1 for e in empty)
-        if batch:
-            if g.decode_steps % auto.SYNC_EVERY == 0:
-                g.set_table(g.refresh_table())
-            g.decide(batch)
-            on = g.spec_enabled
-            m = model(costs, batch)
-            per_req = m["accept"] if on else 1.0
-            sim.clock += (m["always"] * m["accept"] if on else m["none"]) * max(0.2, 1 + rng.gauss(0, 0.03))
-            if prefill_next:
-                sim.clock += 0.002
-            made = 0
-            for i, x in enumerate(left):
-                if x > 0:
-                    n = min(x, max(1, round(per_req + rng.uniform(-0.5, 0.5))) if on else 1)
-                    left[i] -= n
-                    made += n
-                    if left[i] == 0:
-                        empty[i] = rng.randint(1, 4)
-            sim.tokens += made
-            it += 1
-            sample = sim.timer.observe(it, "on" if on else "off", sim.clock, batch, made)
-            if sample is not None:
-                g.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
-        for i, e in enumerate(empty):
-            if e == 1:
-                left[i], empty[i] = rng.randint(32, 512), 0
-                it += 1  # the prefill
-            elif e > 1:
-                empty[i] = e - 1
+        it = _loop_step(sim, costs, rng, left, empty, it)
     return (sim.tokens - n0) / (sim.clock - t0)
 
 
@@ -461,44 +471,19 @@ def _bench_rows(config: GateConfig, costs: dict, seed: int) -> list:
     warm-up (8 uniform-length requests at a time, then 64 variable-length), then closed loops of
     6 s at 1, 16, 64 and 128 requests (variable lengths; every row starts with an empty server)."""
     sim, rng = Sim(seed=seed, config=config), random.Random(seed)
-    g, it, out = sim.gate, 0, []
+    it, out = 0, []
     for concurrency, seconds, uniform in ((8, 3, True), (64, 3, False), (1, 6, False), (16, 6, False),
                                           (64, 6, False), (128, 6, False)):
         left = [256 if uniform else rng.randint(32, 512) for _ in range(concurrency)]
         empty = [0] * concurrency
         t0, n0 = sim.clock, sim.tokens
         while sim.clock - t0 < seconds:
-            batch = sum(1 for x in left if x > 0)
-            if not batch:  # the only request finished: the next one is on its way
+            if not any(x > 0 for x in left):  # the only request finished: the next one is on its way
                 sim.clock += 0.001
                 empty = [max(0, e - 1) for e in empty]
                 left = [rng.randint(32, 512) if e == 0 and x == 0 else x for x, e in zip(left, empty)]
                 continue
-            if g.decode_steps % auto.SYNC_EVERY == 0:
-                g.set_table(g.refresh_table())
-            g.decide(batch)
-            on, m = g.spec_enabled, model(costs, batch)
-            sim.clock += (m["always"] * m["accept"] if on else m["none"]) * max(0.2, 1 + rng.gauss(0, 0.03))
-            sim.clock += 0.002 if any(e == 1 for e in empty) else 0.0
-            made = 0
-            for i, x in enumerate(left):
-                if x > 0:
-                    n = min(x, max(1, round(m["accept"] + rng.uniform(-0.5, 0.5))) if on else 1)
-                    left[i] -= n
-                    made += n
-                    if left[i] == 0:
-                        empty[i] = rng.randint(1, 4)
-            sim.tokens += made
-            it += 1
-            sample = sim.timer.observe(it, "on" if on else "off", sim.clock, batch, made)
-            if sample is not None:
-                g.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
-            for i, e in enumerate(empty):
-                if e == 1:
-                    left[i], empty[i] = rng.randint(32, 512), 0
-                    it += 1
-                elif e > 1:
-                    empty[i] = e - 1
+            it = _loop_step(sim, costs, rng, left, empty, it)
         out.append((sim.tokens - n0) / (sim.clock - t0))
     return out[2:]
 
