@@ -230,8 +230,10 @@ class Entry:
     """One bucket of the table: ``on`` (speculation preferred there), ``probe``: the mode that
     still needs measuring there (True ON, False OFF, None: both are measured), ``learning``: that
     mode has fewer than MIN_SAMPLES samples there (its first LEARN_PROBES probes come every
-    LEARN_GAP decode steps, not PROBE_GAP, within the same budget), ``implied``: a bucket beyond
-    it on the side of its mode prefers that mode by IMPLY_RATIO or more (:func:`build_table`)."""
+    LEARN_GAP decode steps, not PROBE_GAP, within the same budget), ``implied``: its mode is
+    settled by another bucket, a smaller one where OFF is ahead by IMPLY_RATIO or more (for OFF)
+    or a larger one where ON is (for ON), so it never probes a mode it has not measured
+    (:func:`build_table`)."""
 
     on: bool
     probe: Optional[bool] = None
@@ -340,12 +342,12 @@ def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
     (running it measures it); a bucket whose ratio is beyond LOG_CLIP re-measures its losing mode
     only every DECISIVE_STALE x STALE_STEPS (a probe of a mode at half the speed costs twice).
     """
-    ratios = {i: log_ratio(b, i, costs.accept_for(i)) for i, b in costs.buckets.items()}
+    accepts = {i: costs.accept_for(i) for i in costs.buckets}
+    ratios = {i: log_ratio(b, i, accepts[i]) for i, b in costs.buckets.items()}
     measured = sorted(i for i, r in ratios.items() if r is not None)
     cross = previous.cross
     if measured:
-        fitted, moved = fit_crossover({i: vote(costs.buckets[i], i, costs.accept_for(i)) for i in measured},
-                                      previous.cross)
+        fitted, moved = fit_crossover({i: vote(costs.buckets[i], i, accepts[i]) for i in measured}, previous.cross)
         if moved:
             cross = boundary(fitted, measured)
     table = Table((), cross)

@@ -171,10 +171,10 @@ class SpecGate:
         decides (auto_threshold.build_table)."""
         if self.probing:
             return "probing: measuring this mode here"
-        b = self.costs.bucket(batch_size) if batch_size else None
-        on_rate, off_rate = (b.rates(batch_size, self.costs.accept_for(auto.bucket_of(batch_size)))
-                             if b is not None else (None, None))
-        entry = self.policy.table.get(auto.bucket_of(batch_size)) if batch_size else None
+        index = auto.bucket_of(batch_size) if batch_size else None
+        b = self.costs.buckets.get(index) if index is not None else None
+        on_rate, off_rate = b.rates(batch_size, self.costs.accept_for(index)) if b is not None else (None, None)
+        entry = self.policy.table.get(index) if index is not None else None
         if on_rate is not None and off_rate is not None:
             here = f"est. ON {on_rate:,.0f} vs OFF {off_rate:,.0f} tok/s"
         elif entry is not None and entry.implied and (on_rate if entry.on else off_rate) is not None:
