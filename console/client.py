@@ -236,6 +236,12 @@ def parse_set_result(data: Any) -> SetResult:
                      **{key: _int(data.get(key)) for key in contract.SET_ANSWER_KEYS[2:]})
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The request headers for SGLang's ``--api-key`` (``Authorization: Bearer <key>``); none
+    without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 class ServerClient:
     """Talks to one server.
 
@@ -255,9 +261,9 @@ class ServerClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key_given = bool(api_key)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport, trust_env=False
+            base_url=self.base_url, headers=auth_headers(api_key), timeout=timeout_s, transport=transport,
+            trust_env=False,
         )
         self._loads_supported = True
         #: client addresses (``host:port``, as uvicorn prints them) of the connections used, oldest first

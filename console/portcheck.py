@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from console.client import auth_headers
+
 #: hosts that mean "every interface": the server is reached through 127.0.0.1
 ANY_HOSTS = ("", "0.0.0.0", "::", "[::]")
 
@@ -153,7 +155,7 @@ def describe_server_info(info: Any) -> str:
 def who_answers(host: str, port: int, api_key: str | None = None, timeout_s: float = 1.5) -> str:
     """What answers HTTP on ``host:port``, in a few words."""
     url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}/server_info"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = auth_headers(api_key)
     try:
         resp = httpx.get(url, timeout=timeout_s, headers=headers, trust_env=False)
     except httpx.TimeoutException:

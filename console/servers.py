@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from console import fmt
+from console.client import auth_headers
 from console import state as st
 from console.config import AppConfig, ConfigError, ServerTarget, normalize_url
 from server_patch import contract
@@ -165,7 +166,7 @@ def router_workers(url: str, api_key: str | None = None, timeout_s: float = ROUT
     Worker URLs that are not URLs are left out."""
     import httpx
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = auth_headers(api_key)
     try:
         with httpx.Client(timeout=timeout_s, headers=headers, trust_env=False, transport=transport) as client:
             resp = client.get(url + LIST_WORKERS)
