@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 from pathlib import Path
 
 from console.config import redact_args
@@ -125,6 +126,50 @@ def group_members(pgid: int) -> list[int]:
         if pgrp == pgid and state not in ("Z", "X"):
             members.append(int(entry.name))
     return members
+
+
+#: seconds to wait for a group to vanish after SIGKILL
+KILL_WAIT_S = 5.0
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """``killpg(pgid, sig)``; a group already gone (or not ours) is not an error."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_group_empty(pgid: int, deadline: float, reap: Callable[[], object] = lambda: None) -> bool:
+    """Wait until group ``pgid`` has no live member or ``time.monotonic()`` passes ``deadline``;
+    True when empty. ``reap`` runs before every look (the parent reaps its child there, so the
+    leader does not linger as a zombie)."""
+    while True:
+        reap()
+        if not group_members(pgid):
+            reap()
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def end_group(pgid: int, timeout_s: float, reap: Callable[[], object] = lambda: None,
+              on_kill: Callable[[], object] = lambda: None) -> bool:
+    """Stop process group ``pgid``: SIGTERM, wait up to ``timeout_s`` s, then (``on_kill`` first)
+    SIGKILL and wait up to KILL_WAIT_S s. Nothing is sent to a group without live members.
+
+    Returns:
+        True when the group is empty at the end.
+    """
+    if not group_members(pgid):
+        return True
+    signal_group(pgid, signal.SIGTERM)
+    if wait_group_empty(pgid, time.monotonic() + timeout_s, reap):
+        return True
+    on_kill()
+    signal_group(pgid, signal.SIGKILL)
+    return wait_group_empty(pgid, time.monotonic() + KILL_WAIT_S, reap)
 
 
 def tail_lines(path: Path, n: int = 20, max_bytes: int = 64 * 1024) -> list[str]:
@@ -274,25 +319,6 @@ class ServerProcess:
         """Live pids left in the child's process group (empty when everything is gone)."""
         return group_members(self.pgid) if self.pgid else []
 
-    def _signal_group(self, sig: int) -> None:
-        if self.pgid is None:
-            return
-        try:
-            os.killpg(self.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def _wait_group(self, deadline: float) -> bool:
-        """Reap the child and wait until the group is empty or ``deadline``; True if empty."""
-        while True:
-            self.poll()
-            if not self.members():
-                self.poll()
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop the whole group: SIGTERM, wait up to ``timeout_s`` (default ``stop_timeout_s``), SIGKILL.
 
@@ -307,11 +333,8 @@ class ServerProcess:
         timeout_s = self.stop_timeout_s if timeout_s is None else timeout_s
         with self._stop_lock:
             self.stopping = True
-            if self.members():
-                self._signal_group(signal.SIGTERM)
-                if not self._wait_group(time.monotonic() + timeout_s):
-                    self._signal_group(signal.SIGKILL)
-                    self._wait_group(time.monotonic() + 5.0)
+            if self.pgid:
+                end_group(self.pgid, timeout_s, reap=self.poll)
             try:
                 return self.popen.wait(timeout=5.0)
             except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not delivered?

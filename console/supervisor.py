@@ -13,7 +13,7 @@ with its stdin the read end of a pipe whose only write end the console holds:
   stop timeout as the console's own clean stop, ``--stop-timeout``), then SIGKILLs whatever is
   left and exits once the group is empty.
 
-It imports only the standard library and :func:`console.process.group_members`, so it starts in
+It imports only the standard library and :func:`console.process.end_group`, so it starts in
 well under a second and holds almost no memory while it waits (blocked in ``read``, no polling).
 """
 
@@ -23,12 +23,8 @@ import argparse
 import os
 import signal
 import sys
-import time
 
-from console.process import STOP_WORD, group_members
-
-#: seconds to wait for the group to vanish after SIGKILL
-KILL_WAIT_S = 5.0
+from console.process import STOP_WORD, end_group
 
 
 def _say(text: str) -> None:
@@ -38,39 +34,6 @@ def _say(text: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-
-
-def _signal(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _wait_empty(pgid: int, timeout_s: float, poll_s: float = 0.05) -> bool:
-    """Wait until the group has no live member or ``timeout_s`` passed; True when empty."""
-    deadline = time.monotonic() + timeout_s
-    while group_members(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(poll_s)
-    return True
-
-
-def end_group(pgid: int, timeout_s: float) -> bool:
-    """SIGTERM the group ``pgid``, wait up to ``timeout_s`` s, then SIGKILL what is left.
-
-    Returns:
-        True when the group is empty at the end.
-    """
-    if not group_members(pgid):
-        return True
-    _signal(pgid, signal.SIGTERM)
-    if _wait_empty(pgid, timeout_s):
-        return True
-    _say(f"process group {pgid} still runs {timeout_s:g} s after SIGTERM: SIGKILL")
-    _signal(pgid, signal.SIGKILL)
-    return _wait_empty(pgid, KILL_WAIT_S)
 
 
 def watch(pgid: int, timeout_s: float, fd: int = 0) -> int:
@@ -94,7 +57,10 @@ def watch(pgid: int, timeout_s: float, fd: int = 0) -> int:
             return 0
     _say(f"the console is gone: stopping server process group {pgid} "
          f"(SIGTERM, SIGKILL after {timeout_s:g} s)")
-    return 0 if end_group(pgid, timeout_s) else 1
+    def on_kill() -> None:
+        _say(f"process group {pgid} still runs {timeout_s:g} s after SIGTERM: SIGKILL")
+
+    return 0 if end_group(pgid, timeout_s, on_kill=on_kill) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
