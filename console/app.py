@@ -43,10 +43,6 @@ from console.widgets.log_view import LogView
 HERE = Path(__file__).resolve().parent
 
 REPEAT_QUIET_S = 5.0  # seconds in which the same console line is written once
-#: toast tag of the threshold-control notices (each replaces the previous one)
-CONTROL = "control"
-#: toast severity of an outcome's level
-SEVERITY = {"info": "information", "ok": "information", "warning": "warning", "error": "error"}
 
 
 class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
@@ -174,7 +170,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
             if not self._log_view().found(event):
                 self.notify("no match in the whole file", timeout=2)
         elif isinstance(event, ev.ChangeOutcome):
-            self._show_outcome(event.outcome)
+            self.show_outcome(event.outcome)
         elif isinstance(event, ev.ServerNotStarted):
             self.notice(event.notice, severity="error", timeout=10)
         elif isinstance(event, ev.ServerCrashed):
@@ -191,13 +187,6 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
             self.notify(event.detail, title="worker class mismatch", severity="error", timeout=10)
         elif isinstance(event, ev.InternalError):
             self.notice(event.text, title="specconsole bug", severity="error", timeout=10, tag=event.where)
-
-    def _show_outcome(self, outcome: ev.Outcome) -> None:
-        for line in outcome.log_lines:
-            self.console_line(line)
-        if outcome.notice:
-            self.notice(outcome.notice, title=outcome.notice_title, severity=SEVERITY[outcome.level],
-                        tag=CONTROL, kind=outcome.kind)
 
     def wall_clock(self) -> str:
         """Local time ``HH:MM:SS`` for console lines in the log pane."""

@@ -24,7 +24,8 @@ from console.session import ConsoleSession
 from console.state import ConsoleSnapshot
 from console.widgets.server_list import ServerList
 
-#: toast tag prefix of a server's threshold-control notices (one per server, each replaces its own)
+#: toast tag of the threshold-control notices (each replaces the previous one; ``control:i`` per
+#: server when there are several)
 CONTROL = "control"
 #: toast severity of an outcome's level
 SEVERITY = {"info": "information", "ok": "information", "warning": "warning", "error": "error"}
@@ -121,7 +122,7 @@ class MultiServerMixin:
             if focused:
                 self.on_session_event(event)  # type: ignore[attr-defined]
         elif isinstance(event, ev.ChangeOutcome):
-            self._show_server_outcome(i, event.outcome)
+            self.show_outcome(event.outcome, i)
         elif isinstance(event, ev.Reconnected):
             self.clear_notices(f"{ev.KIND_CONNECTION}:{i}")  # type: ignore[attr-defined]
         elif isinstance(event, ev.WorkerMismatch):
@@ -133,14 +134,21 @@ class MultiServerMixin:
         elif focused:  # log search answers (and, never in attach mode, process events)
             self.on_session_event(event)  # type: ignore[attr-defined]
 
-    def _show_server_outcome(self, i: int, outcome: ev.Outcome) -> None:
-        label = self.server_label(i)
+    def show_outcome(self, outcome: ev.Outcome, server: int | None = None) -> None:
+        """A threshold change's outcome: its log lines and its toast (the notice policy). With
+        ``server`` (several servers) both name it, and each server's toast replaces only its own."""
+        label = None if server is None else self.server_label(server)
         for line in outcome.log_lines:
-            self.console_line(f"{label}: {line}")  # type: ignore[attr-defined]
-        if outcome.notice:
-            title = f"{label}" + (f" · {outcome.notice_title}" if outcome.notice_title else "")
-            self.notice(outcome.notice, title=title, severity=SEVERITY[outcome.level],  # type: ignore[attr-defined]
-                        tag=f"{CONTROL}:{i}", kind=f"{outcome.kind}:{i}" if outcome.kind else "")
+            self.console_line(line if label is None else f"{label}: {line}")  # type: ignore[attr-defined]
+        if not outcome.notice:
+            return
+        if label is None:
+            title, tag, kind = outcome.notice_title, CONTROL, outcome.kind
+        else:
+            title = label + (f" · {outcome.notice_title}" if outcome.notice_title else "")
+            tag, kind = f"{CONTROL}:{server}", f"{outcome.kind}:{server}" if outcome.kind else ""
+        self.notice(outcome.notice, title=title, severity=SEVERITY[outcome.level],  # type: ignore[attr-defined]
+                    tag=tag, kind=kind)
 
     def record_console_lines(self, lines: list[tuple[str, str]]) -> None:
         """Console lines belong to every server's log pane (kept for the focus switch)."""
