@@ -79,6 +79,11 @@ class LogView(ScrollView, can_focus=True):
     def __init__(self, max_lines: int = 20_000, **kwargs) -> None:
         super().__init__(**kwargs)
         self.max_lines = max_lines
+        self.generation = 0  # bumped by every filter/search change: older answers are dropped
+        self._reset_held()
+
+    def _reset_held(self) -> None:
+        """No line held, nothing of a file known, no file search or filter under way."""
         self.entries: list[LogEntry] = []  # the tail
         self.file_region: Region | None = None
         self.shown: list[int] = []  # indices into self.lines
@@ -86,7 +91,6 @@ class LogView(ScrollView, can_focus=True):
         self.file_id: int | None = None  # the file the line numbers are of (None: no file)
         self.total_lines = 0  # complete lines of that file
         self.own_lines = 0  # own poll lines seen (the title mentions them only then)
-        self.generation = 0  # bumped by every filter/search change: older answers are dropped
         self.searching: LogRequest | None = None  # a file search under way
         self.filtering: LogRequest | None = None  # a whole-file filter under way
         self._width = 0
@@ -183,18 +187,8 @@ class LogView(ScrollView, can_focus=True):
 
     def clear(self) -> None:
         """Drop every line held (another server's log takes the pane); filters and search stay."""
-        self.entries = []
-        self.file_region = None
-        self.shown = []
-        self.new_while_paused = 0
-        self.file_id = None
-        self.total_lines = 0
-        self.own_lines = 0
+        self._reset_held()
         self.generation += 1  # answers about the old lines are dropped
-        self.searching = self.filtering = None
-        self._width = 0
-        self._match_pos = None
-        self._pin = None
         self._update_size()
         self.refresh()
         self.post_message(self.StateChanged())

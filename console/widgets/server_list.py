@@ -47,17 +47,21 @@ class ServerList(Static):
         self._shown = key
         self.rows, self.focus_index = list(rows), focus_index
         text = Text(no_wrap=True, overflow="ellipsis")
-        text.append(format_row(HEADERS, " ") + "\n", style="bold")
-        for i, row in enumerate(rows):
-            focused = i == focus_index
-            line = format_row(row, "▶" if focused else " ")
-            style = "bold reverse" if focused else ("red" if row.connected in ("DOWN",) else "")
-            text.append(line, style=style)
-            if i < len(rows) - 1:
+        for i, (line, style) in enumerate(self._lines()):
+            if i:
                 text.append("\n")
+            text.append(line, style=style)
         self.update(text)
+
+    def _lines(self) -> list[tuple[str, str]]:
+        """(text, style) of the header and of each row."""
+        out = [(format_row(HEADERS), "bold")]
+        for i, row in enumerate(self.rows):
+            focused = i == self.focus_index
+            style = "bold reverse" if focused else ("red" if row.connected == "DOWN" else "")
+            out.append((format_row(row, "▶" if focused else " "), style))
+        return out
 
     def plain_lines(self) -> list[str]:
         """The rows as plain text (tests)."""
-        return [format_row(HEADERS)] + [format_row(r, "▶" if i == self.focus_index else " ")
-                                        for i, r in enumerate(self.rows)]
+        return [line for line, _ in self._lines()]
