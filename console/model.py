@@ -562,19 +562,20 @@ def _change(name: str, old: int | None, new: int | None) -> str:
     return f"{name} {old} -> {new}"
 
 
-def _targets(p: st.PendingChange) -> str:
-    parts = []
-    if p.threshold is not None:
-        parts.append(f"threshold {p.threshold}")
-    if p.hysteresis is not None:
-        parts.append(f"hysteresis {p.hysteresis}")
-    return " ".join(parts) or "change"
-
-
-def _describe(threshold: int | None, hysteresis: int | None) -> str:
+def target_text(threshold: int | None, hysteresis: int | None, sep: str = " ") -> str:
+    """``threshold 40 hysteresis 4`` (only the values given, joined by ``sep``; "" for none)."""
     parts = []
     if threshold is not None:
         parts.append(f"threshold {threshold}")
     if hysteresis is not None:
         parts.append(f"hysteresis {hysteresis}")
-    return "set " + " ".join(parts) if parts else "empty change"
+    return sep.join(parts)
+
+
+def _targets(p: st.PendingChange) -> str:
+    return target_text(p.threshold, p.hysteresis) or "change"
+
+
+def _describe(threshold: int | None, hysteresis: int | None) -> str:
+    text = target_text(threshold, hysteresis)
+    return "set " + text if text else "empty change"

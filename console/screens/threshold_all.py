@@ -15,6 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
 
+from console.model import target_text
 from console.screens.threshold_dialog import ThresholdDialog, ThresholdRequest
 
 
@@ -40,12 +41,7 @@ class AllThresholdDialog(ThresholdDialog):
 
 def describe(req: ThresholdRequest) -> str:
     """``threshold 40, hysteresis 4`` (only the values being set)."""
-    parts = []
-    if req.threshold is not None:
-        parts.append(f"threshold {req.threshold}")
-    if req.hysteresis is not None:
-        parts.append(f"hysteresis {req.hysteresis}")
-    return ", ".join(parts)
+    return target_text(req.threshold, req.hysteresis, ", ")
 
 
 class ConfirmAllScreen(ModalScreen[bool]):
