@@ -81,13 +81,13 @@ def test_killed_console_server_group_ends_despite_sigterm_being_ignored(tmp_path
         time.sleep(0.5)  # SIGTERM alone would not do: PDEATHSIG's SIGTERM is ignored
         console.kill()  # kill -9: no cleanup in the console
         console.wait(timeout=5)
-        killed_at = time.monotonic()
         assert _until(lambda: not group_members(pgid), TIMEOUT_S + 5.0), group_members(pgid)
-        took = time.monotonic() - killed_at
-        assert took >= TIMEOUT_S * 0.8  # SIGTERM first, SIGKILL only after the stop timeout
         assert _until(lambda: not _alive(sup), 5.0)  # and the watchdog ends too
         text = log.read_text()
-        assert "the console is gone" in text and "after SIGTERM: SIGKILL" in text
+        # SIGTERM first, SIGKILL only once the stop timeout passed with the group still there
+        # (the supervisor writes this line when its wait after SIGTERM ran out, not a timing here)
+        assert "the console is gone" in text
+        assert f"still runs {TIMEOUT_S:g} s after SIGTERM: SIGKILL" in text
     finally:
         if console.poll() is None:
             console.kill()
