@@ -13,7 +13,9 @@ synthetic pair (:mod:`bench.server_harness`), waits for it, and measures on it:
 * on the ``auto`` server, afterwards: its final ``spec_gate`` (the learned curve) into
   ``OUT/spec-gate-auto-pP.json``, and the same server forced off (threshold 1) on the
   variable-length closed loop at ``--off-levels`` into ``OUT/real-traffic.csv`` (``config`` =
-  ``off``; the ``none`` rows of the same run are its baseline).
+  ``off``; the ``none`` rows of the same run are its baseline);
+* with ``--profile-row`` (e.g. ``varied-closed:64``), that row profiled on the ``none`` server and
+  on the ``auto`` server forced off (``bench.throughput compare-profiles`` compares the two).
 
 No speculation does not depend on the draft: ``none`` runs once, with the first pair.
 
@@ -60,7 +62,7 @@ def server_args(pair: Path, config: str, mem_fraction: float) -> List[str]:
 
 
 def traffic(url: str, config: str, p_wrong: str, out: Path, csv_name: str, a: argparse.Namespace,
-            levels: str, workloads: str, rates: str = "") -> int:
+            levels: str, workloads: str, rates: str = "", profile_row: str = "") -> int:
     """``bench.throughput traffic --url`` in this process (SGLang's bench_serving imports are paid
     once per run, not once per call: 14-15 s each on the H200 host). Returns its exit status."""
     from bench import throughput
@@ -70,6 +72,10 @@ def traffic(url: str, config: str, p_wrong: str, out: Path, csv_name: str, a: ar
             "--row-seconds", str(a.row_seconds)]
     if rates:
         argv += ["--rates", rates]
+    if profile_row:
+        argv += ["--profile-row", profile_row]
+        if a.profile_delay is not None:
+            argv += ["--profile-delay", str(a.profile_delay)]
     _log({"step": "traffic", "cmd": "python -m bench.throughput " + " ".join(argv)})
     saved, sys.argv = sys.argv, ["bench.throughput", *argv]
     try:
@@ -93,7 +99,8 @@ def run_config(pair: Path, config: str, a: argparse.Namespace, record: Dict[str,
         wait_ready(server, timeout_s=900)
         record["startup_s"] = round(server.ready_s, 1)
         record["traffic_rc"] = traffic(server.url, config, p_wrong, a.out, "auto-threshold.csv", a,
-                                       a.concurrency, "varied-closed,varied-poisson", a.rates)
+                                       a.concurrency, "varied-closed,varied-poisson", a.rates,
+                                       profile_row=a.profile_row if config == "none" else "")
         work = a.out / "work"
         work.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
@@ -109,7 +116,7 @@ def run_config(pair: Path, config: str, a: argparse.Namespace, record: Dict[str,
             if a.off_levels:
                 set_gate(server.url, threshold=1, hysteresis=0)
                 record["off_rc"] = traffic(server.url, "off", p_wrong, a.out, "real-traffic.csv", a,
-                                           a.off_levels, "varied-closed")
+                                           a.off_levels, "varied-closed", profile_row=a.profile_row)
                 set_gate(server.url, threshold=AUTO)
     finally:
         record["exit_code"] = stop_server(server)
@@ -124,6 +131,12 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--rates", default="4,16,48", help="Poisson rates (req/s)")
     ap.add_argument("--off-levels", default="32,64,128", help="the auto server forced off, closed loop ('' skips)")
     ap.add_argument("--row-seconds", type=float, default=8.0)
+    ap.add_argument("--profile-row", default="", metavar="WORKLOAD:LEVEL",
+                    help="profile this row (bench.throughput traffic --profile-row) on the none server and on the "
+                         "auto server forced off (a varied-closed level must be in --off-levels too)")
+    ap.add_argument("--profile-delay", type=float, default=None, metavar="S",
+                    help="with --profile-row: start recording S seconds into the profiled pass "
+                         "(bench.throughput traffic's default otherwise; keep it below --row-seconds)")
     ap.add_argument("--mem-fraction", type=float, default=0.8)
     ap.add_argument("--port", type=int, default=30700)
     a = ap.parse_args(argv)

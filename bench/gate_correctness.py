@@ -70,7 +70,7 @@ MAX_RR = 64
 #: which phases a run has: A-F and the auto phase (default), A-F only, the auto phase only
 ALL_PHASES, CLASSIC_ONLY, AUTO_ONLY = "all", "classic", "auto"
 #: the run-time proofs every rank counts (``<key>_checks``, ``<key>_mismatches`` in spec_gate.ranks)
-PROOF_KEYS = ("off_attention", "off_kv_only", "off_early_seq_lens")
+PROOF_KEYS = ("off_attention", "off_kv_only", "off_early_seq_lens", "target_prefill")
 #: what an auto-only run (``--auto``) writes into an existing entry of the same config and TP
 AUTO_ENTRY_KEYS = ("auto", "auto_ok", "ranks_agree_auto")
 AUTO_PROMPT_LEN = 32
@@ -285,6 +285,9 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     rec["off_resume_steps"] = [x.get("off_resume_steps", 0) for x in g["ranks"]]
     _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
                 and "off_draft_extend" in g)
+    # target prefills on the piecewise CUDA graph agreed with the eager forward on every sampled one
+    rec["target_prefill"] = g.get("target_prefill")
+    _rank_proof(rec, g, "target_prefill", active=g.get("target_prefill") == "piecewise-cuda-graph")
     rec["final_spec_gate"] = g
 
 
@@ -518,7 +521,7 @@ def load_pair(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Any:
 LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "switches", "ranks_agree",
              "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
              "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok",
-             "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
+             "target_prefill", "target_prefill_proof_ok", "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
              "recovery_matches_oracle", "forced_on_verify_ct_matches_oracle", "error")
 
 

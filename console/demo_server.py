@@ -179,6 +179,10 @@ class SimulatedRunner:
     off_draft_extend = "kv-only"
     off_draft_extend_reason = None
     off_attention_mismatches = off_kv_only_mismatches = off_early_seq_lens_mismatches = 0
+    # prefills are not simulated: the target prefill graph is reported as a real server starts it
+    target_prefill = "piecewise-cuda-graph"
+    target_prefill_reason = None
+    target_prefill_graph_replays = target_prefill_checks = target_prefill_mismatches = 0
 
     def __init__(self, early_seq_lens: bool) -> None:
         self.off_early_seq_lens = early_seq_lens  # v2: the next batch is prepared during the OFF verify

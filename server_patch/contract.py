@@ -325,6 +325,11 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_early_seq_lens_steps": "int",
     "off_early_seq_lens_checks": "int",
     "off_early_seq_lens_mismatches": "int",
+    "target_prefill": "str",
+    "target_prefill_reason": "str",
+    "target_prefill_graph_replays": "int",
+    "target_prefill_checks": "int",
+    "target_prefill_mismatches": "int",
     "mode": "str",
     "auto_reason": "str",
     "auto_buckets": "buckets",
@@ -344,7 +349,8 @@ RANK_FIELDS: Tuple[str, ...] = (
     "tp_rank", "spec_enabled", "threshold", "hysteresis", "switches", "decode_steps_on",
     "decode_steps_off", "off_attention_checks", "off_attention_mismatches",
     "off_early_seq_lens_checks", "off_early_seq_lens_mismatches", "off_kv_only_checks",
-    "off_kv_only_mismatches", "off_resume_steps", "mode", "decisions_digest", "host", "node_rank", "gpu",
+    "off_kv_only_mismatches", "off_resume_steps", "target_prefill_checks", "target_prefill_mismatches", "mode",
+    "decisions_digest", "host", "node_rank", "gpu",
 )
 #: ``last_switch``: decode step index, ``"on"``/``"off"``, batch size (req)
 SWITCH_FIELDS: Tuple[str, ...] = ("step", "direction", "batch_size")

@@ -22,7 +22,7 @@ Updated every SYNC_EVERY decode steps, after a threshold change and on every ``/
 | ``sglang:spec_gate_decode_steps_total{mode="on"/"off"}`` | counter | decode batches run each way |
 | ``sglang:spec_gate_switches_total`` | counter | on<->off switches |
 | ``sglang:spec_gate_auto_probe_steps_total`` | counter | decode steps run as auto-threshold probes |
-| ``sglang:spec_gate_proof_checks_total{proof=...}`` | counter | sampled OFF-step proofs (``attention``, ``kv_only``, ``early_seq_lens``) |
+| ``sglang:spec_gate_proof_checks_total{proof=...}`` | counter | sampled run-time proofs (OFF steps: ``attention``, ``kv_only``, ``early_seq_lens``; prefills: ``target_prefill``) |
 | ``sglang:spec_gate_proof_mismatches_total{proof=...}`` | counter | the ones that failed |
 """
 
@@ -37,6 +37,7 @@ PROOFS = {
     "attention": ("off_attention_checks", "off_attention_mismatches"),
     "kv_only": ("off_kv_only_checks", "off_kv_only_mismatches"),
     "early_seq_lens": ("off_early_seq_lens_checks", "off_early_seq_lens_mismatches"),
+    "target_prefill": ("target_prefill_checks", "target_prefill_mismatches"),
 }
 GAUGES = {
     "spec_enabled": "1 while speculation is on for the decode batches",
@@ -78,9 +79,9 @@ class GateMetrics:
         out["switches"] = Counter(PREFIX + "switches", "Speculation on<->off switches", labelnames=names, registry=None)
         out["auto_probe_steps"] = Counter(PREFIX + "auto_probe_steps", "Decode steps run as auto-threshold probes",
                                           labelnames=names, registry=None)
-        out["proof_checks"] = Counter(PREFIX + "proof_checks", "Sampled OFF-step proofs",
+        out["proof_checks"] = Counter(PREFIX + "proof_checks", "Sampled run-time proofs of the gate",
                                       labelnames=names + ["proof"], registry=None)
-        out["proof_mismatches"] = Counter(PREFIX + "proof_mismatches", "Sampled OFF-step proofs that failed",
+        out["proof_mismatches"] = Counter(PREFIX + "proof_mismatches", "Sampled run-time proofs of the gate that failed",
                                           labelnames=names + ["proof"], registry=None)
         return out
 

@@ -71,7 +71,8 @@ def test_server_info_has_spec_gate_per_contract(server):
                                      "decode_steps_on", "decode_steps_off", "off_attention_checks",
                                      "off_attention_mismatches", "off_early_seq_lens_checks",
                                      "off_early_seq_lens_mismatches", "off_kv_only_checks",
-                                     "off_kv_only_mismatches", "off_resume_steps", "mode", "decisions_digest",
+                                     "off_kv_only_mismatches", "off_resume_steps", "target_prefill_checks",
+                                         "target_prefill_mismatches", "mode", "decisions_digest",
                                      "host", "node_rank", "gpu"}
 
 

@@ -99,7 +99,8 @@ gate = SpecGate(GateConfig(4, 1))
 for bs in (2, 8, 8, 2):
     gate.decide(bs)
 values = {"off_attention_checks": 5, "off_attention_mismatches": 0, "off_kv_only_checks": 3,
-          "off_kv_only_mismatches": 0, "off_early_seq_lens_checks": 2, "off_early_seq_lens_mismatches": 0}
+          "off_kv_only_mismatches": 0, "off_early_seq_lens_checks": 2, "off_early_seq_lens_mismatches": 0,
+          "target_prefill_checks": 7, "target_prefill_mismatches": 0}
 runtime = types.SimpleNamespace(gate=gate, value=values.__getitem__)
 m.update(runtime)
 m.update(runtime)  # counters add only what changed
@@ -135,6 +136,7 @@ def test_metrics_follow_the_gate_with_sglangs_labels(tmp_path):
     assert one("sglang:spec_gate_decode_steps_total", 'mode="off"') == [steps_off]
     assert one("sglang:spec_gate_switches_total") == [switches]
     assert one("sglang:spec_gate_proof_checks_total", 'proof="attention"') == [5.0]
+    assert one("sglang:spec_gate_proof_checks_total", 'proof="target_prefill"') == [7.0]
     assert one("sglang:spec_gate_hysteresis") == [1.0] and one("sglang:spec_gate_auto") == [0.0]
 
 
