@@ -9,6 +9,11 @@ B. forced OFF (threshold 1): outputs exact, every OFF step replayed the OFF CUDA
 C. recovery: four long requests run 200+ OFF steps, then speculation turns on: the accept length
    of the first ON steps, which must equal the oracle's for a current draft state
    (bench/recovery_oracle.py);
+G. variable lengths while OFF (run after F, recorded as ``varied_lengths``): four prompts of 9-150
+   tokens prefilled together while OFF; around them 24 requests of 4-160 prompt and 16-200 output
+   tokens arrive, are prefilled and finish while OFF (12 at a time); then speculation resumes with
+   only the four running, whose first ON steps must accept exactly what the oracle predicts for a
+   current draft (as C). ``oracle_match`` covers all 28 requests;
 D. switching: the threshold flips between 1 and max every few ms under load until at least
    ``--switches`` switches happened; outputs exact;
 E. load crossing: threshold 8 / hysteresis 2 with a load that ramps 1 -> 32 -> 1 requests;
@@ -41,11 +46,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.closed_loop import ClosedLoop, triangle_concurrency
 from bench.oracle_check import check_batch, check_many, check_one, make_prompts
@@ -268,11 +274,16 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
         "oracle_match": box["r"]["match"],
     }
     oks.append(box["r"]["match"])
+
+    rec["varied_lengths"] = varied_lengths_phase(url, oracle, cfg["num_steps"])
+    rec["varied_lengths_ok"] = bool(rec["varied_lengths"]["oracle_match"]
+                                    and rec["varied_lengths"]["recovery_matches_oracle"])
     g = spec_gate(url)
     rec["switches"] = g["switches"]
     rec["ranks"] = g["ranks"]
     rec["ranks_agree"] = len({(x["switches"], x["decode_steps_on"], x["decode_steps_off"]) for x in g["ranks"]}) == 1
-    rec["oracle_match"] = rec["oracle_match_a_to_f"] = all(oks)
+    rec["oracle_match_a_to_f"] = all(oks)
+    rec["oracle_match"] = all(oks) and bool(rec["varied_lengths"]["oracle_match"])
     # the decode-kernel OFF verify read the right keys on every sampled OFF step, every rank
     rec["off_target_attention"] = g.get("off_target_attention")
     _rank_proof(rec, g, "off_attention", active=g.get("off_target_attention") == DECODE_KERNEL)
@@ -289,6 +300,63 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     rec["target_prefill"] = g.get("target_prefill")
     _rank_proof(rec, g, "target_prefill", active=g.get("target_prefill") == "piecewise-cuda-graph")
     rec["final_spec_gate"] = g
+
+
+#: phase G: the prompt lengths of the four requests prefilled together, their output length; the
+#: requests around them (count, at once, prompt and output length ranges, seed)
+VARIED_GROUP_LENS = (9, 40, 77, 150)
+VARIED_GROUP_NEW_TOKENS = 1200
+VARIED_BACKGROUND, VARIED_CONCURRENCY = 24, 12
+VARIED_PROMPT_RANGE, VARIED_OUTPUT_RANGE, VARIED_SEED = (4, 160), (16, 200), 4242
+VARIED_MIN_OFF_STEPS = 220
+
+
+def varied_prompts(vocab: int) -> Tuple[List[List[int]], List[Tuple[List[int], int]]]:
+    """Phase G's requests: the group (VARIED_GROUP_LENS prompts) and the background (prompt,
+    max_new_tokens) pairs, deterministic for one vocab."""
+    rng = random.Random(VARIED_SEED)
+    group = [make_prompts(vocab, 1, n, VARIED_SEED + n)[0] for n in VARIED_GROUP_LENS]
+    background = [(make_prompts(vocab, 1, rng.randint(*VARIED_PROMPT_RANGE), VARIED_SEED + 1000 + i)[0],
+                   rng.randint(*VARIED_OUTPUT_RANGE)) for i in range(VARIED_BACKGROUND)]
+    return group, background
+
+
+def varied_lengths_phase(url: str, oracle: Any, num_steps: int) -> Dict[str, Any]:
+    """Phase G on the server at ``url`` (idle, any threshold): forced OFF, the group prefilled
+    together, the background arriving and finishing around it, then ON with only the group
+    running. Returns the ``varied_lengths`` record: ``oracle_match`` (every request),
+    ``recovery_matches_oracle`` (the group's first ON steps, bench/recovery_oracle.py) and what
+    they were computed from."""
+    group, background = varied_prompts(oracle.vocab)
+    set_gate(url, threshold=1, hysteresis=0)
+    g0 = spec_gate(url)
+    start_off, start_resume = g0["decode_steps_off"], g0.get("off_resume_steps", 0)
+    box: Dict[str, Any] = {}
+    t = threading.Thread(target=lambda: box.update(r=check_batch(url, oracle, group, VARIED_GROUP_NEW_TOKENS)))
+    t.start()
+    _wait_steps(url, "decode_steps_off", start_off + 1)  # the group decodes: every later OFF step holds it
+    with ThreadPoolExecutor(max_workers=VARIED_CONCURRENCY) as pool:
+        bg = list(pool.map(lambda pm: check_one(url, oracle, pm[0], pm[1]), background))
+    _wait_steps(url, "decode_steps_off", start_off + VARIED_MIN_OFF_STEPS)
+    on_before = spec_gate(url)["decode_steps_on"]
+    set_gate(url, threshold=MAX_RR)
+    t.join()
+    g = spec_gate(url)
+    group_ok, group_res = box["r"]
+    phase = {
+        "group_prompt_lens": list(VARIED_GROUP_LENS), "background_requests": len(background),
+        "background_ok": all(r["match"] for r in bg), "group_ok": group_ok,
+        "oracle_match": group_ok and all(r["match"] for r in bg),
+        "off_steps_before_on": g["decode_steps_off"] - start_off,  # as C: the resume step is not one
+        "on_steps_after": g["decode_steps_on"] - on_before,
+        "accept_length_first_on_step": g.get("accept_length_first_on_step"),
+        "accept_length_first_on_steps": g.get("accept_length_since_on"),
+        "steps_counted": g.get("steps_since_on"),
+        "resume_steps": g.get("off_resume_steps", 0) - start_resume,
+        "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in group_res],
+    }
+    phase.update(check_recovery(oracle, phase, num_steps, phase["resume_steps"], prompts=group))
+    return phase
 
 
 def forced_on_verify_ct(oracle: Any, prompts: Sequence[Sequence[int]], results: Sequence[Dict[str, Any]],
@@ -522,7 +590,7 @@ LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "sw
              "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
              "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok",
              "target_prefill", "target_prefill_proof_ok", "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
-             "recovery_matches_oracle", "forced_on_verify_ct_matches_oracle", "error")
+             "recovery_matches_oracle", "forced_on_verify_ct_matches_oracle", "varied_lengths_ok", "error")
 
 
 def result_line(rec: Dict[str, Any], phases: str = ALL_PHASES) -> Dict[str, Any]:

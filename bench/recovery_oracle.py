@@ -69,8 +69,10 @@ def committed_at_on(off_steps: int, resume_steps: int) -> int:
 
 
 def check_recovery(oracle: Any, phase: Dict[str, Any], num_steps: int,
-                   resume_steps: int) -> Dict[str, Any]:
-    """The prediction for one ``C_recovery`` phase record and whether the measurement equals it.
+                   resume_steps: int, prompts: Optional[Sequence[Sequence[int]]] = None) -> Dict[str, Any]:
+    """The prediction for one recovery phase record (``C_recovery``; ``prompts``: the requests that
+    were prefilled together and were the only ones running when speculation resumed, default phase
+    C's) and whether the measurement equals it.
 
     ``phase`` needs ``off_steps_before_on`` and ``steps_counted`` (spec_gate's ``steps_since_on``);
     ``accept_length_first_on_step`` and ``accept_length_first_on_steps`` are the measurements. Returns
@@ -84,7 +86,8 @@ def check_recovery(oracle: Any, phase: Dict[str, Any], num_steps: int,
                            "accept_length_first_on_steps_oracle": None, "recovery_matches_oracle": None}
     if rounds < 1:
         return out
-    pred = predict_recovery(oracle, recovery_prompts(oracle.vocab), committed, rounds, num_steps)
+    pred = predict_recovery(oracle, prompts if prompts is not None else recovery_prompts(oracle.vocab),
+                            committed, rounds, num_steps)
     out["accept_length_first_on_step_oracle"] = pred["first_on_step"]
     out["accept_length_first_on_steps_oracle"] = pred["first_on_steps"]
     first, mean = phase.get("accept_length_first_on_step"), phase.get("accept_length_first_on_steps")

@@ -327,3 +327,50 @@ def test_main_auto_runs_only_the_auto_phase_and_merges_it(oracle, tmp_path, monk
     assert e["switches"] == 1500 and e["auto"]["ok"] is True and e["auto"]["auto_buckets"]
     assert e["ranks_agree_auto"] is True and e["oracle_match"] is True
     assert len(started) == 1 and "--tp-size" in started[0]
+
+
+# -- phase G (variable lengths while OFF) on scripted answers ----------------------------------------
+
+def test_the_varied_lengths_phase_checks_every_request_and_the_groups_recovery(monkeypatch, oracle):
+    """The group of four (9-150 prompt tokens) is checked for exact recovery at the position the OFF
+    steps left it, every background request for exact output; the gate is forced off first and on
+    after the background ended."""
+    calls, state = [], {"off": 10, "on": 5, "resume": 2}
+    group, background = gc.varied_prompts(oracle.vocab)
+    assert [len(p) for p in group] == list(gc.VARIED_GROUP_LENS) and len(background) == gc.VARIED_BACKGROUND
+    assert all(4 <= len(p) <= 160 and 16 <= n <= 200 for p, n in background)
+
+    def set_gate(url, **kw):
+        calls.append(("set", kw))
+        if kw["threshold"] != 1:  # ON: the resume step, then ON steps of the group
+            state["resume"] += 1
+            state["on"] += 40
+
+    def spec_gate(url):
+        state["off"] += 100  # OFF steps pass while the phase polls
+        return {"decode_steps_off": state["off"], "decode_steps_on": state["on"], "off_resume_steps": state["resume"],
+                "accept_length_first_on_step": 2.5, "accept_length_since_on": 2.75, "steps_since_on": 40}
+
+    def check_batch(url, oracle_, prompts, n):
+        calls.append(("batch", [len(p) for p in prompts], n))
+        return True, [{"match": True, "spec_verify_ct": 300} for _ in prompts]
+
+    seen = {}
+
+    def check_recovery(oracle_, phase, num_steps, resume_steps, prompts=None):
+        seen.update(phase=dict(phase), resume_steps=resume_steps, prompts=prompts)
+        return {"recovery_matches_oracle": True, "committed_at_on": 1 + phase["off_steps_before_on"] + resume_steps}
+
+    monkeypatch.setattr(gc, "set_gate", set_gate)
+    monkeypatch.setattr(gc, "spec_gate", spec_gate)
+    monkeypatch.setattr(gc, "check_batch", check_batch)
+    monkeypatch.setattr(gc, "check_one", lambda url, o, p, n: {"match": len(p) != 13})  # one bad request
+    monkeypatch.setattr(gc, "check_recovery", check_recovery)
+    rec = gc.varied_lengths_phase("http://x", oracle, 3)
+    assert calls[0] == ("set", {"threshold": 1, "hysteresis": 0}) and calls[-1] == ("set", {"threshold": gc.MAX_RR})
+    assert ("batch", list(gc.VARIED_GROUP_LENS), gc.VARIED_GROUP_NEW_TOKENS) in calls
+    assert seen["prompts"] == group and seen["resume_steps"] == 1
+    assert rec["off_steps_before_on"] == state["off"] - 110 and rec["steps_counted"] == 40
+    assert rec["group_ok"] is True and rec["recovery_matches_oracle"] is True
+    bad = any(len(p) == 13 for p, _ in background)
+    assert rec["background_ok"] is (not bad) and rec["oracle_match"] is (not bad)
