@@ -14,8 +14,8 @@ batches of one mode (:class:`StepTimer`: under the overlap scheduler that period
 batch's launch, so a prefill next would be charged to a decode step). It is the period the
 server really produces tokens at, GPU- or CPU-bound. ``A(b)``: the accept length (tokens per
 request per ON step: accepted drafts + the bonus token, from SGLang's ``update_spec_metrics``)
-measured live, per bucket while that bucket runs ON, else the accept length of all recent ON
-samples (:meth:`StepCosts.accept_for`: it follows the draft and the prompt mix, not the batch
+measured live, per bucket while that bucket runs ON, else the accept length of the last ~256
+request-steps ON (:meth:`StepCosts.accept_for`: it follows the draft and the prompt mix, not the batch
 size, so a draft that got worse at the sizes running now also lowers the ON estimates of sizes
 not running now). Both per batch-size bucket (BUCKET_EDGES), as exponential moving averages that
 forget old samples (weight ``ALPHA`` per sample), so a change of draft quality or prompt mix is
@@ -85,6 +85,7 @@ VOTE_CAP = 64  # ... weighted by its fewer-measured mode's samples, up to this m
 STICK = 0.02  # the crossover moves when another fits the votes better by this share of their weight
 DECISIVE_STALE = 4  # a bucket beyond LOG_CLIP re-measures its losing mode this many times less often
 ACCEPT_STALE = 4 * 64  # a bucket's accept length older than this (decode steps) than the newest yields to it
+ACCEPT_ALPHA_PER_REQUEST = 1 / 256  # ... to this one, a mean over the last ~256 request-steps
 IMPLY_RATIO = math.log(1.15)  # a bucket this far ahead for one mode settles the buckets beyond it ...
 IMPLY_SAMPLES = 8  # ... once it has this many samples of each mode
 
@@ -144,7 +145,10 @@ class StepCosts:
 
     def __init__(self) -> None:
         self.buckets: Dict[int, BucketCosts] = {}
-        self.accept = Ema()  # the accept length over every ON sample, whatever its batch size
+        # the accept length over every ON sample, whatever its batch size, each request-step one
+        # sample (a step at batch 1 is one request's 1 to num_steps + 1 tokens, as noisy as that);
+        # the plain mean of the first samples
+        self.accept = Ema()
 
     def accept_for(self, index: int) -> Optional[float]:
         """The accept length to rate bucket ``index``'s ON mode with: its own estimate while it is
@@ -173,7 +177,8 @@ class StepCosts:
         t.add(step_time_s, step)
         if on:
             b.accept.add(tokens / batch_size, step)
-            self.accept.add(tokens / batch_size, step)
+            per_request = 1 - (1 - ACCEPT_ALPHA_PER_REQUEST) ** batch_size
+            self.accept.add(tokens / batch_size, step, alpha=max(per_request, 1 / (self.accept.count + 1)))
         return True
 
     def bucket(self, batch_size: int) -> Optional[BucketCosts]:

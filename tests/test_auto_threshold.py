@@ -502,3 +502,40 @@ def test_on_the_benchmarks_short_rows_auto_is_within_3_percent_of_the_better_sta
     for i, level in enumerate((1, 16, 64, 128)):
         best = max(mean["on"][i], mean["off"][i])
         assert mean["auto"][i] >= 0.97 * best, (p_wrong, level, mean["auto"][i], mean["on"][i], mean["off"][i])
+
+
+def _accept_sample(rng: random.Random, p_wrong: float = 0.2, steps: int = 3) -> int:
+    """Tokens one request gets from one speculative step of the synthetic pair: 1 + the run of
+    correct drafts (each right with 1 - p_wrong), at most ``steps``."""
+    n = 1
+    while n <= steps and rng.random() >= p_wrong:
+        n += 1
+    return n
+
+
+def test_per_step_accept_noise_at_batch_1_does_not_move_the_crossover_of_the_sizes_not_running():
+    """The curve the p = 0.2 auto server learned on the H200 (2026-12-02b: OFF ahead by 12-28% at
+    12-31 requests), then a long stretch at batch 1: one request's accept per step is 1-4 tokens, and
+    the accept length the sizes not running are rated with must not follow that noise (it moved the
+    crossover from 12-16 up to 32 there)."""
+    curve = json.loads((RESULTS / "h200-2026-12-02b" / "spec-gate-auto-p0.2.json").read_text())["auto_buckets"]
+    gate, rng = SpecGate(GateConfig(None)), random.Random(3)
+    for b in curve:
+        if not (b["on_tok_s"] and b["off_tok_s"]):
+            continue
+        size = b["lo"] if b["hi"] is None else (b["lo"] + b["hi"]) // 2
+        for _ in range(min(b["on_samples"], 64)):
+            gate.record_step(size, True, size * b["accept_length"] / b["on_tok_s"], round(size * b["accept_length"]))
+        for _ in range(min(b["off_samples"], 64)):
+            gate.record_step(size, False, size / b["off_tok_s"], size)
+    gate.refresh_table()
+    assert auto.crossover(gate.policy.table) == 12
+    seen = set()
+    for step in range(4000):
+        gate.decide(1)
+        tokens = _accept_sample(rng)
+        gate.record_step(1, True, 0.0093, tokens)
+        if step % auto.SYNC_EVERY == 0:
+            gate.refresh_table()
+            seen.add(auto.crossover(gate.policy.table))
+    assert seen <= {12, 16}, seen
