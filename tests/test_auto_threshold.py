@@ -518,7 +518,7 @@ def test_per_step_accept_noise_at_batch_1_does_not_move_the_crossover_of_the_siz
     12-31 requests), then a long stretch at batch 1: one request's accept per step is 1-4 tokens, and
     the accept length the sizes not running are rated with must not follow that noise (it moved the
     crossover from 12-16 up to 32 there)."""
-    curve = json.loads((RESULTS / "h200-2026-12-02b" / "spec-gate-auto-p0.2.json").read_text())["auto_buckets"]
+    curve = json.loads((RESULTS / "h200-2026-12-02b" / "auto" / "spec-gate-auto-p0.2.json").read_text())["auto_buckets"]
     gate, rng = SpecGate(GateConfig(None)), random.Random(3)
     for b in curve:
         if not (b["on_tok_s"] and b["off_tok_s"]):
