@@ -86,6 +86,7 @@ STICK = 0.02  # the crossover moves when another fits the votes better by this s
 DECISIVE_STALE = 4  # a bucket beyond LOG_CLIP re-measures its losing mode this many times less often
 ACCEPT_STALE = 4 * 64  # a bucket's accept length older than this (decode steps) than the newest yields to it
 ACCEPT_ALPHA_PER_REQUEST = 1 / 256  # ... to this one, a mean over the last ~256 request-steps
+BUCKET_ACCEPT_REQUESTS = 64  # a bucket's own accept length: an EMA over >= ~64 request-steps
 IMPLY_RATIO = math.log(1.15)  # a bucket this far ahead for one mode settles the buckets beyond it ...
 IMPLY_SAMPLES = 8  # ... once it has this many samples of each mode
 
@@ -176,9 +177,13 @@ class StepCosts:
             return False
         t.add(step_time_s, step)
         if on:
-            b.accept.add(tokens / batch_size, step)
+            # one step's accept length is the mean of batch_size requests' 1..num_steps+1 tokens:
+            # at batch 1 that is one draw, so small batches weigh by their requests, not per step
+            x = tokens / batch_size
+            bucket_alpha = min(ALPHA, 1 - (1 - 1 / BUCKET_ACCEPT_REQUESTS) ** batch_size)
+            b.accept.add(x, step, alpha=max(bucket_alpha, 1 / (b.accept.count + 1)))
             per_request = 1 - (1 - ACCEPT_ALPHA_PER_REQUEST) ** batch_size
-            self.accept.add(tokens / batch_size, step, alpha=max(per_request, 1 / (self.accept.count + 1)))
+            self.accept.add(x, step, alpha=max(per_request, 1 / (self.accept.count + 1)))
         return True
 
     def bucket(self, batch_size: int) -> Optional[BucketCosts]:

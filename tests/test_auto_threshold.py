@@ -58,6 +58,19 @@ def rates(costs: dict, batch: int) -> tuple[float, float]:
     return batch / m["always"], batch / m["none"]
 
 
+ACCEPT_NOISE = True
+
+
+def _p_wrong_for(accept: float, steps: int = 3) -> float:
+    """The per-draft-token error rate whose mean accept length over ``steps`` draft steps is ``accept``."""
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        p = (lo + hi) / 2
+        mean = sum((1 - p) ** k for k in range(steps + 1))
+        lo, hi = (p, hi) if mean > accept else (lo, p)
+    return (lo + hi) / 2
+
+
 class Sim:
     """One scheduler's gate fed as the hooks feed it."""
 
@@ -85,7 +98,8 @@ class Sim:
         accept = m["accept"] if on else 1.0
         step_time = (m["always"] * accept if on else m["none"]) * max(0.2, 1 + self.rng.gauss(0, self.noise))
         self.clock += step_time
-        tokens = round(batch * accept)
+        tokens = round(batch * accept) if not (on and ACCEPT_NOISE) else sum(
+            _accept_sample(self.rng, _p_wrong_for(m["accept"])) for _ in range(batch))
         self.tokens += tokens
         sample = self.timer.observe(g.decode_steps, "on" if on else "off", self.clock, batch, tokens)
         if sample is not None:
