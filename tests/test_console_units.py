@@ -841,6 +841,17 @@ def test_details_say_what_an_off_step_draft_extend_computes():
         on_target_graph_replays=10)
 
 
+def test_details_say_how_the_targets_prefills_run_and_what_v1_gives_up():
+    text = _details
+    assert "target prefill" not in text()  # a server without the field (older patch)
+    assert "target prefill piecewise-cuda-graph, 69 checked, 0 wrong" in text(
+        target_prefill="piecewise-cuda-graph", target_prefill_checks=69, target_prefill_mismatches=0)
+    assert "target prefill eager (SPECCONSOLE_TARGET_PREFILL_GRAPH=0)" in text(
+        target_prefill="eager", target_prefill_reason="SPECCONSOLE_TARGET_PREFILL_GRAPH=0")
+    assert "without the overlap scheduler" in text(spec_version="v1", overlap=False)
+    assert "without the overlap scheduler" not in text(spec_version="v2", overlap=True)
+
+
 def test_stale_values_while_the_server_is_down():
     from rich.style import Style
 

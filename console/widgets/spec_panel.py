@@ -314,6 +314,11 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         proof = (f", {fmt.num(g.off_early_seq_lens_checks)} checked, {fmt.num(g.off_early_seq_lens_mismatches)} wrong"
                  if g.off_early_seq_lens else "")
         rows.append([_t(("next batch prepared ", d["label"]), (when, d["value"]), (proof, d["dim"]))])
+    if g.target_prefill is not None:
+        # the target's prefills on SGLang's piecewise CUDA graph, checked against the eager forward
+        proof = (f", {fmt.num(g.target_prefill_checks)} checked, {fmt.num(g.target_prefill_mismatches)} wrong"
+                 if g.target_prefill_reason is None else f" ({g.target_prefill_reason})")
+        rows.append([_t(("target prefill ", d["label"]), (g.target_prefill, d["value"]), (proof, d["dim"]))])
     if g.off_target_graph_replays is not None or g.on_target_graph_replays is not None:
         rows.append([_t(
             ("graph replays ", d["label"]),
@@ -328,6 +333,9 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         _t((f"{g.speculative_algorithm or fmt.NA} steps {fmt.num(g.num_steps)} topk {fmt.num(g.topk)} "
             f"draft {fmt.num(g.num_draft_tokens)}", d["value"])),
     ])
+    if g.spec_version == "v1":
+        rows.append([Text("v1 runs without the overlap scheduler, OFF steps too: expect ~2/3 of the tok/s of an "
+                          "overlapped server without speculation (README, Results)", d["dim"])])
     if g.ranks:
         t = _t((f"TP ranks {fmt.num(g.tp_size)}: ", d["label"]))
         for r in g.ranks:
