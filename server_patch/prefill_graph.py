@@ -66,12 +66,17 @@ class PrefillGraphCheck:
         model_runner: the target's SGLang ``ModelRunner`` (its PCG gets the FULL mode).
         sampled: ``sampled(n)`` is True if the n-th replay (from 1) is checked.
         full_mode: SGLang's ``CaptureHiddenMode.FULL``; ``null_mode`` the mode it had before.
+        any_rank: ``any_rank(flag)`` is True on every TP rank when some rank passed True (graph and
+            eager prefills may issue different collectives, so all ranks turn the graph off together;
+            every rank runs the same prefills, so the sampled checks meet).
     """
 
-    def __init__(self, model_runner: Any, sampled: Callable[[int], bool], full_mode: Any, null_mode: Any):
+    def __init__(self, model_runner: Any, sampled: Callable[[int], bool], full_mode: Any, null_mode: Any,
+                 any_rank: Callable[[bool], bool] = bool):
         self.model_runner = model_runner
         self.pcg = model_runner.piecewise_cuda_graph_runner
         self.sampled = sampled
+        self.any_rank = any_rank
         self.null_mode = null_mode
         self.replays = 0
         self.checks = 0
@@ -96,9 +101,11 @@ class PrefillGraphCheck:
         why = mismatch(graph_logits, graph_hidden, eager.next_token_logits, eager.hidden_states)
         if why is not None:
             self.mismatches += 1
+        if self.any_rank(why is not None):
             self.state = OFF
             self.pcg.capture_hidden_mode = self.null_mode
-            logger.error("spec_gate: %s (%s); target prefills run eagerly from now on", DISAGREED, why)
+            logger.error("spec_gate: %s (%s); target prefills run eagerly from now on", DISAGREED,
+                         why or "on another TP rank")
         return eager
 
     def eager_forward(self, forward_batch: Any, **kwargs: Any) -> Any:
@@ -126,7 +133,8 @@ def mismatch(graph_logits: Any, graph_hidden: Any, eager_logits: Any, eager_hidd
     return None
 
 
-def enable(model_runner: Any, sampled: Callable[[int], bool]) -> Optional[PrefillGraphCheck]:
+def enable(model_runner: Any, sampled: Callable[[int], bool],
+           any_rank: Callable[[bool], bool] = bool) -> Optional[PrefillGraphCheck]:
     """Let the EAGLE target's prefills replay its piecewise CUDA graph, with the sampled check.
 
     Returns the check (its counters go to ``spec_gate``), or None where :func:`unavailable_reason`
@@ -138,7 +146,7 @@ def enable(model_runner: Any, sampled: Callable[[int], bool]) -> Optional[Prefil
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 
     previous = model_runner.piecewise_cuda_graph_runner.capture_hidden_mode
-    check = PrefillGraphCheck(model_runner, sampled, CaptureHiddenMode.FULL, previous)
+    check = PrefillGraphCheck(model_runner, sampled, CaptureHiddenMode.FULL, previous, any_rank)
     logger.info("spec_gate: target prefill = piecewise CUDA graph with all hidden states (sampled check "
                 "against the eager forward; %s=0 keeps it eager)", ENV_SWITCH)
     return check

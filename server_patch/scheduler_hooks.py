@@ -303,7 +303,8 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     setattr(scheduler, GATE_ATTR, runtime)
     target_runner = scheduler.draft_worker.target_worker.model_runner
     runtime.prefill_graph_reason = prefill_graph.unavailable_reason(target_runner)
-    runtime.prefill_graph = prefill_graph.enable(target_runner, contract.sampled)
+    runtime.prefill_graph = prefill_graph.enable(target_runner, contract.sampled,
+                                                 getattr(runtime.runner, "any_rank", bool))
     runtime.rank_gpu.start()
     logger.info(contract.worker_line(runtime.worker_class, runtime.spec_version, runtime.overlap, config))
     kv_reason = getattr(runtime.runner, "off_draft_extend_reason", None)

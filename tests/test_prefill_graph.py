@@ -93,6 +93,16 @@ def test_a_replay_without_or_with_other_hidden_states_or_logits_turns_the_graph_
     assert (check.replays, check.checks) == (1, 1)
 
 
+def test_a_mismatch_on_another_tp_rank_turns_the_graph_off_here_too(caplog):
+    logits, hidden = tensors()
+    mr = runner(output(logits, hidden), output(logits, hidden))
+    asked = []
+    check = prefill_graph.PrefillGraphCheck(mr, lambda n: True, FULL, NULL, any_rank=lambda f: asked.append(f) or True)
+    mr.piecewise_cuda_graph_runner.replay(batch())
+    assert asked == [False] and (check.state, check.mismatches) == (prefill_graph.OFF, 0)
+    assert "on another TP rank" in caplog.text and mr.piecewise_cuda_graph_runner.capture_hidden_mode is NULL
+
+
 def test_replays_that_ask_for_no_hidden_states_are_not_counted_or_checked():
     logits, hidden = tensors()
     mr = runner(output(logits, None), output(logits, hidden))
