@@ -143,14 +143,25 @@ class OrderedInput(Input):
     subclasses) in its key handler, so editing keys and typed characters apply in arrival order.
 
     App- and screen-level bindings are unchanged: priority bindings are checked by the app before
-    the key reaches the input, other keys without a binding here bubble as before.
+    the key reaches the input, other keys without a binding here bubble as before. A screen with a
+    ``keys_frozen`` attribute gets it set to True at Enter (``submit``), and its inputs then drop
+    keys until the screen sets it back (e.g. after refusing the value).
     """
 
     async def _on_key(self, event: events.Key) -> None:
+        screen = self.screen
+        if getattr(screen, "keys_frozen", False):  # submitted: keys typed after Enter are lost
+            event.stop()
+            event.prevent_default()
+            return
         for binding in self._bindings.key_to_bindings.get(event.key, ()):
             event.stop()
             event.prevent_default()
             self._restart_blink()
+            if binding.action == "submit" and hasattr(screen, "keys_frozen"):
+                # the Submitted message is handled after the keys already queued here: freeze the
+                # fields now, so the screen reads them as they were at Enter
+                screen.keys_frozen = True
             await self.run_action(binding.action)
             return
         await super()._on_key(event)

@@ -754,6 +754,32 @@ async def test_a_burst_that_opens_the_dialog_and_tabs_sets_both_fields(make_app)
         assert (gate["threshold"], gate["hysteresis"]) == (20, 3)
 
 
+async def test_keys_after_the_dialogs_enter_in_one_burst_are_lost_and_a_second_enter_does_nothing(make_app):
+    """Third fresh-user pass: `t End BSpace BSpace 4 0 Tab 3 Enter 5 Enter` sent H 35 (the 5 typed
+    into the field before the first Enter was handled) and the second Enter crashed the console
+    (ScreenStackError), stopping the server it launched."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        _burst(app, "t", "end", "backspace", "backspace", "4", "0", "tab", "end", "backspace", "3", "enter",
+               "5", "enter", "escape")
+        await wait_for(pilot, lambda: (app.model.gate.threshold, app.model.gate.hysteresis) == (40, 3),
+                       what="N 40, H 3 confirmed")
+        await pilot.pause(0.3)
+        assert app.is_running and app.screen is app.main_screen
+        gate = await server_gate(app.cfg.url)
+        assert (gate["threshold"], gate["hysteresis"]) == (40, 3)
+        # a refused value keeps the dialog open (what followed its Enter in the burst is lost) and
+        # the fields take keys again
+        _burst(app, "t", "end", "backspace", "backspace", "0", "enter", "backspace", "9", "enter")
+        await wait_for(pilot, lambda: "must be >= 1" in str(app.screen.query_one("#threshold-error").render())
+                       if app.screen is not app.main_screen else False, what="0 refused, dialog open")
+        assert app.screen.query_one("#threshold-input").value == "0"
+        _burst(app, "backspace", "9", "enter")
+        await wait_for(pilot, lambda: app.model.gate.threshold == 9, what="N 9 after the refused 0")
+        assert app.screen is app.main_screen
+
+
 async def test_hotkeys_in_a_burst_act_in_order_and_reach_the_screen_on_top(make_app):
     """`- - ?` then `q`: two steps, the help screen, and `q` closes the help (not the app); a held
     key is replayed even if no focus change comes."""

@@ -105,13 +105,22 @@ class WholeNumber(Validator):
         return self.failure(result) if isinstance(result, str) and result != contract.AUTO else self.success()
 
 
+class DialogField(OrderedInput):
+    """A field of the dialog: Escape is its own key too, so it is handled in the order typed after
+    the keys before it (a screen binding would run on arrival, before an Enter queued here)."""
+
+    BINDINGS = [Binding("escape", "screen.cancel", "Cancel", show=False)]
+
+
 class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
     """Two inputs; Enter sends, Escape cancels. Dismisses with a request or None."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    keys_frozen = False  # set by the fields at Enter (textual_compat.OrderedInput)
 
     def __init__(self, threshold: int | None, hysteresis: int | None, max_running_requests: int | None) -> None:
         super().__init__()
+        self._answered = False
         self.threshold = threshold
         self.hysteresis = hysteresis
         self.max_running = max_running_requests
@@ -124,12 +133,12 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
                         "ON again below N - H (H: 0..N-1 req)", id="threshold-help")
             with Horizontal(classes="field"):
                 yield Label("threshold N (req)", classes="field-label")
-                yield OrderedInput(str(self.threshold if self.threshold is not None else ""), id="threshold-input",
+                yield DialogField(str(self.threshold if self.threshold is not None else ""), id="threshold-input",
                                    validators=[WholeNumber("threshold", self.max_running, auto=True)],
                                    validate_on=["changed"])
             with Horizontal(classes="field"):
                 yield Label("hysteresis H (req)", classes="field-label")
-                yield OrderedInput(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input",
+                yield DialogField(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input",
                                    validators=[WholeNumber("hysteresis")], validate_on=["changed"])
             yield Label("", id="threshold-error")
             with Horizontal(id="threshold-buttons"):
@@ -156,7 +165,11 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
     @on(Input.Submitted)
     @on(Button.Pressed, "#send")
     def send(self) -> None:
-        """Validate; dismiss with the request, or show why it is refused and stay open."""
+        """Validate; dismiss with the request, or show why it is refused and stay open. The fields
+        are read as they were at Enter: keys typed after it in the same burst are lost, and a
+        second Enter of that burst does nothing."""
+        if self._answered:
+            return
         result = parse_request(
             self.query_one("#threshold-input", Input).value,
             self.query_one("#hysteresis-input", Input).value,
@@ -164,9 +177,13 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
         )
         if isinstance(result, str):
             self.query_one("#threshold-error", Label).update(result)
+            self.keys_frozen = False
             return
+        self._answered = True
         self.dismiss(result)
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        if not self._answered and not self.keys_frozen:  # an Escape after Enter is lost with the rest
+            self._answered = True
+            self.dismiss(None)
