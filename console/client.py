@@ -270,9 +270,13 @@ class ServerClient:
         self.local_addresses: list[str] = []
 
     def _note_address(self, resp: httpx.Response) -> None:
-        """Remember the local address of the connection that carried ``resp`` (none in tests)."""
+        """Remember the local address of the connection that carried ``resp`` (none in tests, nor
+        when the server already closed that connection: its socket has no address any more)."""
         stream = resp.extensions.get("network_stream")
-        addr = stream.get_extra_info("client_addr") if stream is not None else None
+        try:
+            addr = stream.get_extra_info("client_addr") if stream is not None else None
+        except OSError:  # EBADF: a server that answers and closes (http.server, Connection: close)
+            return
         if not addr or len(addr) < 2:
             return
         text = f"{addr[0]}:{addr[1]}"  # uvicorn's "%s:%d" % scope["client"]
