@@ -277,14 +277,17 @@ _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9_-]{1,63}(?<!-)$")
 
 
 def valid_host(host: str) -> bool:
-    """True for an IP address or a DNS host name (letters, digits, ``-`` and ``.``; no spaces)."""
+    """True for an IP address or a DNS host name (letters, digits, ``-`` and ``.``; no spaces; not
+    all digits in its last label, which only a malformed IPv4 address like ``999.1.1.1`` has)."""
     try:
         ipaddress.ip_address(host)
         return True
     except ValueError:
         pass
     name = host[:-1] if host.endswith(".") else host
-    return 0 < len(name) <= 253 and all(_HOST_LABEL.match(label) for label in name.split("."))
+    # an all-numeric last label is no DNS name (RFC 1123 2.1) but a malformed IPv4 address: 999.1.1.1
+    return (0 < len(name) <= 253 and all(_HOST_LABEL.match(label) for label in name.split("."))
+            and not name.split(".")[-1].isdigit())
 
 
 def normalize_url(text: str) -> str:

@@ -986,12 +986,18 @@ def test_attach_refuses_a_host_that_is_not_one(tmp_path, monkeypatch, capsys):
                      ("http://exa mple:1", "is not a host name"),
                      ("http://-bad-:1", "is not a host name"),
                      ("127.0.0.1:99999", "port 99999 is out of range"),
-                     ("http://h:0", "port 0 is out of range")):
+                     ("http://h:0", "port 0 is out of range"),
+                     ("http://999.1.1.1:30000", "'999.1.1.1' is not a host name or IP address")):
         with pytest.raises(SystemExit):
             cli.resolve(["attach", bad])
         assert why in capsys.readouterr().err
-    for good in ("localhost:30000", "10.0.0.5", "[::1]:30000", "gpu_box-1.lan:8000"):
+    for good in ("localhost:30000", "10.0.0.5", "[::1]:30000", "gpu_box-1.lan:8000", "a1.b2:1"):
         assert cli.resolve(["attach", good]).url.startswith("http://")
+    # fresh-user finding: the server's own --host went to httpx unchecked (a traceback on screen)
+    for argv in (["demo", "--", "--host", "999.1.1.1"], ["launch", "--", "--host", "999.1.1.1", "--model-path", "M"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.resolve(argv)
+        assert exc.value.code == 2 and "--host '999.1.1.1' is not a host name or IP address" in capsys.readouterr().err
 
 
 async def test_tls_and_protocol_errors_are_not_called_connection_refused():
