@@ -37,7 +37,7 @@ from console.screens.no_server import NoServerScreen
 from console.screens.threshold_dialog import ThresholdDialog, ThresholdRequest
 from console.session import wall_clock
 from console.textual_compat import KeyOrderMixin, NoticeMixin
-from console.widgets.log_panel import LogPanel
+from console.widgets.log_panel import LogPanel, own_lines_notice
 from console.widgets.log_view import LogView
 
 HERE = Path(__file__).resolve().parent
@@ -323,6 +323,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
         """``o``: show / hide the server's access-log lines of the console's own polls."""
         v = self._log_panel().view
         v.show_own = not v.show_own
+        self.notice(own_lines_notice(v), tag="own-lines")
 
     def action_clear_log_filters(self) -> None:
         v = self._log_panel().view

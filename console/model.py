@@ -291,6 +291,7 @@ class ConsoleModel:
             if base is None:
                 return self.refuse("the auto threshold has not found a crossover yet: set N with t "
                                    "(threshold not changed)")
+            return self.request_change(base + delta, self._hysteresis_below(base + delta))
         assert isinstance(base, int)  # check_request refuses a spec_gate without a threshold
         return self.request_change(base + delta, None)
 
@@ -305,7 +306,16 @@ class ConsoleModel:
         if crossing is None:
             return self.refuse("the auto threshold has not found a crossover yet: set N with t "
                                "(auto stays on)")
-        return self.request_change(crossing, None)
+        return self.request_change(crossing, self._hysteresis_below(crossing))
+
+    def _hysteresis_below(self, threshold: int) -> int | None:
+        """Leaving auto for a manual ``threshold``: the hysteresis to send with it, None to keep the
+        current one; H must stay below N, so one at or above it comes down to N - 1 (the change's
+        log line and notice say so) instead of the change being refused."""
+        hysteresis = self.target()[1]
+        if hysteresis is None or hysteresis < threshold or threshold < 1:
+            return None
+        return threshold - 1
 
     def request_change(self, threshold: int | None, hysteresis: int | None) -> Outcome:
         """Validate a change and make it the new target (queued for sending: :meth:`next_to_send`).

@@ -84,6 +84,17 @@ def test_a_toggles_auto_and_plus_leaves_auto_at_the_crossover():
     assert not refused.ok and "has not found a crossover yet" in refused.log_lines[0]
 
 
+def test_leaving_auto_below_the_hysteresis_brings_the_hysteresis_down_with_it():
+    """Fresh-user finding: with H 19 and a learned crossover of 8, `a` and `+` were refused
+    ("must be > hysteresis 19") and auto stayed on."""
+    out = _model(_gate(threshold=8, hysteresis=19)).toggle_auto()
+    assert out.ok and out.log_lines == ("request threshold auto -> 8, hysteresis 19 -> 7",)
+    m = _model(_gate(threshold=8, hysteresis=19))
+    assert m.step_threshold(1).log_lines == ("request threshold auto -> 9, hysteresis 19 -> 8",)
+    assert m.next_to_send() == {"threshold": 9, "hysteresis": 8}
+    assert _model(_gate(threshold=8, hysteresis=2)).toggle_auto().log_lines == ("request threshold auto -> 8",)
+
+
 def test_auto_is_confirmed_by_the_mode_and_its_moving_crossover_is_not_an_outside_change():
     m = _model(_gate(mode="manual", threshold=32))
     m.toggle_auto()

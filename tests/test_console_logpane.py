@@ -156,6 +156,7 @@ async def test_the_log_pane_hides_the_console_polls_of_a_real_log_and_o_shows_th
         assert len(log_title("Log server.log", view, 76)) <= 76
         await pilot.press("o")
         await wait_for(pilot, lambda: OWN_SHOWN in title(app), what="the title after o")
+        assert OWN_SHOWN in app.notice_messages()
         assert sum(f"{CONSOLE_ADDR} - \"GET /" in t for t in view.visible_texts()) == view.own_lines
         # the fixture's head (above the 256 KiB read at start) is in the file, and the title says so
         assert f" of {len(real_log_lines()):,}" in title(app) and "lines · last " in title(app)
@@ -344,3 +345,13 @@ async def test_a_truncated_file_gets_new_line_numbers_in_the_pane():
         view.add_lines([(logparse.PLAIN, "c")], numbers=[0], file_id=2, total=1)
         assert [e.no for e in view.entries] == [None, None, 0]
         assert view.tail_first_no() == 0 and view.visible_texts() == ["a", "b", "c"]
+
+
+def test_o_says_what_it_did_also_when_the_log_has_no_console_polls():
+    """Fresh-user finding: in the demo (no access log) `o` changed nothing visible."""
+    from types import SimpleNamespace
+
+    from console.widgets.log_panel import OWN_HIDDEN, OWN_SHOWN, own_lines_notice
+
+    assert own_lines_notice(SimpleNamespace(show_own=True, own_lines=0)) == f"{OWN_SHOWN}; this log has none of them yet"
+    assert own_lines_notice(SimpleNamespace(show_own=False, own_lines=3)) == OWN_HIDDEN

@@ -136,6 +136,13 @@ def log_title(base: str, v: LogView, width: int | None = None) -> str:
     return title
 
 
+def own_lines_notice(v: LogView) -> str:
+    """What ``o`` did, for its notice: the title's note, and whether the log holds any such line (a
+    demo server writes no access log, so nothing on screen would change)."""
+    state = OWN_SHOWN if v.show_own else OWN_HIDDEN
+    return state if v.own_lines else f"{state}; this log has none of them yet"
+
+
 def lines_held(v: LogView, short: bool = False) -> str:
     """``120/480 lines``: shown / held, and what is held when it is not the whole file:
     ``20,000/20,000 lines · last 20,000 of 249,780``, ``lines 1,201–2,201 of 249,780`` (a
