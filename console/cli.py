@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="where the demo server's log goes (default " + LOG_DIR_HELP + ")")
     demo.add_argument("--port", type=int, default=None, help="port of the simulated server (default: a free one)")
     demo.add_argument("--gpus", choices=("sim", "real"), default="sim",
-                      help="GPU panel: a simulated H200 (default) or this machine's GPUs via NVML")
+                      help="GPU panel: a simulated H200 (default) or this machine's GPUs via NVML (the demo server then reports no GPU of its own)")
     demo.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
                       help="SIGTERM to SIGKILL delay when stopping the demo server's group (default 10)")
     parser.mode_parsers = sub.choices  # resolve() reports a mode's errors with that mode's usage line

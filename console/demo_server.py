@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nnodes", type=int, default=1,
                    help="spread the TP ranks over this many simulated hosts (node 0 is this machine)")
     p.add_argument("--disable-overlap-schedule", action="store_true")
+    p.add_argument("--no-rank-gpus", action="store_true",
+                   help="report no GPU per TP rank (as a server without the plugin's NVML reading): the "
+                        "console then shows this machine's GPUs (specconsole demo --gpus real)")
     p.add_argument("--api-key", default=None)
     p.add_argument("--enable-metrics", action="store_true",
                    help="serve /metrics and fill /v1/loads' gen_throughput, as SGLang does with it")
@@ -468,10 +471,12 @@ class Simulation:
         """``internal_states[i].spec_gate`` as a real server reports it (``contract.spec_gate_status``
         over the same kinds of sources: identity, the SpecGate, the OFF-step runner's counters)."""
         gpus = [self.rank_gpu(r) for r in range(self.args.tp_size)]
-        self.identity.gpu, self.identity.host, self.identity.node_rank = gpus[0], gpus[0]["host"], 0
+        self.identity.host, self.identity.node_rank = gpus[0]["host"], 0
+        self.identity.gpu = None if self.args.no_rank_gpus else gpus[0]
         status = contract.spec_gate_status(self.identity, self.gate, self.runner)
         status["last_decode_batch_size"] = self.batch
-        status["ranks"] = [{**contract.rank_entry(status), "tp_rank": r, "gpu": gpu, "host": gpu["host"],
+        status["ranks"] = [{**contract.rank_entry(status), "tp_rank": r,
+                            "gpu": None if self.args.no_rank_gpus else gpu, "host": gpu["host"],
                             "node_rank": gpu["node_rank"]} for r, gpu in enumerate(gpus)]
         return status
 

@@ -59,3 +59,23 @@ def test_the_servers_nvml_error_shows_on_its_row():
     gate = st.GateState.from_json({"ranks": [{"tp_rank": 0, "host": "h", "gpu": {"host": "h", "error": "NVMLError: Unknown"}}]})
     (row,) = gpu_sources.server_rows(gate)
     assert row.error == "NVMLError: Unknown" and row.host == "h"
+
+
+async def test_demo_with_real_gpus_shows_this_machines_gpus_not_a_simulated_h200(tmp_path):
+    """Fresh-user finding: `specconsole demo --gpus real` on a machine without GPUs still showed the
+    demo server's simulated "TP0 H200" under "from the server"."""
+    from console.modes import demo_config
+
+    cfg = demo_config(AppConfig(nvml="real"), port=None)
+    assert cfg.server_command[-1] == "--no-rank-gpus" and cfg.nvml == "real"
+    srv = DemoServer(tmp_path, ["--load", "fixed:8", "--no-rank-gpus"]).wait_ready()
+    try:
+        app = SpecConsoleApp(AppConfig(mode="attach", url=srv.url, interval_s=0.2, handle_signals=False),
+                             nvml_module=_local(1))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.model.sample is not None and app.model.gpus.rows, what="poll")
+            await pilot.pause(0.3)
+            text = screen_text(app)
+        assert "GPUs · this machine" in text and "from the server" not in text
+    finally:
+        srv.stop()
