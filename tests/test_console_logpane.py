@@ -355,3 +355,17 @@ def test_o_says_what_it_did_also_when_the_log_has_no_console_polls():
 
     assert own_lines_notice(SimpleNamespace(show_own=True, own_lines=0)) == f"{OWN_SHOWN}; this log has none of them yet"
     assert own_lines_notice(SimpleNamespace(show_own=False, own_lines=3)) == OWN_HIDDEN
+
+
+async def test_a_very_long_search_leaves_the_log_lines_in_view(tmp_path):
+    """Fresh-user finding: a 4,000-character `/` query wrapped over the whole log pane."""
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"line {i}\n" for i in range(200)))
+    app = attach_app(tmp_path, log)
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = app.main_screen.query_one(LogView)
+        await wait_for(pilot, lambda: view.visible_texts(), what="log lines")
+        view.search = "x" * 4000
+        await pilot.pause(0.3)
+        indicator = app.main_screen.query_one("#log-filters")
+        assert indicator.size.height <= 3 and view.size.height >= 2

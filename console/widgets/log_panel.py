@@ -4,7 +4,7 @@ The border title says follow/pause, which lines are held (``last 20,000 of 249,7
 file is longer than what the pane keeps, ``lines 1,201-2,201 of 249,780`` around a search match
 found further up) and whether the console's own poll lines are hidden; the active filters and
 search are on an indicator line of their own above the lines (it wraps instead of being cut
-off, so they stay visible at 80 columns), shown only while one is set.
+off, so they stay visible at 80 columns, up to three rows), shown only while one is set.
 """
 
 from __future__ import annotations
