@@ -130,7 +130,10 @@ def _reason(exc: BaseException, api_key_given: bool = False) -> str:
         detail = f": {_first_line(exc)}" if str(exc).strip() else ""
         return f"protocol error: connection closed without an HTTP answer{detail} (an https:// server?)"
     if isinstance(exc, httpx.ProtocolError):
-        return f"protocol error: {_first_line(exc)} (not an HTTP server, or an https:// one?)"
+        first = _first_line(exc)
+        if "SSH-" in first:  # an sshd's banner where the status line should be
+            return f"protocol error: {first} (an SSH server on this port, not HTTP)"
+        return f"protocol error: {first} (not an HTTP server, or an https:// one?)"
     if isinstance(exc, ValueError):
         return NOT_JSON_REASON
     return type(exc).__name__ + (f": {exc}" if str(exc) else "")

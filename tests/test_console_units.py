@@ -1031,6 +1031,8 @@ async def test_tls_and_protocol_errors_are_not_called_connection_refused():
     for exc, reason in ((httpx.ReadError(""), "protocol error: connection closed without an HTTP answer (an https:// server?)"),
                         (httpx.RemoteProtocolError("Server disconnected without sending a response."),
                          "protocol error: Server disconnected without sending a response."),
+                        (httpx.RemoteProtocolError("illegal status line: bytearray(b'SSH-2.0-OpenSSH_9.2p1')"),
+                         "protocol error: illegal status line: bytearray(b'SSH-2.0-OpenSSH_9.2p1') (an SSH server"),
                         (httpx.ConnectError("[Errno -2] Name or service not known"), "host not found"),
                         (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused")):
         client = ServerClient("http://x:1", transport=raising(exc))
