@@ -176,8 +176,9 @@ def resolve(argv: list[str]) -> AppConfig:
         targets = tuple(ServerTarget(u, logs[i] if logs else None, args.api_key) for i, u in enumerate(urls))
         return multi_config(base, targets)
     if args.mode == "demo":
+        # --gpus real: this machine's GPUs, so the demo server reports none of its own
         base = replace(base, log_dir=args.log_dir or default_log_dir(), stop_timeout_s=args.stop_timeout,
-                       nvml=args.gpus, demo_args=extra)
+                       nvml=args.gpus, demo_args=(["--no-rank-gpus"] if args.gpus == "real" else []) + extra)
         _check_log_dir_option(mode_parser, base.log_dir, args.log_dir)
         _check_server_api_key(mode_parser, extra)
         cfg = demo_config(base, port=args.port)

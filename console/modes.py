@@ -42,8 +42,6 @@ def demo_config(base: AppConfig, port: int | None = None, extra: list[str] | Non
         contract.HYSTERESIS_FLAG, str(DEMO_HYSTERESIS),
         *extra,
     ]
-    if base.nvml == "real":  # this machine's GPUs: the demo server reports none of its own
-        server_args.append("--no-rank-gpus")
     return replace(
         base, mode="demo", url=url_from_server_args(server_args), log_path=log_path,
         server_command=demo_server_command() + server_args,

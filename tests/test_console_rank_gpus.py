@@ -64,10 +64,11 @@ def test_the_servers_nvml_error_shows_on_its_row():
 async def test_demo_with_real_gpus_shows_this_machines_gpus_not_a_simulated_h200(tmp_path):
     """Fresh-user finding: `specconsole demo --gpus real` on a machine without GPUs still showed the
     demo server's simulated "TP0 H200" under "from the server"."""
-    from console.modes import demo_config
+    from console import cli
 
-    cfg = demo_config(AppConfig(nvml="real"), port=None)
-    assert cfg.server_command[-1] == "--no-rank-gpus" and cfg.nvml == "real"
+    cfg = cli.resolve(["demo", "--gpus", "real", "--log-dir", str(tmp_path)])
+    assert "--no-rank-gpus" in cfg.server_command and cfg.nvml == "real"
+    assert "--no-rank-gpus" not in cli.resolve(["demo", "--log-dir", str(tmp_path)]).server_command
     srv = DemoServer(tmp_path, ["--load", "fixed:8", "--no-rank-gpus"]).wait_ready()
     try:
         app = SpecConsoleApp(AppConfig(mode="attach", url=srv.url, interval_s=0.2, handle_signals=False),
