@@ -60,7 +60,9 @@ async def test_panels_show_values_from_the_server(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model.gate is not None and app.model.snapshot().running_batch == 8, what="spec_gate")
         await wait_for(pilot, lambda: app.model.worker_check().status == st.CHECK_VERIFIED, what="log cross-check")
-        await wait_for(pilot, lambda: "H200" in screen_text(app), what="GPU row")
+        # the local (fake) GPUs can be on screen before the poll that brings the server's own
+        await wait_for(pilot, lambda: "H200" in screen_text(app) and "from the server" in screen_text(app),
+                       what="the server's GPU row")
         gate = await server_gate(app.cfg.url)
         text = screen_text(app)
         assert "SPEC ON" in text
