@@ -520,6 +520,18 @@ class ConsoleModel:
             text = ", ".join(parts) + " confirmed by spec_gate"
             self.set_message(text, "ok")
             return [text]
+        # a value neither the one before nor one this console sent: another client changed it since
+        mine = [c for t, c in self._sent if self.clock() - t <= UNANSWERED_TTL_S]
+        moved = [(name, live) for name, want, old, live in (
+            ("threshold", p.threshold, p.old_threshold, set_threshold(g)),
+            ("hysteresis", p.hysteresis, p.old_hysteresis, g.hysteresis))
+            if want is not None and live not in (want, old) and not any(c.get(name) == live for c in mine)]
+        if moved:
+            self.pending = None
+            text = (" and ".join(f"{name} changed to {live}" for name, live in moved)
+                    + f" outside this console ({_describe(p.threshold, p.hysteresis)} was accepted, then replaced)")
+            self.set_message(text, "info")
+            return [text]
         if self.clock() - self._accepted_at > CONFIRM_TIMEOUT_S:
             self.pending = None
             text = f"{_describe(p.threshold, p.hysteresis)} accepted but spec_gate still shows threshold {set_threshold(g)} hysteresis {g.hysteresis}"

@@ -373,6 +373,30 @@ def test_a_rejection_reason_goes_once_the_server_has_other_values():
     assert m.snapshot().message == "threshold changed to 40 and hysteresis changed to 8 outside this console"
 
 
+def test_a_change_replaced_by_another_client_is_said_at_once_not_after_the_confirm_timeout():
+    """Fresh-user finding: with two consoles, the one whose 30 was overwritten by another's 34 showed
+    '-> 30 pending' for ~16 s, then 'accepted but spec_gate still shows threshold 34'."""
+    now = [100.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    m.on_sample(_sample(threshold=32))
+    m.request_change(30, None)
+    sent = m.next_to_send()
+    m.on_set_result(sent, st.SetResult(True, None, 30, 4, 10))
+    now[0] += 0.5
+    out = m.on_sample(_sample(threshold=34))
+    assert out.log_lines == ("threshold changed to 34 outside this console (set threshold 30 was accepted, then replaced)",)
+    assert m.pending is None
+    # rapid presses: a value this console sent on the way is not someone else's
+    m.on_sample(_sample(threshold=32))
+    for _ in range(3):
+        m.step_threshold(1)
+    while (change := m.next_to_send()) is not None:
+        m.on_set_result(change, st.SetResult(True, None, change["threshold"], 4, 11))
+    now[0] += 0.5
+    assert m.on_sample(_sample(threshold=34)).log_lines == ()  # 33, 34 on the way to 35
+    assert m.on_sample(_sample(threshold=35)).log_lines == ("threshold 32 -> 35 confirmed by spec_gate",)
+
+
 def test_connection_and_histories():
     now = [100.0]
     m = ConsoleModel(clock=lambda: now[0], history=3)
