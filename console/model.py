@@ -291,7 +291,7 @@ class ConsoleModel:
             if base is None:
                 return self.refuse("the auto threshold has not found a crossover yet: set N with t "
                                    "(threshold not changed)")
-            return self.request_change(base + delta, self._hysteresis_below(base + delta))
+            return self._leave_auto(base + delta)
         assert isinstance(base, int)  # check_request refuses a spec_gate without a threshold
         return self.request_change(base + delta, None)
 
@@ -306,16 +306,21 @@ class ConsoleModel:
         if crossing is None:
             return self.refuse("the auto threshold has not found a crossover yet: set N with t "
                                "(auto stays on)")
-        return self.request_change(crossing, self._hysteresis_below(crossing))
+        return self._leave_auto(crossing)
 
-    def _hysteresis_below(self, threshold: int) -> int | None:
-        """Leaving auto for a manual ``threshold``: the hysteresis to send with it, None to keep the
-        current one; H must stay below N, so one at or above it comes down to N - 1 (the change's
-        log line and notice say so) instead of the change being refused."""
+    def _leave_auto(self, threshold: int) -> Outcome:
+        """Leaving auto for a manual ``threshold``. H must stay below N: one at or above it comes
+        down to (N - 1) // 2 in the same change, so that speculation can still come back on (below
+        N - H; N - 1 would leave it off for good), and a notice says so, instead of a refusal."""
         hysteresis = self.target()[1]
         if hysteresis is None or hysteresis < threshold or threshold < 1:
-            return None
-        return threshold - 1
+            return self.request_change(threshold, None)
+        lowered = (threshold - 1) // 2
+        out = self.request_change(threshold, lowered)
+        if not out.ok:
+            return out
+        return replace(out, notice=f"hysteresis {hysteresis} -> {lowered}: it must stay below threshold "
+                                   f"{threshold} (speculation back on below {threshold - lowered})")
 
     def request_change(self, threshold: int | None, hysteresis: int | None) -> Outcome:
         """Validate a change and make it the new target (queued for sending: :meth:`next_to_send`).

@@ -88,11 +88,16 @@ def test_leaving_auto_below_the_hysteresis_brings_the_hysteresis_down_with_it():
     """Fresh-user finding: with H 19 and a learned crossover of 8, `a` and `+` were refused
     ("must be > hysteresis 19") and auto stayed on."""
     out = _model(_gate(threshold=8, hysteresis=19)).toggle_auto()
-    assert out.ok and out.log_lines == ("request threshold auto -> 8, hysteresis 19 -> 7",)
+    # not N - 1: speculation must still come back on below N - H (second fresh-user pass)
+    assert out.ok and out.log_lines == ("request threshold auto -> 8, hysteresis 19 -> 3",)
+    assert out.notice == "hysteresis 19 -> 3: it must stay below threshold 8 (speculation back on below 5)"
     m = _model(_gate(threshold=8, hysteresis=19))
-    assert m.step_threshold(1).log_lines == ("request threshold auto -> 9, hysteresis 19 -> 8",)
-    assert m.next_to_send() == {"threshold": 9, "hysteresis": 8}
-    assert _model(_gate(threshold=8, hysteresis=2)).toggle_auto().log_lines == ("request threshold auto -> 8",)
+    assert m.step_threshold(1).log_lines == ("request threshold auto -> 9, hysteresis 19 -> 4",)
+    assert m.next_to_send() == {"threshold": 9, "hysteresis": 4}
+    low = _model(_gate(threshold=2, hysteresis=19)).toggle_auto()
+    assert low.log_lines == ("request threshold auto -> 2, hysteresis 19 -> 0",)
+    kept = _model(_gate(threshold=8, hysteresis=2)).toggle_auto()
+    assert kept.log_lines == ("request threshold auto -> 8",) and kept.notice is None
 
 
 def test_auto_is_confirmed_by_the_mode_and_its_moving_crossover_is_not_an_outside_change():

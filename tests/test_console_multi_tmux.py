@@ -41,7 +41,7 @@ def test_attach_two_servers_in_tmux(tmux, tmp_path):
         assert f"demo-{b.port}.log" in text
 
         tmux.keys(s, "+")  # to the focused server only
-        tmux.wait(s, lambda t: "33·4" in t, what="second server's row at 33")
+        tmux.wait(s, lambda t: "33·4" in t and "→33·4" not in t, what="second server's row at 33")
         assert threshold(b) == 33 and threshold(a) == 32
 
         tmux.keys(s, "T")
@@ -52,7 +52,8 @@ def test_attach_two_servers_in_tmux(tmux, tmp_path):
             time.sleep(0.2)
         tmux.wait(s, lambda t: "to all 2 servers?" in t, what="confirm")
         tmux.keys(s, "y")
-        text = tmux.wait(s, lambda t: t.count("40·4") >= 2, what="both rows at 40")
+        # confirmed on both rows: the pending form of a row is "33·4→40·4" (console/servers.py)
+        text = tmux.wait(s, lambda t: t.count("40·4") >= 2 and "→40·4" not in t, what="both rows at 40")
         assert threshold(a) == threshold(b) == 40
 
         tmux.keys(s, "[")

@@ -15,7 +15,7 @@ HELP = r"""# specconsole — keys
 | `+` / `=` | threshold + 1 req: each press steps the pending target and sends it; shown as `→ N pending` until `spec_gate` confirms N |
 | `-` | threshold - 1 req (refused before sending outside [1, max running requests] or at/below the hysteresis) |
 | `t` | set threshold and hysteresis exactly (plain integers; the threshold may be `auto`) |
-| `a` | auto threshold on (the gate finds the crossover from its own step times), or off again at the learned crossover (H above it comes down to N - 1) |
+| `a` | auto threshold on (the gate finds the crossover from its own step times), or off again at the learned crossover (H at or above it comes down to (N - 1) // 2) |
 | `[` / `]` | several servers (`attach URL URL ...`): focus the previous / next server in the server list; the panels, the log pane and the threshold keys follow the focus |
 | `T` | several servers: one threshold and hysteresis for all of them, after a confirm; each server checks it against its own limits and confirms it by its own `spec_gate` (the outcome is shown per server) |
 | `/` | search the log; `n` / `N` next / previous match, in the whole file (a match above the lines held is shown with the lines around it; `End` returns) |
