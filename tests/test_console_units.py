@@ -1662,9 +1662,10 @@ def test_headless_check_stopped_by_sigterm_stops_its_server_and_writes_what_it_s
     nothing in --out (and the default SIGTERM action would leave the launched server running)."""
     out = tmp_path / "hc"
     port = modes.free_port()
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}  # its demo log stays in tmp_path
     proc = subprocess.Popen([sys.executable, "-m", "console.headless_check", "--demo", "--out", str(out),
                              "--timeout", "60", "--", "--startup-seconds", "60", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not _demo_servers(port):
         time.sleep(0.1)
