@@ -58,6 +58,17 @@ def unavailable_reason(model_runner: Any, environ=os.environ) -> Optional[str]:
     return None
 
 
+class EagerPrefill:
+    """The target's prefills stay eager (``target_prefill_reason`` says why): the ``spec_gate``
+    fields of :class:`PrefillGraphCheck` for a server without it."""
+
+    target_prefill = OFF
+    target_prefill_graph_replays = target_prefill_checks = target_prefill_mismatches = 0
+
+    def __init__(self, reason: str) -> None:
+        self.target_prefill_reason = reason
+
+
 class PrefillGraphCheck:
     """Wraps the target PCG's ``replay``: counts replays, checks sampled ones against the eager
     forward, and turns the graph off for good on a mismatch.
@@ -85,6 +96,28 @@ class PrefillGraphCheck:
         self._replay = self.pcg.replay
         self.pcg.replay = self.replay
         self.pcg.capture_hidden_mode = full_mode
+
+    # -- the spec_gate fields (contract.SPEC_GATE_FIELDS), read by name like the OFF-step runner's
+
+    @property
+    def target_prefill(self) -> str:
+        return self.state
+
+    @property
+    def target_prefill_reason(self) -> Optional[str]:
+        return None if self.state == ON else DISAGREED
+
+    @property
+    def target_prefill_graph_replays(self) -> int:
+        return self.replays
+
+    @property
+    def target_prefill_checks(self) -> int:
+        return self.checks
+
+    @property
+    def target_prefill_mismatches(self) -> int:
+        return self.mismatches
 
     def replay(self, forward_batch: Any, **kwargs: Any) -> Any:
         """The PCG replay of ``forward_batch``; on sampled replays, the checked eager result."""
@@ -134,15 +167,15 @@ def mismatch(graph_logits: Any, graph_hidden: Any, eager_logits: Any, eager_hidd
 
 
 def enable(model_runner: Any, sampled: Callable[[int], bool],
-           any_rank: Callable[[bool], bool] = bool) -> Optional[PrefillGraphCheck]:
+           any_rank: Callable[[bool], bool] = bool) -> "PrefillGraphCheck | EagerPrefill":
     """Let the EAGLE target's prefills replay its piecewise CUDA graph, with the sampled check.
 
-    Returns the check (its counters go to ``spec_gate``), or None where :func:`unavailable_reason`
-    says why not (logged)."""
+    Returns the check, or :class:`EagerPrefill` with the reason of :func:`unavailable_reason`
+    (logged); either one's ``target_prefill*`` attributes are the ``spec_gate`` fields."""
     reason = unavailable_reason(model_runner)
     if reason is not None:
         logger.info("spec_gate: target prefill stays eager: %s", reason)
-        return None
+        return EagerPrefill(reason)
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 
     previous = model_runner.piecewise_cuda_graph_runner.capture_hidden_mode

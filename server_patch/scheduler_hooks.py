@@ -87,8 +87,8 @@ class GateRuntime:
         self.step_tokens: Optional[int] = None  # output tokens of the ON batch being processed
         self.step_timer = auto_threshold.StepTimer()
         self._scheduler = scheduler
-        self.prefill_graph: Optional[prefill_graph.PrefillGraphCheck] = None  # set after init
-        self.prefill_graph_reason: Optional[str] = "not set up"
+        # how the target's prefills run, set after init (prefill_graph: its spec_gate fields)
+        self.prefill_graph: Any = prefill_graph.EagerPrefill("not set up")
         self.rank_gpu = rank_gpu.for_scheduler(scheduler)
         self.metrics = metrics.GateMetrics.for_scheduler(scheduler)
         self._wrap_worker(worker)
@@ -215,31 +215,6 @@ class GateRuntime:
     def off_early_seq_lens_mismatches(self) -> int:
         return getattr(self.runner, "early_seq_lens_mismatches", 0)
 
-    @property
-    def target_prefill(self) -> str:
-        """How the target's prefills run: on its piecewise CUDA graph or eagerly (prefill_graph)."""
-        check = self.prefill_graph
-        return prefill_graph.OFF if check is None else check.state
-
-    @property
-    def target_prefill_reason(self) -> Optional[str]:
-        """Why the target's prefills run eagerly (None while they replay the graph)."""
-        if self.prefill_graph is not None:
-            return None if self.prefill_graph.state == prefill_graph.ON else prefill_graph.DISAGREED
-        return self.prefill_graph_reason
-
-    @property
-    def target_prefill_graph_replays(self) -> int:
-        return 0 if self.prefill_graph is None else self.prefill_graph.replays
-
-    @property
-    def target_prefill_checks(self) -> int:
-        return 0 if self.prefill_graph is None else self.prefill_graph.checks
-
-    @property
-    def target_prefill_mismatches(self) -> int:
-        return 0 if self.prefill_graph is None else self.prefill_graph.mismatches
-
     def status(self, max_running_requests: Optional[int]) -> Dict[str, Any]:
         """This rank's ``spec_gate`` dict (the README's contract), without ``ranks``."""
         self.max_running_requests = max_running_requests
@@ -250,7 +225,7 @@ class GateRuntime:
         return next(getattr(s, name) for s in self._sources() if hasattr(s, name))
 
     def _sources(self) -> tuple:
-        return self, self.gate, self.runner, _RunnerDefaults
+        return self, self.gate, self.runner, self.prefill_graph, _RunnerDefaults
 
 
 class _RunnerDefaults:
@@ -294,15 +269,14 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
         compat.check_server_args(scheduler.server_args)
         if getattr(scheduler, "draft_worker", None) is None:
             raise compat.UnsupportedSetup("speculation gate refused: no speculative draft worker")
-        reason = compat.target_model_reason(scheduler.draft_worker.target_worker.model_runner)
+        target_runner = scheduler.draft_worker.target_worker.model_runner
+        reason = compat.target_model_reason(target_runner)
         if reason is not None:
             raise compat.UnsupportedSetup(f"speculation gate refused: {reason}")
     except compat.UnsupportedSetup as exc:
         _refuse(str(exc))
     runtime = GateRuntime(scheduler, SpecGate(config))
     setattr(scheduler, GATE_ATTR, runtime)
-    target_runner = scheduler.draft_worker.target_worker.model_runner
-    runtime.prefill_graph_reason = prefill_graph.unavailable_reason(target_runner)
     runtime.prefill_graph = prefill_graph.enable(target_runner, contract.sampled,
                                                  getattr(runtime.runner, "any_rank", bool))
     runtime.rank_gpu.start()

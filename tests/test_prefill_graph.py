@@ -127,6 +127,21 @@ def test_why_the_graph_is_not_used():
     assert "is not PiecewiseCudaGraphRunner" in prefill_graph.unavailable_reason(other, {})
 
 
+def test_both_ways_report_the_spec_gate_fields_by_name():
+    logits, hidden = tensors()
+    mr = runner(output(logits, hidden), output(logits, hidden))
+    check = prefill_graph.PrefillGraphCheck(mr, lambda n: n == 1, FULL, NULL)
+    mr.piecewise_cuda_graph_runner.replay(batch())
+    mr.piecewise_cuda_graph_runner.replay(batch())
+    fields = ("target_prefill", "target_prefill_reason", "target_prefill_graph_replays", "target_prefill_checks",
+              "target_prefill_mismatches")
+    assert [getattr(check, f) for f in fields] == [prefill_graph.ON, None, 2, 1, 0]
+    eager = prefill_graph.enable(SimpleNamespace(piecewise_cuda_graph_runner=None), lambda n: True)
+    assert [getattr(eager, f) for f in fields] == [
+        prefill_graph.OFF, "no piecewise CUDA graph on the target (disabled or not captured)", 0, 0, 0]
+    assert set(fields) <= set(contract.SPEC_GATE_FIELDS)
+
+
 def test_the_fields_are_in_the_contract_and_the_proof_is_exported():
     from server_patch import metrics
 
