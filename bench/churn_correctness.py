@@ -40,22 +40,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import httpx
 
-from bench.gate_correctness import PROOF_KEYS, load_pair
+from bench.gate_correctness import MAX_RR, config_server_args, load_pair, merge_result, proof_counters, wait_steps
 from bench.oracle_check import check_batch, check_one, make_prompts
-from bench.server_harness import (
-    CONFIGS,
-    eagle3_args,
-    record_failure,
-    set_gate,
-    spec_gate,
-    start_server,
-    stop_server,
-    wait_ready,
-    write_json,
-)
-from server_patch.contract import THRESHOLD_FLAG
+from bench.server_harness import CONFIGS, record_failure, set_gate, spec_gate, start_server, stop_server, wait_ready
 
-MAX_RR = 64
 RETRACT_INTERVAL = 37  # forward steps between two forced retractions (prime: hits every kind of step)
 RETRACTION_LINE = re.compile(r"(?:Testing retraction|Retract requests)\. #retracted_reqs: (\d+)")
 LEAK_LINE = re.compile(r"memory leak detected|Mem Leak Detected", re.I)
@@ -124,7 +112,7 @@ def prefix_of_oracle(oracle: Any, prompt: List[int], got: Sequence[int]) -> bool
     return list(got) == oracle.continuation(prompt, len(got))[:len(got)] if got else True
 
 
-def phase_aborts(url: str, oracle: Any, wait_steps: Callable[[int], None]) -> Dict[str, Any]:
+def phase_aborts(url: str, oracle: Any, wait_off_steps: Callable[[int], None]) -> Dict[str, Any]:
     """H2: forced OFF, long requests, half aborted mid-way; returned tokens are oracle prefixes."""
     set_gate(url, threshold=1, hysteresis=0)
     prompts = make_prompts(oracle.vocab, ABORT_REQUESTS, 48, 901)
@@ -141,7 +129,7 @@ def phase_aborts(url: str, oracle: Any, wait_steps: Callable[[int], None]) -> Di
     threads = [threading.Thread(target=run, args=(i,)) for i in range(ABORT_REQUESTS)]
     for t in threads:
         t.start()
-    wait_steps(start_off + ABORT_AFTER_OFF_STEPS)
+    wait_off_steps(start_off + ABORT_AFTER_OFF_STEPS)
     abort_replies = [httpx.post(url + "/abort_request", json={"rid": rid}, timeout=30).status_code
                      for rid in rids[:ABORTED]]
     for t in threads:
@@ -185,20 +173,9 @@ def phase_radix(url: str, oracle: Any, num_steps: int) -> Dict[str, Any]:
 
 
 def _proofs(g: Dict[str, Any]) -> Dict[str, Any]:
-    ranks = g.get("ranks") or []
-    checks = {k: [r.get(f"{k}_checks") or 0 for r in ranks] for k in PROOF_KEYS}
-    mismatches = {k: [r.get(f"{k}_mismatches") or 0 for r in ranks] for k in PROOF_KEYS}
+    checks, mismatches = proof_counters(g, "checks"), proof_counters(g, "mismatches")
     return {"checks": checks, "mismatches": mismatches,
-            "mismatches_zero": bool(ranks) and all(v == 0 for vs in mismatches.values() for v in vs)}
-
-
-def _wait_steps(url: str, target: int, timeout_s: float = 120) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if spec_gate(url)["decode_steps_off"] >= target:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"decode_steps_off did not reach {target}")
+            "mismatches_zero": bool(g.get("ranks")) and all(v == 0 for vs in mismatches.values() for v in vs)}
 
 
 def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,
@@ -206,12 +183,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
     """H1-H3 on one configuration's server; the entry for ``gate-churn.json``."""
     cfg = CONFIGS[name]
     kv = bool(getattr(oracle, "kv_sensitive", False))
-    args = eagle3_args(
-        str(models / "target"), str(models / "draft"),
-        topk=cfg["topk"], num_steps=cfg["num_steps"], num_draft_tokens=cfg["num_draft_tokens"],
-        overlap=cfg["overlap"], max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
-        mem_fraction=mem_fraction,
-    ) + ["--tp-size", str(tp), THRESHOLD_FLAG, str(MAX_RR)]
+    args = config_server_args(name, models, tp, mem_fraction)
     env = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": str(retract_interval),
            "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
     rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv,
@@ -222,7 +194,7 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         wait_ready(server)
         rec["worker_class"] = spec_gate(url)["worker_class"]
         rec["retraction"] = phase_retraction(url, oracle)
-        rec["abort"] = phase_aborts(url, oracle, lambda target: _wait_steps(url, target))
+        rec["abort"] = phase_aborts(url, oracle, lambda target: wait_steps(url, "decode_steps_off", target))
         rec["radix_hit"] = phase_radix(url, oracle, cfg["num_steps"])
         time.sleep(3.0)  # idle: SGLang's strict memory check runs and raises on a leak
         alive = httpx.get(url + "/health", timeout=10).status_code == 200
@@ -241,13 +213,6 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
     finally:
         rec["exit_code"] = stop_server(server)
     return rec
-
-
-def merge(out: Path, rec: Dict[str, Any]) -> None:
-    """``rec`` into the JSON list at ``out``, replacing the entry of the same config, TP and pair kind."""
-    key = lambda r: (r.get("config"), r.get("tp"), bool(r.get("kv_sensitive")))  # noqa: E731
-    existing = json.loads(out.read_text()) if out.exists() else []
-    write_json(out, [r for r in existing if key(r) != key(rec)] + [rec])
 
 
 LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "ok", "oracle_match", "retractions", "aborts",
@@ -281,7 +246,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     for i, name in enumerate(names):
         rec = run_config(name, a.models, oracle, a.port + i, a.log_dir, tp=a.tp, mem_fraction=a.mem_fraction,
                          retract_interval=a.retract_interval)
-        merge(a.out, rec)
+        merge_result(a.out, rec)  # replaces the entry of the same config, TP and kind of pair
         print(json.dumps({k: rec.get(k) for k in LINE_KEYS}), flush=True)
 
 

@@ -97,7 +97,9 @@ class AutoOptions:
     poll_s: float = 0.2
 
 
-def _wait_steps(url: str, key: str, target: int, timeout_s: float = 120) -> Dict[str, Any]:
+def wait_steps(url: str, key: str, target: int, timeout_s: float = 120) -> Dict[str, Any]:
+    """Poll spec_gate until its counter ``key`` reaches ``target``; that spec_gate (TimeoutError after
+    ``timeout_s``)."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         g = spec_gate(url)
@@ -107,17 +109,25 @@ def _wait_steps(url: str, key: str, target: int, timeout_s: float = 120) -> Dict
     raise TimeoutError(f"{key} did not reach {target}")
 
 
-def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,
-               switches_target: int, mem_fraction: float, phases: str = ALL_PHASES,
-               auto_options: Optional[AutoOptions] = None) -> Dict[str, Any]:
+def config_server_args(name: str, models: Path, tp: int, mem_fraction: float) -> List[str]:
+    """The SGLang arguments of configuration ``name`` (CONFIGS) on the synthetic pair at ``models``:
+    EAGLE-3 with its worker path, MAX_RR running requests and CUDA-graph batch size, the gate
+    started at threshold MAX_RR (speculation on)."""
     cfg = CONFIGS[name]
-    kv = bool(getattr(oracle, "kv_sensitive", False))
-    args = eagle3_args(
+    return eagle3_args(
         str(models / "target"), str(models / "draft"),
         topk=cfg["topk"], num_steps=cfg["num_steps"], num_draft_tokens=cfg["num_draft_tokens"],
         overlap=cfg["overlap"], max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
         mem_fraction=mem_fraction,
     ) + ["--tp-size", str(tp), THRESHOLD_FLAG, str(MAX_RR)]
+
+
+def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,
+               switches_target: int, mem_fraction: float, phases: str = ALL_PHASES,
+               auto_options: Optional[AutoOptions] = None) -> Dict[str, Any]:
+    cfg = CONFIGS[name]
+    kv = bool(getattr(oracle, "kv_sensitive", False))
+    args = config_server_args(name, models, tp, mem_fraction)
     rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv, "phases": {}}
     server = start_server(f"gate-{name}-tp{tp}" + ("-kv" if kv else ""), args, port, log_dir)
     url = server.url
@@ -192,22 +202,14 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     g0 = spec_gate(url)
     start_off, start_resume = g0["decode_steps_off"], g0.get("off_resume_steps", 0)
     t.start()
-    _wait_steps(url, "decode_steps_off", start_off + 220)
+    wait_steps(url, "decode_steps_off", start_off + 220)
     on_before = spec_gate(url)["decode_steps_on"]
     set_gate(url, threshold=MAX_RR)
     t.join()
     g = spec_gate(url)
     recovery_ok, recovery_res = box["r"]
-    rec["phases"]["C_recovery"] = {
-        "oracle_match": recovery_ok, "requests": len(prompts),
-        "off_steps_before_on": g["decode_steps_off"] - start_off,
-        "on_steps_after": g["decode_steps_on"] - on_before,
-        "accept_length_first_on_steps": g.get("accept_length_since_on"),
-        "accept_length_first_on_step": g.get("accept_length_first_on_step"),
-        "steps_counted": g.get("steps_since_on"),
-        "resume_steps": g.get("off_resume_steps", 0) - start_resume,
-        "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in recovery_res],
-    }
+    rec["phases"]["C_recovery"] = {"oracle_match": recovery_ok, "requests": len(prompts),
+                                   **recovery_measured(g, start_off, start_resume, on_before, recovery_res)}
     # exact: what a current draft state accepts at these positions (the mean above scatters)
     rec["phases"]["C_recovery"].update(check_recovery(
         oracle, rec["phases"]["C_recovery"], cfg["num_steps"], rec["phases"]["C_recovery"]["resume_steps"]))
@@ -262,7 +264,7 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     box = {}
     t = threading.Thread(target=lambda: box.update(r=check_one(url, oracle, prompts[0], 400)))
     t.start()
-    _wait_steps(url, "decode_steps_on", spec_gate(url)["decode_steps_on"] + 20)
+    wait_steps(url, "decode_steps_on", spec_gate(url)["decode_steps_on"] + 20)
     reply = set_gate(url, threshold=1)
     g = spec_gate(url)
     t.join()
@@ -334,10 +336,10 @@ def varied_lengths_phase(url: str, oracle: Any, num_steps: int) -> Dict[str, Any
     box: Dict[str, Any] = {}
     t = threading.Thread(target=lambda: box.update(r=check_batch(url, oracle, group, VARIED_GROUP_NEW_TOKENS)))
     t.start()
-    _wait_steps(url, "decode_steps_off", start_off + 1)  # the group decodes: every later OFF step holds it
+    wait_steps(url, "decode_steps_off", start_off + 1)  # the group decodes: every later OFF step holds it
     with ThreadPoolExecutor(max_workers=VARIED_CONCURRENCY) as pool:
         bg = list(pool.map(lambda pm: check_one(url, oracle, pm[0], pm[1]), background))
-    _wait_steps(url, "decode_steps_off", start_off + VARIED_MIN_OFF_STEPS)
+    wait_steps(url, "decode_steps_off", start_off + VARIED_MIN_OFF_STEPS)
     on_before = spec_gate(url)["decode_steps_on"]
     set_gate(url, threshold=MAX_RR)
     t.join()
@@ -347,16 +349,28 @@ def varied_lengths_phase(url: str, oracle: Any, num_steps: int) -> Dict[str, Any
         "group_prompt_lens": list(VARIED_GROUP_LENS), "background_requests": len(background),
         "background_ok": all(r["match"] for r in bg), "group_ok": group_ok,
         "oracle_match": group_ok and all(r["match"] for r in bg),
-        "off_steps_before_on": g["decode_steps_off"] - start_off,  # as C: the resume step is not one
+        **recovery_measured(g, start_off, start_resume, on_before, group_res),
+    }
+    phase.update(check_recovery(oracle, phase, num_steps, phase["resume_steps"], prompts=group))
+    return phase
+
+
+def recovery_measured(g: Dict[str, Any], start_off: int, start_resume: int, on_before: int,
+                      results: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """What a recovery phase (C, G) measured, from ``g``, spec_gate read after its requests ended:
+    OFF steps since ``start_off`` (the resume step is not one), ON steps since ``on_before``, the
+    accept lengths of the first ON step(s) and how many steps those counted, resume steps since
+    ``start_resume``, and each request's ``spec_verify_ct`` (``results`` of bench.oracle_check) --
+    what :func:`bench.recovery_oracle.check_recovery` compares with the oracle."""
+    return {
+        "off_steps_before_on": g["decode_steps_off"] - start_off,
         "on_steps_after": g["decode_steps_on"] - on_before,
         "accept_length_first_on_step": g.get("accept_length_first_on_step"),
         "accept_length_first_on_steps": g.get("accept_length_since_on"),
         "steps_counted": g.get("steps_since_on"),
         "resume_steps": g.get("off_resume_steps", 0) - start_resume,
-        "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in group_res],
+        "spec_verify_ct_per_request": [x["spec_verify_ct"] for x in results],
     }
-    phase.update(check_recovery(oracle, phase, num_steps, phase["resume_steps"], prompts=group))
-    return phase
 
 
 def forced_on_verify_ct(oracle: Any, prompts: Sequence[Sequence[int]], results: Sequence[Dict[str, Any]],

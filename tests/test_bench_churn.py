@@ -95,9 +95,9 @@ def test_the_radix_phase_checks_output_and_verify_count_of_the_request_on_the_ca
 
 def test_entries_replace_those_of_the_same_config_and_pair_kind(tmp_path):
     out = tmp_path / "churn.json"
-    cc.merge(out, {"config": "v2-topk1", "tp": 1, "kv_sensitive": True, "ok": False})
-    cc.merge(out, {"config": "v2-topk1", "tp": 1, "kv_sensitive": False, "ok": True})
-    cc.merge(out, {"config": "v2-topk1", "tp": 1, "kv_sensitive": True, "ok": True})
+    cc.merge_result(out, {"config": "v2-topk1", "tp": 1, "kv_sensitive": True, "ok": False})
+    cc.merge_result(out, {"config": "v2-topk1", "tp": 1, "kv_sensitive": False, "ok": True})
+    cc.merge_result(out, {"config": "v2-topk1", "tp": 1, "kv_sensitive": True, "ok": True})
     assert [(r["kv_sensitive"], r["ok"]) for r in json.loads(out.read_text())] == [(False, True), (True, True)]
 
 
