@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 from console import gpu_sources, logparse
 from console import state as st
@@ -452,16 +452,20 @@ class ConsoleModel:
         self._gate_values = now_values
         if before is None or now_values == before or self.pending is not None or self.sending:
             return []  # nothing to compare, no change, or this console's own change under way
-        recent = [c for t, c in self._sent if self.clock() - t <= UNANSWERED_TTL_S]
         parts = []
         for key, old, new in (("threshold", before[0], now_values[0]), ("hysteresis", before[1], now_values[1])):
-            if old != new and not any(c.get(key) == new for c in recent):
+            if old != new and not self._sent_recently(key, new):
                 parts.append(f"{key} changed to {new}")
         if not parts:
             return []
         text = " and ".join(parts) + " outside this console"
         self.set_message(text, "info")
         return [text]
+
+    def _sent_recently(self, key: str, value: Any) -> bool:
+        """Whether this console POSTed ``key`` = ``value`` within UNANSWERED_TTL_S."""
+        now = self.clock()
+        return any(c.get(key) == value for t, c in self._sent if now - t <= UNANSWERED_TTL_S)
 
     def _check_unanswered(self) -> list[str]:
         """A change without an answer: confirmed when spec_gate shows it, else said once to be not applied."""
@@ -526,11 +530,10 @@ class ConsoleModel:
             self.set_message(text, "ok")
             return [text]
         # a value neither the one before nor one this console sent: another client changed it since
-        mine = [c for t, c in self._sent if self.clock() - t <= UNANSWERED_TTL_S]
         moved = [(name, live) for name, want, old, live in (
             ("threshold", p.threshold, p.old_threshold, set_threshold(g)),
             ("hysteresis", p.hysteresis, p.old_hysteresis, g.hysteresis))
-            if want is not None and live not in (want, old) and not any(c.get(name) == live for c in mine)]
+            if want is not None and live not in (want, old) and not self._sent_recently(name, live)]
         if moved:
             self.pending = None
             text = (" and ".join(f"{name} changed to {live}" for name, live in moved)
