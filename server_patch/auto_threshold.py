@@ -116,6 +116,13 @@ class Ema:
         self.count += 1
         self.last_step = step
 
+    def add_requests(self, x: float, step: int, requests: int, per_request: float, cap: float = 1.0) -> None:
+        """One sample ``x`` that is the mean over ``requests`` draws (an accept length over a batch):
+        weighted as that many samples of EMA weight ``per_request`` each, at most ``cap``, and the
+        plain mean while there are fewer samples than that weight implies."""
+        alpha = min(cap, 1 - (1 - per_request) ** requests)
+        self.add(x, step, alpha=max(alpha, 1 / (self.count + 1)))
+
     def fresh(self, step: int, stale_steps: int = STALE_STEPS) -> bool:
         """Enough samples, the last one at most ``stale_steps`` before decode step ``step``."""
         return self.count >= MIN_SAMPLES and step - self.last_step <= stale_steps
@@ -179,11 +186,8 @@ class StepCosts:
         if on:
             # one step's accept length is the mean of batch_size requests' 1..num_steps+1 tokens:
             # at batch 1 that is one draw, so small batches weigh by their requests, not per step
-            x = tokens / batch_size
-            bucket_alpha = min(ALPHA, 1 - (1 - 1 / BUCKET_ACCEPT_REQUESTS) ** batch_size)
-            b.accept.add(x, step, alpha=max(bucket_alpha, 1 / (b.accept.count + 1)))
-            per_request = 1 - (1 - ACCEPT_ALPHA_PER_REQUEST) ** batch_size
-            self.accept.add(x, step, alpha=max(per_request, 1 / (self.accept.count + 1)))
+            b.accept.add_requests(tokens / batch_size, step, batch_size, 1 / BUCKET_ACCEPT_REQUESTS, cap=ALPHA)
+            self.accept.add_requests(tokens / batch_size, step, batch_size, ACCEPT_ALPHA_PER_REQUEST)
         return True
 
     def bucket(self, batch_size: int) -> Optional[BucketCosts]:
