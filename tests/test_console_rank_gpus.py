@@ -17,8 +17,8 @@ def _local(n: int) -> SimulatedNvml:
     return SimulatedNvml(devices=[SimDevice(util_pct=11.0) for _ in range(n)])
 
 
-async def _screen(tmp_path, server_args, local_gpus: int) -> tuple[str, st.ConsoleSnapshot]:
-    srv = DemoServer(tmp_path, server_args).wait_ready()
+async def _screen(tmp_path, server_args, local_gpus: int, gate: bool = True) -> tuple[str, st.ConsoleSnapshot]:
+    srv = DemoServer(tmp_path, server_args, gate=gate).wait_ready()
     try:
         app = SpecConsoleApp(AppConfig(mode="attach", url=srv.url, interval_s=0.2, handle_signals=False),
                              nvml_module=_local(local_gpus))
@@ -42,17 +42,8 @@ async def test_two_nodes_show_the_servers_gpus_by_host_and_rank(tmp_path):
 
 
 async def test_a_server_without_the_gate_shows_this_machines_gpus_and_says_so(tmp_path):
-    srv = DemoServer(tmp_path, ["--load", "fixed:8"], gate=False).wait_ready()
-    try:
-        app = SpecConsoleApp(AppConfig(mode="attach", url=srv.url, interval_s=0.2, handle_signals=False),
-                             nvml_module=_local(1))
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.model.sample is not None and app.model.gpus.rows, what="poll")
-            await pilot.pause(0.3)
-            text = screen_text(app)
-        assert "GPUs · this machine" in text and "from the server" not in text
-    finally:
-        srv.stop()
+    text, _ = await _screen(tmp_path, ["--load", "fixed:8"], local_gpus=1, gate=False)
+    assert "GPUs · this machine" in text and "from the server" not in text
 
 
 def test_the_servers_nvml_error_shows_on_its_row():
@@ -69,14 +60,5 @@ async def test_demo_with_real_gpus_shows_this_machines_gpus_not_a_simulated_h200
     cfg = cli.resolve(["demo", "--gpus", "real", "--log-dir", str(tmp_path)])
     assert "--no-rank-gpus" in cfg.server_command and cfg.nvml == "real"
     assert "--no-rank-gpus" not in cli.resolve(["demo", "--log-dir", str(tmp_path)]).server_command
-    srv = DemoServer(tmp_path, ["--load", "fixed:8", "--no-rank-gpus"]).wait_ready()
-    try:
-        app = SpecConsoleApp(AppConfig(mode="attach", url=srv.url, interval_s=0.2, handle_signals=False),
-                             nvml_module=_local(1))
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.model.sample is not None and app.model.gpus.rows, what="poll")
-            await pilot.pause(0.3)
-            text = screen_text(app)
-        assert "GPUs · this machine" in text and "from the server" not in text
-    finally:
-        srv.stop()
+    text, _ = await _screen(tmp_path, ["--load", "fixed:8", "--no-rank-gpus"], local_gpus=1)
+    assert "GPUs · this machine" in text and "from the server" not in text
