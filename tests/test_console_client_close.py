@@ -54,4 +54,5 @@ def test_a_server_that_closes_after_answering_gets_a_clear_answer(handler, tmp_p
         srv.shutdown()
         srv.server_close()
     assert "Bad file descriptor" not in str(exc.value)
-    assert ("404" in str(exc.value)) if handler is not Json else str(exc.value)
+    want = "not an SGLang server" if handler is Json else "HTTP 404: no SGLang server at this URL"
+    assert want in str(exc.value), str(exc.value)
