@@ -42,7 +42,8 @@ import httpx
 
 from bench.gate_correctness import MAX_RR, config_server_args, load_pair, merge_result, proof_counters, wait_steps
 from bench.oracle_check import check_batch, check_one, make_prompts
-from bench.server_harness import CONFIGS, record_failure, set_gate, spec_gate, start_server, stop_server, wait_ready
+from bench.server_harness import (CONFIGS, flipping_threshold, record_failure, set_gate, spec_gate, start_server,
+                                  stop_server, wait_ready)
 
 RETRACT_INTERVAL = 37  # forward steps between two forced retractions (prime: hits every kind of step)
 RETRACTION_LINE = re.compile(r"(?:Testing retraction|Retract requests)\. #retracted_reqs: (\d+)")
@@ -71,30 +72,14 @@ def retractions(log: str) -> int:
 
 def phase_retraction(url: str, oracle: Any) -> Dict[str, Any]:
     """H1: varied requests while the threshold flips; every output exact."""
-    stop = threading.Event()
-    flips = {"n": 0}
-
-    def toggler() -> None:
-        value = 1
-        while not stop.is_set():
-            set_gate(url, threshold=value)
-            flips["n"] += 1
-            value = MAX_RR if value == 1 else 1
-            time.sleep(FLIP_EVERY_S)
-
     g0 = spec_gate(url)
-    th = threading.Thread(target=toggler)
-    th.start()
-    try:
+    with flipping_threshold(url, MAX_RR, FLIP_EVERY_S) as sent:
         with ThreadPoolExecutor(max_workers=CHURN_CONCURRENCY) as pool:
             results = list(pool.map(lambda pm: check_one(url, oracle, pm[0], pm[1]), churn_requests(oracle.vocab)))
-    finally:
-        stop.set()
-        th.join()
     g = spec_gate(url)
     return {"oracle_match": all(r["match"] for r in results), "requests": len(results),
             "mismatched": [i for i, r in enumerate(results) if not r["match"]],
-            "switches": g["switches"] - g0["switches"], "flips_sent": flips["n"],
+            "switches": g["switches"] - g0["switches"], "flips_sent": sent["flips"],
             "decode_steps_off": g["decode_steps_off"] - g0["decode_steps_off"]}
 
 

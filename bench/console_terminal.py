@@ -76,7 +76,6 @@ LOAD_TIMEOUT_FACTOR = 4.0  # a level's load may run this many times its seconds 
 LOAD_TIMEOUT_EXTRA_S = 180.0
 HTTP_TIMEOUT_S = 30.0
 LOG_TAIL_BYTES = 1 << 20  # of the server log read per capture for its newest Decode batch line
-INPUT_LEN = OUTPUT_LEN = 256  # tokens per request of the load
 
 #: endpoints recorded for fixtures; /metrics only with --enable-metrics, /health: status only
 ENDPOINTS = ("/server_info", "/v1/loads?include=core,spec", "/metrics", "/health")
@@ -545,30 +544,38 @@ def serving_driver():
     return driver()
 
 
-def load_argv(host: str, port: int, concurrency: int, num_prompts: int, seed: int, output_file: Path) -> List[str]:
+def load_argv(host: str, port: int, concurrency: int, num_prompts: int, seed: int, output_file: Path,
+              lengths: str = "uniform") -> List[str]:
     """bench_serving argv for a closed loop of ``concurrency`` requests (as ``bench.throughput``'s
-    ``bench_serving``: ``random-ids``, 256 in / 256 out, ``--flush-cache``)."""
+    ``bench_serving``: ``random-ids``, ``--flush-cache``) of ``bench.traffic.LENGTHS[lengths]``:
+    ``uniform`` 256 in / 256 out (requests start and end in waves), ``varied`` 64-1024 in / 32-512
+    out (prefills interleave with decode all the time, so every 40-step ``Decode batch`` window of
+    SGLang's log holds its share of them). Raises KeyError for another name."""
+    from bench.traffic import LENGTHS
+
+    shape = LENGTHS[lengths]
     return [
         "--backend", "sglang", "--host", host, "--port", str(port), "--dataset-name", "random-ids",
-        "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--random-range-ratio", "1.0",
+        "--random-input-len", str(shape.input_len), "--random-output-len", str(shape.output_len),
+        "--random-range-ratio", repr(shape.range_ratio),
         "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
         "--seed", str(seed), "--output-file", str(output_file), "--disable-tqdm", "--flush-cache",
     ]
 
 
-def prompts_for(concurrency: int, seconds: float) -> int:
+def prompts_for(concurrency: int, seconds: float, lengths: str = "uniform") -> int:
     """Requests that keep ``concurrency`` busy for about ``seconds`` s on the slower static
     configuration of the reference H200 runs (:func:`bench.traffic.closed_prompts`)."""
     from bench.traffic import LENGTHS, closed_prompts
 
-    return closed_prompts(concurrency, LENGTHS["uniform"], seconds)
+    return closed_prompts(concurrency, LENGTHS[lengths], seconds)
 
 
 class LoadRunner:
     """bench_serving runs, one at a time, in a daemon thread; each run's outcome in :attr:`runs`."""
 
-    def __init__(self, host: str, port: int, work: Path) -> None:
-        self.host, self.port, self.work = host, port, work
+    def __init__(self, host: str, port: int, work: Path, lengths: str = "uniform") -> None:
+        self.host, self.port, self.work, self.lengths = host, port, work, lengths
         self.runs: List[Dict[str, Any]] = []
         self.thread: Optional[threading.Thread] = None
 
@@ -589,7 +596,7 @@ class LoadRunner:
         rec: Dict[str, Any] = {"tag": tag, "concurrency": concurrency, "num_prompts": num_prompts, "seed": seed,
                                "started": round(time.time(), 3)}
         self.runs.append(rec)
-        argv = load_argv(self.host, self.port, concurrency, num_prompts, seed, out)
+        argv = load_argv(self.host, self.port, concurrency, num_prompts, seed, out, self.lengths)
         self.thread = threading.Thread(target=self._run, args=(argv, out, rec), name=f"load-{tag}", daemon=True)
         self.thread.start()
 
@@ -649,6 +656,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="wait for the gate on screen (s)")
     ap.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_S, help="the console's --stop-timeout (s)")
     ap.add_argument("--interval", type=float, default=1.0, help="the console's poll interval (s)")
+    ap.add_argument("--lengths", choices=("uniform", "varied"), default="uniform",
+                    help="request lengths of the load (bench.traffic.LENGTHS): uniform 256/256 (waves) or "
+                         "varied 64-1024 in / 32-512 out (prefills all the time; SGLang's Decode lines then "
+                         "average over them)")
     ap.add_argument("--no-load", action="store_true", help="no bench_serving (the demo server simulates load)")
     ap.add_argument("--no-warmup", action="store_true", help="no bench_serving warm-up run before the levels")
     a = ap.parse_args(ours)
@@ -774,7 +785,7 @@ class AcceptanceRun:
         work = self.out / "load"
         work.mkdir(parents=True, exist_ok=True)
         self.facts["bench_serving_cli"] = check_bench_serving_cli([load_argv(host, port, 1, 1, 1, work / "x.jsonl")])
-        self.load = LoadRunner(host, port, work)
+        self.load = LoadRunner(host, port, work, self.a.lengths)
         if not self.a.no_warmup:
             top = max(self.a.levels)
             self.say(f"warm-up: {top} requests at concurrency {top}")
@@ -817,7 +828,7 @@ class AcceptanceRun:
             now = time.monotonic()
             left = deadline - now
             if self.load is not None and not self.load.busy and not self.load.error and left >= MIN_RUN_S:
-                self.load.start(f"c{level}-{runs}", level, prompts_for(level, left), seed=100 * (index + 1) + runs)
+                self.load.start(f"c{level}-{runs}", level, prompts_for(level, left, self.a.lengths), seed=100 * (index + 1) + runs)
                 runs += 1
             if now >= next_capture:
                 self.capture(level, now - t0)

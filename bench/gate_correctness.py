@@ -109,27 +109,55 @@ def wait_steps(url: str, key: str, target: int, timeout_s: float = 120) -> Dict[
     raise TimeoutError(f"{key} did not reach {target}")
 
 
-def config_server_args(name: str, models: Path, tp: int, mem_fraction: float) -> List[str]:
+def config_server_args(name: str, models: Path, tp: int, mem_fraction: float,
+                       extra: Sequence[str] = ()) -> List[str]:
     """The SGLang arguments of configuration ``name`` (CONFIGS) on the synthetic pair at ``models``:
     EAGLE-3 with its worker path, MAX_RR running requests and CUDA-graph batch size, the gate
-    started at threshold MAX_RR (speculation on)."""
+    started at threshold MAX_RR (speculation on), then ``extra`` (SGLang keeps the last value of a
+    repeated flag: ``--attention-backend fa3``, ``--disable-cuda-graph``, ``--cuda-graph-max-bs 8``)."""
     cfg = CONFIGS[name]
     return eagle3_args(
         str(models / "target"), str(models / "draft"),
         topk=cfg["topk"], num_steps=cfg["num_steps"], num_draft_tokens=cfg["num_draft_tokens"],
         overlap=cfg["overlap"], max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
         mem_fraction=mem_fraction,
-    ) + ["--tp-size", str(tp), THRESHOLD_FLAG, str(MAX_RR)]
+    ) + ["--tp-size", str(tp), THRESHOLD_FLAG, str(MAX_RR), *extra]
+
+
+def server_variant(extra: Sequence[str]) -> Dict[str, Any]:
+    """What ``extra`` server arguments change that a result entry must say: ``attention_backend``
+    (the last ``--attention-backend`` value, else the harness's ``triton``), ``cuda_graph`` (False
+    with ``--disable-cuda-graph``), ``cuda_graph_max_bs`` (the last value given, else MAX_RR) and
+    ``extra_server_args`` (``extra`` itself). Raises ValueError for a flag without its value."""
+    def last(flag: str) -> Optional[str]:
+        value = None
+        for i, arg in enumerate(extra):
+            if arg == flag:
+                if i + 1 >= len(extra):
+                    raise ValueError(f"{flag} needs a value")
+                value = extra[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+        return value
+
+    max_bs = last("--cuda-graph-max-bs")
+    return {"attention_backend": last("--attention-backend") or "triton",
+            "cuda_graph": "--disable-cuda-graph" not in extra,
+            "cuda_graph_max_bs": int(max_bs) if max_bs is not None else MAX_RR,
+            "extra_server_args": list(extra)}
 
 
 def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,
                switches_target: int, mem_fraction: float, phases: str = ALL_PHASES,
-               auto_options: Optional[AutoOptions] = None) -> Dict[str, Any]:
+               auto_options: Optional[AutoOptions] = None, extra: Sequence[str] = ()) -> Dict[str, Any]:
     cfg = CONFIGS[name]
     kv = bool(getattr(oracle, "kv_sensitive", False))
-    args = config_server_args(name, models, tp, mem_fraction)
-    rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv, "phases": {}}
-    server = start_server(f"gate-{name}-tp{tp}" + ("-kv" if kv else ""), args, port, log_dir)
+    args = config_server_args(name, models, tp, mem_fraction, extra)
+    variant = server_variant(extra)
+    rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv, **variant,
+                           "phases": {}}
+    server = start_server(f"gate-{name}-tp{tp}" + ("-kv" if kv else "") + variant_label(variant),
+                          args, port, log_dir)
     url = server.url
     try:
         wait_ready(server)
@@ -533,6 +561,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--base-port", type=int, default=31000)
+    ap.add_argument("server_args", nargs=argparse.REMAINDER,
+                    help="after --: more SGLang arguments for every server (e.g. -- --attention-backend fa3); "
+                         "recorded in each entry (attention_backend, cuda_graph, extra_server_args)")
     ap.add_argument("--kv-sensitive", action="store_true",
                     help="run on the KV-sensitive pair (bench.synthetic_models --kv-sensitive): wrong or "
                          "stale K/V then changes outputs or accept lengths; --models must hold one (or --build it)")
@@ -557,6 +588,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     help=f"auto phase: at most this much longer until the gate probed and switched "
                          f"(default {d.extra_s:g})")
     a = ap.parse_args(argv)
+    extra = a.server_args[1:] if a.server_args[:1] == ["--"] else a.server_args
+    try:
+        server_variant(extra)
+    except ValueError as exc:
+        ap.error(str(exc))
     if not 1 <= a.auto_peak <= MAX_RR:
         ap.error(f"--auto-peak must be 1..{MAX_RR}, got {a.auto_peak}")
     if not (a.auto_seconds > 0 and a.auto_period > 0 and a.auto_output_len >= 1 and a.auto_extra_seconds >= 0):
@@ -570,7 +606,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     with ThreadPoolExecutor(max_workers=a.parallel) as pool:
         futs = [pool.submit(run_config, n, a.models, oracle, a.base_port + 10 * i, a.log_dir,
                             tp=a.tp, switches_target=a.switches, mem_fraction=a.mem_fraction,
-                            phases=phases, auto_options=opts)
+                            phases=phases, auto_options=opts, extra=extra)
                 for i, n in enumerate(names)]
         for f in futs:  # merged as each one ends: a run cut short keeps what finished
             r = f.result()
@@ -659,9 +695,21 @@ def merge_result(out: Path, rec: Dict[str, Any], keys: Optional[Sequence[str]] =
 
 
 def _same_run(entry: Any, rec: Dict[str, Any]) -> bool:
-    """``entry`` is a run of ``rec``'s configuration, TP size and kind of pair."""
+    """``entry`` is a run of ``rec``'s configuration, TP size, kind of pair and extra server
+    arguments (entries without them are the harness's defaults: triton, CUDA graphs on)."""
     return (isinstance(entry, dict) and (entry.get("config"), entry.get("tp")) == (rec["config"], rec["tp"])
-            and bool(entry.get("kv_sensitive")) == bool(rec.get("kv_sensitive")))
+            and bool(entry.get("kv_sensitive")) == bool(rec.get("kv_sensitive"))
+            and list(entry.get("extra_server_args") or []) == list(rec.get("extra_server_args") or []))
+
+
+def variant_label(variant: Dict[str, Any]) -> str:
+    """A server-name suffix for a non-default ``server_variant``: ``-fa3``, ``-eager``, ``-maxbs8``."""
+    out = "" if variant["attention_backend"] == "triton" else f"-{variant['attention_backend']}"
+    if not variant["cuda_graph"]:
+        out += "-eager"
+    elif variant["cuda_graph_max_bs"] != MAX_RR:
+        out += f"-maxbs{variant['cuda_graph_max_bs']}"
+    return out
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ Nothing here needs a GPU to import; everything that talks to a server uses plain
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -202,6 +204,31 @@ def set_gate(url: str, threshold: Optional[int] = None, hysteresis: Optional[int
     r = httpx.post(url + "/set_internal_state", json={"server_args": values}, timeout=30)
     r.raise_for_status()
     return r.json()
+
+
+@contextlib.contextmanager
+def flipping_threshold(url: str, high: int, every_s: float = 0.01):
+    """While the ``with`` body runs, set the gate's threshold to 1 and ``high`` in turn every
+    ``every_s`` seconds (speculation OFF / ON for any batch below ``high``), so requests run
+    across many switches. Yields a dict whose ``flips`` counts the changes sent."""
+    stop = threading.Event()
+    sent = {"flips": 0}
+
+    def toggler() -> None:
+        value = 1
+        while not stop.is_set():
+            set_gate(url, threshold=value)
+            sent["flips"] += 1
+            value = high if value == 1 else 1
+            time.sleep(every_s)
+
+    th = threading.Thread(target=toggler, daemon=True)
+    th.start()
+    try:
+        yield sent
+    finally:
+        stop.set()
+        th.join()
 
 
 def record_failure(rec: Dict[str, Any], server: Server, exc: BaseException) -> None:

@@ -1,0 +1,62 @@
+"""bench.gate_correctness with extra SGLang arguments (``-- --attention-backend fa3``,
+``--disable-cuda-graph``, ``--cuda-graph-max-bs N``): what each entry records, that entries of
+different variants of one configuration are kept side by side, and that a bad flag is refused
+before a server starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import gate_correctness as gc
+
+
+def test_the_default_variant_is_the_harness_triton_with_cuda_graphs():
+    v = gc.server_variant([])
+    assert v == {"attention_backend": "triton", "cuda_graph": True, "cuda_graph_max_bs": gc.MAX_RR,
+                 "extra_server_args": []}
+    assert gc.variant_label(v) == ""
+
+
+def test_the_last_value_of_a_repeated_flag_counts_as_in_sglang():
+    v = gc.server_variant(["--attention-backend", "flashinfer", "--attention-backend=fa3", "--cuda-graph-max-bs", "8"])
+    assert (v["attention_backend"], v["cuda_graph_max_bs"]) == ("fa3", 8)
+    assert gc.variant_label(v) == "-fa3-maxbs8"
+    assert gc.variant_label(gc.server_variant(["--disable-cuda-graph"])) == "-eager"
+
+
+def test_the_extra_arguments_come_last_in_the_server_command(tmp_path):
+    args = gc.config_server_args("v1-topk1", tmp_path, 1, 0.2, ["--attention-backend", "fa3"])
+    assert args[-2:] == ["--attention-backend", "fa3"]
+    assert args.index("--attention-backend") < len(args) - 2  # the harness's own triton comes first
+
+
+def test_entries_of_two_variants_of_one_config_are_kept_side_by_side(tmp_path):
+    out = tmp_path / "gate.json"
+    base = {"config": "v2-topk1", "tp": 1, "kv_sensitive": True}
+    gc.merge_result(out, {**base, **gc.server_variant([]), "run": 1})
+    gc.merge_result(out, {**base, **gc.server_variant(["--attention-backend", "fa3"]), "run": 2})
+    gc.merge_result(out, {**base, **gc.server_variant(["--attention-backend", "fa3"]), "run": 3})
+    entries = json.loads(out.read_text())
+    assert sorted((e["attention_backend"], e["run"]) for e in entries) == [("fa3", 3), ("triton", 1)]
+
+
+def test_an_entry_written_before_variants_existed_is_the_default_variant(tmp_path):
+    out = tmp_path / "gate.json"
+    out.write_text(json.dumps([{"config": "v2-topk1", "tp": 1, "run": 0}]))
+    gc.merge_result(out, {"config": "v2-topk1", "tp": 1, **gc.server_variant([]), "run": 1})
+    assert [e["run"] for e in json.loads(out.read_text())] == [1]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--attention-backend"], "--attention-backend needs a value"),
+    (["--cuda-graph-max-bs", "many"], "invalid literal"),
+])
+def test_a_bad_extra_flag_is_refused_before_any_server_starts(extra, message, tmp_path, monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(gc, "run_config", lambda *a, **k: started.append(a))
+    with pytest.raises(SystemExit) as exc:
+        gc.main(["--models", str(tmp_path), "--out", str(tmp_path / "o.json"), "--", *extra])
+    assert exc.value.code == 2 and message in capsys.readouterr().err and not started
