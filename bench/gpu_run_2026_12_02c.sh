@@ -11,7 +11,8 @@
 #   bash bench/gpu_run_2026_12_02c.sh part N SECONDS   (carry .gpuwheels/FN, N = 1..4): FA3's piece N;
 #                                                after the fourth the kernel is unpacked; then waits
 #   bash bench/gpu_run_2026_12_02c.sh wait SECONDS   waits for all.done or SECONDS, packs $OUT/run.tgz
-# .devrun: this project as a wheel (pip wheel --no-deps -w .devrun .), so SGLang finds the plugin.
+# .devrun: this project as a wheel (pip wheel --no-deps -w .devrun .), so SGLang finds the plugin, and
+# .devrun/head: the committed tree (git archive HEAD), where the console runs from.
 set -uo pipefail
 R=/tmp/run
 F=/tmp/fa3parts
@@ -58,9 +59,9 @@ case "$step" in
     # A. in parallel (none of it is a throughput figure): the console in a real terminal (its tok/s is
     #    compared with the same server's own figures), KV-sensitive gate correctness on v1 (phase G and
     #    the prefill graph on v1), and the churn run (retraction, aborts, radix hit) per config
-    python3 -m bench.console_terminal --out "$R/console" --lengths varied --levels 4,32,96 --seconds-per-level 30 \
+    (cd .devrun/head && python3 -m bench.console_terminal --out "$R/console" --lengths varied --levels 4,32,96 --seconds-per-level 30 \
       --capture-every 5 -- $(eagle3 $m/p0.2) --enable-metrics --speculative-disable-batch-threshold 32 \
-      --speculative-disable-hysteresis 4 --host 127.0.0.1 --port 30000 >"$R/console.log" 2>&1 &
+      --speculative-disable-hysteresis 4 --host 127.0.0.1 --port 30000 >"$R/console.log" 2>&1) &
     python3 -m bench.gate_correctness --models $kv --kv-sensitive --configs v1-topk1,v1-topk4 --parallel 2 \
       --mem-fraction 0.1 --out "$R/gate-correctness-kv.json" --log-dir "$R/gate-logs" >"$R/gatekv.log" 2>&1 &
     i=0
