@@ -6,10 +6,11 @@
 #
 #   bash bench/gpu_run_2026_12_02c.sh models     (carry .gpuwheels/A): wheels to /tmp/whl, the 8B pair
 #                                                p = 0.2 and the KV-sensitive 1B pair into /tmp/models
-#   bash bench/gpu_run_2026_12_02c.sh install    (carry .gpuwheels/B .gpuwheels/C .gpuwheels/F5 .devrun),
+#   bash bench/gpu_run_2026_12_02c.sh install    (carry .gpuwheels/B .gpuwheels/C .devrun: the working
+#                                                tree counts against the 64 MiB of a call),
 #                                                then starts the chain with setsid and waits like `wait`
-#   bash bench/gpu_run_2026_12_02c.sh part N SECONDS   (carry .gpuwheels/FN, N = 1..4): FA3's piece N;
-#                                                after the fourth the kernel is unpacked; then waits
+#   bash bench/gpu_run_2026_12_02c.sh part N SECONDS   (carry .gpuwheels/FN, N = 1..5): FA3's piece N;
+#                                                once all five are there the kernel is unpacked; then waits
 #   bash bench/gpu_run_2026_12_02c.sh wait SECONDS   waits for all.done or SECONDS, packs $OUT/run.tgz
 # .devrun: this project as a wheel (pip wheel --no-deps -w .devrun .), so SGLang finds the plugin, and
 # .devrun/head: the committed tree (git archive HEAD), where the console runs from.
@@ -40,7 +41,7 @@ case "$step" in
     python3 -m bench.synthetic_models --out /tmp/models/1b/kv-p0.2 --preset 1b --p-wrong 0.2 --kv-sensitive \
       --device cuda 2>&1 | tail -n 3 | tee -a "$R/models.log" ;;
   install)
-    mkdir -p $F && cp .gpuwheels/F5/part4 .gpuwheels/F5/apply-fa3.sh .gpuwheels/F5/fa3.md5 $F/
+    mkdir -p $F
     cp .gpuwheels/B/*.whl .gpuwheels/C/*.whl .devrun/*.whl /tmp/whl/
     bash .gpuwheels/B/install-on-gpu.sh || exit 1
     env_sh
@@ -50,7 +51,7 @@ case "$step" in
     bash bench/gpu_run_2026_12_02c.sh wait "${1:-30}" ;;
   part)
     n=${1:?piece}; shift
-    cp .gpuwheels/F$n/part$((n - 1)) $F/ && ls -la $F
+    mkdir -p $F && cp .gpuwheels/F$n/* $F/ && ls -la $F
     fa3_unpack
     bash bench/gpu_run_2026_12_02c.sh wait "${1:-20}" ;;
   chain)
