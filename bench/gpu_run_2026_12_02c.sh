@@ -57,40 +57,24 @@ case "$step" in
   chain)
     env_sh
     m=/tmp/models/8b; kv=/tmp/models/1b/kv-p0.2
-    # A. in parallel (none of it is a throughput figure): the console in a real terminal (its tok/s is
-    #    compared with the same server's own figures), KV-sensitive gate correctness on v1 (phase G and
-    #    the prefill graph on v1), and the churn run (retraction, aborts, radix hit) per config
+    # A. the console in a real terminal (its tok/s is compared with the same server's own figures);
+    #    beside it, once its server is up, the correctness runs one at a time. SGLang sizes its KV pool
+    #    as free memory - total x (1 - mem fraction), so a server started next to the console's
+    #    (~45 GB) needs a fraction above ~0.35: 0.5 each (none of this is a throughput figure)
     (cd .devrun/head && python3 -m bench.console_terminal --out "$R/console" --lengths varied --levels 4,32,96 --seconds-per-level 30 \
       --capture-every 5 -- $(eagle3 $m/p0.2) --enable-metrics --speculative-disable-batch-threshold 32 \
       --speculative-disable-hysteresis 4 --host 127.0.0.1 --port 30000 >"$R/console.log" 2>&1) &
-    python3 -m bench.gate_correctness --models $kv --kv-sensitive --configs v1-topk1,v1-topk4 --parallel 2 \
-      --mem-fraction 0.1 --out "$R/gate-correctness-kv.json" --log-dir "$R/gate-logs" >"$R/gatekv.log" 2>&1 &
-    i=0
-    for c in v2-topk1 v1-topk1 v1-topk4; do
-      python3 -m bench.churn_correctness --models $kv --kv-sensitive --configs $c --mem-fraction 0.08 \
-        --port $((31500 + 10 * i)) --out "$R/gate-churn-$c.json" --log-dir "$R/churn-logs" >"$R/churn-$c.log" 2>&1 &
-      i=$((i + 1))
-    done
+    for t in $(seq 120); do grep -q "ready after" "$R/console.log" 2>/dev/null && break; sleep 3; done
+    python3 -m bench.churn_correctness --models $kv --kv-sensitive --configs v2-topk1 --mem-fraction 0.5 \
+      --out "$R/gate-churn.json" --log-dir "$R/churn-logs" >"$R/churn.log" 2>&1
+    python3 -m bench.logprob_switch --models $kv --kv-sensitive --configs v2-topk1 --mem-fraction 0.5 \
+      --out "$R/gate-logprobs.json" --log-dir "$R/logprob-logs" >"$R/logprob.log" 2>&1
+    python3 -m bench.gate_correctness --models $kv --kv-sensitive --configs v1-topk1 --parallel 1 --skip-auto \
+      --mem-fraction 0.5 --out "$R/gate-correctness-kv.json" --log-dir "$R/gate-logs" >"$R/gatekv.log" 2>&1
     wait
     touch "$R/A.done"
-    # B. in parallel: fa3 correctness (KV-sensitive pair), logprobs/sampling across switches, eager OFF steps
-    for t in $(seq 60); do [ -e "$R/fa3.ready" ] && break; sleep 5; done
-    if [ -e "$R/fa3.ready" ]; then
-      python3 -m bench.gate_correctness --models $kv --kv-sensitive --configs v2-topk1,v1-topk1 --parallel 2 \
-        --mem-fraction 0.1 --base-port 31100 --out "$R/gate-correctness-kv-fa3.json" --log-dir "$R/gate-logs" \
-        -- --attention-backend fa3 >"$R/gatekv-fa3.log" 2>&1 &
-    fi
-    python3 -m bench.logprob_switch --models $kv --kv-sensitive --mem-fraction 0.08 --out "$R/gate-logprobs.json" \
-      --log-dir "$R/logprob-logs" >"$R/logprob.log" 2>&1 &
-    python3 -m bench.gate_correctness --models $kv --kv-sensitive --configs v2-topk1,v1-topk1 --parallel 2 --skip-auto \
-      --mem-fraction 0.08 --base-port 31200 --out "$R/gate-correctness-kv-eager.json" --log-dir "$R/gate-logs" \
-      -- --disable-cuda-graph >"$R/gate-eager.log" 2>&1 &
-    python3 -m bench.gate_correctness --models $kv --kv-sensitive --configs v2-topk1 --parallel 1 --skip-auto \
-      --mem-fraction 0.08 --base-port 31300 --out "$R/gate-correctness-kv-maxbs8.json" --log-dir "$R/gate-logs" \
-      -- --cuda-graph-max-bs 8 >"$R/gate-maxbs8.log" 2>&1 &
-    wait
-    touch "$R/B.done"
     # C. throughput, one server at a time: forced off vs none on fa3 (v2), then on v1 (both without overlap)
+    for t in $(seq 60); do [ -e "$R/fa3.ready" ] && break; sleep 5; done
     if [ -e "$R/fa3.ready" ]; then
       for cfg in none off; do
         python3 -m bench.throughput traffic --models $m/p0.2 --config $cfg --attention-backend fa3 \
@@ -99,6 +83,8 @@ case "$step" in
       done
     fi
     touch "$R/C.done"
+    python3 -m bench.logprob_switch --models $kv --kv-sensitive --configs v1-topk1,v1-topk4 --parallel 1 --mem-fraction 0.3 \
+      --out "$R/gate-logprobs.json" --log-dir "$R/logprob-logs" >"$R/logprob-v1.log" 2>&1
     for cfg in none off; do
       python3 -m bench.throughput traffic --models $m/p0.2 --config $cfg --worker v1 \
         --workloads varied-closed --concurrency 32,64,128 --row-seconds 6 --out "$R/v1" --port 30730 \
@@ -110,7 +96,7 @@ case "$step" in
     while [ $((SECONDS - t0)) -lt "$limit" ] && [ ! -e "$R/all.done" ]; do
       sleep 10
       echo "--- $((SECONDS - t0)) s: $(ls "$R" | tr '\n' ' ')"
-      for f in chain console gatekv churn-v2-topk1 gatekv-fa3 logprob gate-eager gate-maxbs8 fa3-none fa3-off v1-none v1-off; do
+      for f in chain console churn logprob gatekv fa3-none fa3-off logprob-v1 v1-none v1-off; do
         [ -s "$R/$f.log" ] && echo "$f: $(tail -n 1 "$R/$f.log" | cut -c1-200)"
       done
     done
