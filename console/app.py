@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Input
 
@@ -28,6 +29,7 @@ from console import events as ev
 from console import logparse
 from console.commands import console_commands
 from console.config import AppConfig
+from console.frames import Frames
 from console.modes import demo_config
 from console.multi_app import MultiServerMixin
 from console.screens.crash import CrashScreen
@@ -95,6 +97,9 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
         self._signalled = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
         self._last_console_line: tuple[str | None, float] = (None, 0.0)  # (text, monotonic time)
+        # one screen update per poll: NVML reads and log lines wait for the poll's snapshot
+        self.frames = Frames(self._show_snapshot, self._show_log_lines, lambda: self.cfg.interval_s,
+                             self.set_timer)
 
     # the session's parts, for the screens, the headless check and tests
     cfg = property(lambda self: self.session.cfg)
@@ -158,15 +163,13 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
     def on_session_event(self, event: Any) -> None:
         """Show one event of the session (see :mod:`console.events`)."""
         if isinstance(event, ev.Published):
-            try:
-                self.main_screen.snapshot = event.snapshot
-            except IndexError:  # pragma: no cover - no screen yet
-                pass
+            self.frames.published(event)
         elif isinstance(event, ev.ConsoleLine):
             self.console_line(event.text)
         elif isinstance(event, ev.LogLines):
-            self._log_view().add_lines(list(event.lines), event.numbers, event.file_id or None, event.total_lines)
+            self.frames.log_lines(event)
         elif isinstance(event, ev.LogFound):
+            self.frames.flush()  # the answer is about the lines held: all of them
             if not self._log_view().found(event):
                 self.notify("no match in the whole file", timeout=2)
         elif isinstance(event, ev.ChangeOutcome):
@@ -187,6 +190,21 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
             self.notify(event.detail, title="worker class mismatch", severity="error", timeout=10)
         elif isinstance(event, ev.InternalError):
             self.notice(event.text, title="specconsole bug", severity="error", timeout=10, tag=event.where)
+
+    def _show_snapshot(self, snapshot: Any) -> None:
+        try:
+            self.main_screen.snapshot = snapshot
+        except IndexError:  # pragma: no cover - no screen yet
+            pass
+
+    def _show_log_lines(self, event: ev.LogLines) -> None:
+        try:
+            view, panel = self._log_view(), self._log_panel()
+        except (IndexError, NoMatches):  # held lines shown while the app takes its screens down
+            return
+        view.add_lines(list(event.lines), event.numbers, event.file_id or None, event.total_lines)
+        # its title now, in this screen update (the view's StateChanged comes after it: a second one)
+        panel.update_title()
 
     def wall_clock(self) -> str:
         """Local time ``HH:MM:SS`` for console lines in the log pane."""
@@ -209,6 +227,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
         lines = [(logparse.CONSOLE, f"[console {self.wall_clock()}] {part}") for part in text.split("\n")]
         self.record_console_lines(lines)
         try:
+            self.frames.flush()  # the server's lines held come first: the pane keeps arrival order
             self._log_view().add_lines(lines)
         except Exception:  # noqa: BLE001 - screen not composed yet
             pass

@@ -45,9 +45,15 @@ NOTHING = Outcome(ok=True)
 
 @dataclass(frozen=True)
 class Published:
-    """A new snapshot for the screens."""
+    """A new snapshot for the screens.
+
+    ``soon``: it may wait for the screen's next update (the next poll's snapshot, at most one poll
+    interval later): NVML reads and log reads. Else it is shown at once: the poll's own snapshot
+    (the screen's regular update) and anything an operator's key or the server's process caused.
+    """
 
     snapshot: ConsoleSnapshot
+    soon: bool = False
 
 
 @dataclass(frozen=True)

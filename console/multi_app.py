@@ -176,6 +176,7 @@ class MultiServerMixin:
         self.session = self.sessions[i]
         panel = self._log_panel()  # type: ignore[attr-defined]
         view = panel.view
+        self.frames.drop_lines()  # type: ignore[attr-defined]  # the old server's (its buffer has them)
         view.clear()
         for lines, numbers, file_id, total in self.log_buffers[i].runs():
             view.add_lines(lines, numbers, file_id, total)

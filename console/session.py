@@ -188,8 +188,11 @@ class ConsoleSession:
 
     # -- output ----------------------------------------------------------------------------
 
-    def publish(self) -> None:
-        """Hand the current snapshot to the sink (and report a new worker mismatch)."""
+    def publish(self, soon: bool = False) -> None:
+        """Hand the current snapshot to the sink (and report a new worker mismatch).
+
+        ``soon``: it may wait for the screen's next update (:attr:`console.events.Published.soon`).
+        """
         snap = self.model.snapshot()
         if snap.worker.status != self._last_check:
             if snap.worker.status == st.CHECK_MISMATCH:
@@ -197,7 +200,7 @@ class ConsoleSession:
                 self.sink(ev.WorkerMismatch(snap.worker.detail))
             self._last_check = snap.worker.status
         self._published_at = time.monotonic()
-        self.sink(ev.Published(snap))
+        self.sink(ev.Published(snap, soon=soon))
 
     def console_line(self, text: str) -> None:
         """A console line for the log pane."""
@@ -473,7 +476,7 @@ class ConsoleSession:
             finally:
                 self.nvml_busy = False
             self.model.on_gpus(panel)
-            self.publish()
+            self.publish(soon=True)  # shown with the next poll's snapshot (one screen update)
             await asyncio.sleep(self.cfg.interval_s)
 
     def _scan_fact(self, line: str) -> None:
@@ -509,7 +512,7 @@ class ConsoleSession:
         self.sink(ev.LogLines(tuple(lines), tuple(batch.numbers), batch.file_id, batch.total_lines))
         if not ready_before and self.model.facts.phase == st.PHASE_READY:
             self.poll_now()
-        self.publish()
+        self.publish(soon=True)
 
     # -- reading the whole log file (search and filter beyond the lines the pane holds) ------
 

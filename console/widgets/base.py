@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widget import Widget
 
 from console.state import ConsoleSnapshot
@@ -26,18 +28,27 @@ def render_key(rendered: object) -> object:
 class SnapshotWidget(Widget):
     """A widget whose ``render()`` reads ``self.snapshot`` (bound to the main screen's snapshot).
 
-    A new snapshot repaints the widget only when what it renders changed: the session publishes
-    several snapshots a second (polls, NVML reads, log lines, the clock), and most of them change
-    nothing a given widget shows. (Textual still repaints it itself on a resize or a theme change.)
+    A new snapshot repaints the widget only when what it renders changed: most snapshots change
+    nothing a given widget shows. A widget that names its inputs (:meth:`render_inputs`) repaints
+    when they change, without being rendered first to compare; the others are rendered to compare.
+    (Textual still repaints it itself on a resize or a theme change.)
     """
 
+    #: paint the Rich text of :meth:`render` line by line (:func:`text_strips`) instead of through
+    #: Textual's Content (a third of the cost, for the widgets that repaint every second); only for
+    #: left-aligned text without wrapping, where both give the same cells
+    DIRECT_LINES = False
+
     snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, layout=False, repaint=False)
+    _strips: tuple[Size, list[Strip]] | None = None  # DIRECT_LINES: (size, lines) of the last render
     _shown: object = None  # render_key() of the last repaint asked for
     _inputs: object = None  # (size, render_inputs()) when that was computed
+    _styles_of: dict[str, Style] | None = None  # style_of() by component class
 
     def render_inputs(self, snapshot: ConsoleSnapshot) -> object:
         """The parts of ``snapshot`` that :meth:`render` reads, or None (then it is rendered to
-        compare). Equal inputs at the same size: the widget is not even rendered."""
+        compare). Equal inputs at the same size: the widget is not rendered; other inputs: it is
+        repainted (rendering it to compare would render it twice, as it changes every second)."""
         return None
 
     def _watch_snapshot(self, snapshot: ConsoleSnapshot) -> None:
@@ -52,6 +63,8 @@ class SnapshotWidget(Widget):
             if inputs == self._inputs:
                 return
             self._inputs = inputs
+            self.refresh()
+            return
         key = render_key(self.render())
         if key != self._shown:
             self._shown = key
@@ -59,7 +72,35 @@ class SnapshotWidget(Widget):
 
     def style_of(self, name: str) -> Style:
         """Rich style of one of this widget's component classes (set by the theme)."""
-        return self.get_component_rich_style(name, partial=True)
+        styles = self._styles_of
+        if styles is None:
+            styles = self._styles_of = {}
+        style = styles.get(name)
+        if style is None:
+            # kept until the styles change: Textual's own cache of it is emptied by every repaint,
+            # and working it out again walks the widget's ancestors
+            style = styles[name] = self.get_component_rich_style(name, partial=True)
+        return style
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles_of = None  # another theme (or CSS): other styles
+        self._strips = None
+
+    def refresh(self, *regions, repaint: bool = True, layout: bool = False, recompose: bool = False):
+        if repaint:
+            self._strips = None  # DIRECT_LINES: render again at the next paint
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def render_line(self, y: int) -> Strip:
+        if not self.DIRECT_LINES:
+            return super().render_line(y)
+        size = self.size
+        if self._strips is None or self._strips[0] != size:
+            self._strips = (size, text_strips(self.render(), size.width, size.height, self.rich_style,
+                                              self.app.console))
+        lines = self._strips[1]
+        return lines[y] if 0 <= y < len(lines) else Strip.blank(size.width, self.rich_style)
 
 
 class LinesWidget(SnapshotWidget):
@@ -67,24 +108,54 @@ class LinesWidget(SnapshotWidget):
     the layout is refreshed only when that number changes."""
 
     _height = -1
+    _laid_out: tuple = ()  # (snapshot, width, lines) of the last lines() laid out
 
     def lines(self, width: int) -> list[Text]:  # pragma: no cover - overridden
         """The widget's lines, laid out ``width`` cells wide."""
         return []
 
+    def lines_now(self, width: int) -> list[Text]:
+        """:meth:`lines` for the current snapshot, computed once per snapshot and width (the
+        height, the comparison and the repaint each need them)."""
+        laid = self._laid_out
+        if laid and laid[0] is self.snapshot and laid[1] == width:
+            return laid[2]
+        lines = self.lines(width)
+        self._laid_out = (self.snapshot, width, lines)
+        return lines
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._laid_out = ()  # the lines carry the theme's styles
+
     def get_content_height(self, container, viewport, width: int) -> int:
-        return max(1, len(self.lines(width)))
+        return max(1, len(self.lines_now(width)))
 
     def watch_snapshot(self, snapshot: ConsoleSnapshot) -> None:
-        height = len(self.lines(self.size.width)) if self.size.width else -1
+        height = len(self.lines_now(self.size.width)) if self.size.width else -1
         if height != self._height:
             self._height = height
             self.refresh(layout=True)
 
     def render(self) -> Text:
-        text = Text("\n", no_wrap=True).join(self.lines(self.size.width))
+        text = Text("\n", no_wrap=True).join(self.lines_now(self.size.width))
         text.no_wrap = True
         return text
+
+
+def text_strips(text: Text, width: int, height: int, base: Style, console) -> list[Strip]:
+    """``text``'s first ``height`` lines as strips ``width`` cells wide over the widget's ``base``
+    style: cut with an ellipsis where longer (the CSS ``text-overflow: ellipsis``), padded where
+    shorter."""
+    strips = []
+    for line in text.split("\n", allow_blank=True)[:height]:
+        if line.cell_len > width:
+            line.truncate(width, overflow="ellipsis")
+        strip = Strip(list(line.render(console)), line.cell_len).apply_style(base)
+        if strip.cell_length < width:  # padded as Textual pads a line: the background alone
+            strip = strip.extend_cell_length(width, Style(bgcolor=base.bgcolor))
+        strips.append(strip)
+    return strips
 
 
 def wrap(text: Text, width: int, indent: int = 2) -> list[Text]:

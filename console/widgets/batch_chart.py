@@ -133,6 +133,8 @@ def chart_rows(
 class BatchChart(SnapshotWidget):
     """Bars: running requests per poll, newest right; ``─`` threshold N, ``┄`` N - H."""
 
+    DIRECT_LINES = True  # repainted every second
+
     COMPONENT_CLASSES = {
         "batch-chart--on",
         "batch-chart--off",
@@ -166,8 +168,19 @@ class BatchChart(SnapshotWidget):
         text = Text(no_wrap=True)
         for i, (lab, row) in enumerate(zip(labels, cells)):
             text.append(lab, axis_style)
-            for kind, char in row:
-                text.append(char, styles.get(kind))
+            for kind, chars in runs(row):  # one span per run: the chart repaints every second
+                text.append(chars, styles.get(kind))
             if i < len(labels) - 1:
                 text.append("\n")
         return text
+
+
+def runs(row: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``(kind, char)`` cells as ``(kind, chars)`` runs of one kind each, in order."""
+    out: list[tuple[str, str]] = []
+    start = 0
+    for i in range(1, len(row) + 1):
+        if i == len(row) or row[i][0] != row[start][0]:
+            out.append((row[start][0], "".join(c for _, c in row[start:i])))
+            start = i
+    return out

@@ -111,6 +111,8 @@ def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
 class GpuTable(SnapshotWidget):
     """The rows (height grows with the number of GPUs; the panel scrolls when short of room)."""
 
+    DIRECT_LINES = True  # repainted every second
+
     COMPONENT_CLASSES = {"gpu--header", "gpu--value", "gpu--na", "gpu--hot", "gpu--lost", "gpu--warn", "gpu--hist"}
 
     def render(self) -> Text:
@@ -128,7 +130,11 @@ class GpuTable(SnapshotWidget):
         return (snapshot.gpus, snapshot.gpu_util_history)
 
     def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
-        inputs = (self.size.width, self.render_inputs(snapshot))
+        # the number of lines depends on the rows and their hosts, not on the readings (which
+        # change every second): render_rows() to count them only when those change
+        g = snapshot.gpus
+        inputs = (self.size.width, g.status, g.message if g.status != st.GPU_OK else None,
+                  tuple((r.host, r.node_rank) for r in g.rows))
         if inputs == self._height_of:
             return
         self._height_of = inputs

@@ -41,6 +41,8 @@ __all__ = ["LogEntry", "LogView", "Region", "filter_terms", "line_visible"]
 
 #: lines shown on each side of a match found outside the lines held
 FIND_CONTEXT = 500
+#: rendered lines kept (:meth:`LogView.render_line`); beyond it the cache starts again
+LINE_CACHE = 2_000
 
 
 class LogView(ScrollView, can_focus=True):
@@ -80,6 +82,9 @@ class LogView(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.max_lines = max_lines
         self.generation = 0  # bumped by every filter/search change: older answers are dropped
+        # rendered lines (uncropped) by (entry, search terms, is the current match, base style): a
+        # line that scrolls up one row in follow mode is not styled and rendered again
+        self._line_cache: dict[tuple, Strip] = {}
         self._reset_held()
 
     def _reset_held(self) -> None:
@@ -416,14 +421,39 @@ class LogView(ScrollView, can_focus=True):
 
     # -- rendering -------------------------------------------------------------------------
 
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._line_cache.clear()  # another theme: other styles
+
+    _base: Style | None = None  # rich_style while render_lines runs
+
+    def render_lines(self, crop):
+        # the base style once per repaint, not once per line (it walks every ancestor's styles)
+        self._base = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         row = scroll_y + y
         width = self.size.width
-        base = self.rich_style
+        base = self._base if self._base is not None else self.rich_style
         if row >= len(self.shown):
             return Strip.blank(width, base)
         entry = self.lines[self.shown[row]]
+        terms = tuple(filter_terms(self.search))
+        key = (entry, terms, row == self._match_pos, base)
+        strip = self._line_cache.get(key)
+        if strip is None:
+            if len(self._line_cache) >= LINE_CACHE:
+                self._line_cache.clear()
+            strip = self._line_cache[key] = self._render_entry(entry, terms, row == self._match_pos, base)
+        return strip.crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, row)
+
+    def _render_entry(self, entry: LogEntry, terms: tuple[str, ...], current: bool, base: Style) -> Strip:
+        """One line, styled by its kind and the search (``current``: the match jumped to), uncropped."""
         text = Text(entry.text, no_wrap=True, style=base)
         if entry.kind not in (logparse.PLAIN, logparse.OWN):
             style = self.get_component_rich_style(f"log-view--{entry.kind}", partial=True)
@@ -432,10 +462,9 @@ class LogView(ScrollView, can_focus=True):
             end = entry.text.find("]")
             if end > 0:
                 text.stylize(self.get_component_rich_style("log-view--prefix", partial=True), 0, end + 1)
-        terms = filter_terms(self.search)
         if terms:
             match = self.get_component_rich_style("log-view--match", partial=True)
-            if row == self._match_pos:
+            if current:
                 match = match + Style(underline=True)
             low = entry.text.lower()
             for t in terms:
@@ -443,8 +472,7 @@ class LogView(ScrollView, can_focus=True):
                 while pos >= 0:
                     text.stylize(match, pos, pos + len(t))
                     pos = low.find(t, pos + len(t))
-        strip = Strip(text.render(self.app.console), text.cell_len)
-        return strip.crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, row)
+        return Strip(text.render(self.app.console), text.cell_len)
 
     def on_mouse_scroll_up(self) -> None:
         self._pin = None

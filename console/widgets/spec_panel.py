@@ -379,6 +379,8 @@ def detail_lines(s: st.ConsoleSnapshot, d: dict, width: int = 80) -> list[Text]:
 class SpecDetails(LinesWidget):
     """Detail lines under the badge, all of them (its scroll container shows what fits)."""
 
+    DIRECT_LINES = True  # the step counts change every second
+
     COMPONENT_CLASSES = {
         "spec-details--label",
         "spec-details--value",
