@@ -146,9 +146,16 @@ def is_ready(text: str) -> bool:
     return spec_word(text) is not None and CONNECTED.search(top) is not None
 
 
+#: rows of one request line on one screen from which it counts as the console's polling: other
+#: clients send these too (bench_serving asks ``/server_info`` when a run starts and ends), but a
+#: console polling once a second with its own lines shown fills the followed pane with them
+OWN_POLL_ROWS = 3
+
+
 def access_lines(text: str) -> List[str]:
-    """Which of :data:`ACCESS_PATTERNS` (the console's own polling in SGLang's access log) are on screen."""
-    return [p for p in ACCESS_PATTERNS if p in text]
+    """Which of :data:`ACCESS_PATTERNS` (the console's own polling in SGLang's access log) are on
+    screen at least :data:`OWN_POLL_ROWS` times."""
+    return [p for p in ACCESS_PATTERNS if text.count(p) >= OWN_POLL_ROWS]
 
 
 def confirmations(text: str) -> set:
@@ -175,6 +182,29 @@ def newest_decode_line(log_text: str) -> Optional[Dict[str, Any]]:
                 "queue_req": int(m["queue"]) if m["queue"] is not None else None,
                 "time": m["ts"], "epoch": epoch}
     return None
+
+
+#: seconds of ``Decode batch`` lines averaged for a capture: the console's own rate window
+#: (``console/load_figures.py`` ``RATE_WINDOW_S``) plus one for the log's 1 s timestamps
+WINDOW_S = 6.0
+
+
+def window_decode_tok_s(log_text: str, now: float, window_s: float = WINDOW_S) -> Optional[float]:
+    """Mean ``gen throughput`` (tok/s) of the ``Decode batch`` lines stamped in ``(now - window_s,
+    now]`` (epoch s, local time), or None without one. A line covers 40 decode steps (0.2-0.5 s
+    under load): one alone scatters +-20% against a 5 s rate on variable lengths."""
+    vals = []
+    for line in log_text.splitlines():
+        m = DECODE.search(line) if "Decode batch" in line else None
+        if m is None:
+            continue
+        try:
+            t = time.mktime(time.strptime(m["ts"], "%Y-%m-%d %H:%M:%S"))
+        except (ValueError, OverflowError):
+            continue
+        if now - window_s < t <= now:
+            vals.append(float(m["tps"]))
+    return round(sum(vals) / len(vals), 2) if vals else None
 
 
 def read_tail(path: Optional[Path], max_bytes: int = LOG_TAIL_BYTES) -> str:
@@ -212,12 +242,15 @@ def capture_record(screen: str, log_text: str, *, now: float, level: int, t_in_l
     ``shown_running`` / ``shown_queue`` (``shown_line``: the parsed text), ``spec_word``,
     ``plain_words``, the server's newest ``Decode batch`` figures (``server_tok_s``,
     ``server_running``, ``server_queue``, ``server_line_time``, ``server_line_age_s``), ``ratio``
-    (shown / server tok/s), ``access_lines_on_screen`` (bool) with ``access_patterns``, ``screen_file``."""
+    (shown / server tok/s), ``server_window_tok_s`` / ``window_ratio`` (the same against the mean of
+    the lines of the last :data:`WINDOW_S` s), ``access_lines_on_screen`` (bool) with
+    ``access_patterns``, ``screen_file``."""
     load = parse_load_line(screen) or {}
     dec = newest_decode_line(log_text) or {}
     word = spec_word(screen)
     seen = access_lines(screen)
     age = round(now - dec["epoch"], 1) if dec.get("epoch") is not None else None
+    window = window_decode_tok_s(log_text, now)
     return {
         "time": round(now, 3), "iso": datetime.fromtimestamp(now).isoformat(timespec="seconds"),
         "level": level, "t_in_level_s": round(t_in_level, 1), "load_active": load_active,
@@ -227,6 +260,7 @@ def capture_record(screen: str, log_text: str, *, now: float, level: int, t_in_l
         "server_tok_s": dec.get("gen_tok_s"), "server_running": dec.get("running_req"),
         "server_queue": dec.get("queue_req"), "server_line_time": dec.get("time"), "server_line_age_s": age,
         "ratio": ratio(load.get("tok_s"), dec.get("gen_tok_s")),
+        "server_window_tok_s": window, "window_ratio": ratio(load.get("tok_s"), window),
         "access_lines_on_screen": bool(seen), "access_patterns": seen,
         "screen_file": screen_file,
     }
@@ -243,7 +277,9 @@ def is_steady(c: Dict[str, Any], steady_after_s: float = STEADY_AFTER_S) -> bool
 def level_stats(captures: List[Dict[str, Any]], level: int, steady_after_s: float = STEADY_AFTER_S) -> Dict[str, Any]:
     """The verdict of one level: ``captures``, ``steady_captures`` (:func:`is_steady`),
     ``median_ratio`` / ``min_ratio`` / ``max_ratio`` (shown / server tok/s over the steady ones),
-    ``within_10pct`` (None without steady captures), ``median_shown_tok_s``, ``median_server_tok_s``."""
+    ``within_10pct`` (None without steady captures), ``median_shown_tok_s``, ``median_server_tok_s``,
+    ``window_ratios`` (each steady capture's ``window_ratio``) and ``window_within_10pct`` (the
+    share of them within 10%)."""
     mine = [c for c in captures if c["level"] == level]
     steady = [c for c in mine if is_steady(c, steady_after_s)]
     ratios = [c["ratio"] for c in steady]
@@ -256,7 +292,42 @@ def level_stats(captures: List[Dict[str, Any]], level: int, steady_after_s: floa
                    within_10pct=abs(med - 1.0) <= WITHIN,
                    median_shown_tok_s=statistics.median(c["shown_tok_s"] for c in steady),
                    median_server_tok_s=statistics.median(c["server_tok_s"] for c in steady))
+    windows = [c.get("window_ratio") for c in steady if c.get("window_ratio") is not None]
+    out["window_ratios"] = windows
+    out["window_within_10pct"] = (round(sum(abs(r - 1.0) <= WITHIN for r in windows) / len(windows), 3)
+                                  if windows else None)
     return out
+
+
+def recheck(run_dir: Path) -> Dict[str, Any]:
+    """A finished run's verdicts again, with this module's rules, from its files (``captures.jsonl``,
+    ``screens/``, ``logs/server-*.log[.gz]``, ``summary.json``): per level the window ratios of
+    the steady captures (:func:`window_decode_tok_s`), the screens with the console's polls
+    (:func:`access_lines`) and the leftovers that are the console's (its group, or the server's
+    ``--port`` from ``summary.json``'s command). Raises OSError / ValueError for a missing or bad file."""
+    import gzip
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    logs = sorted((run_dir / "logs").glob("server-*.log*"))
+    if not logs:
+        raise ValueError(f"no server log under {run_dir / 'logs'}")
+    opener = gzip.open if logs[0].suffix == ".gz" else open
+    with opener(logs[0], "rt", errors="replace") as f:
+        log_text = f.read()
+    caps = [json.loads(line) for line in (run_dir / "captures.jsonl").read_text().splitlines() if line.strip()]
+    for c in caps:
+        c["server_window_tok_s"] = window_decode_tok_s(log_text, c["time"])
+        c["window_ratio"] = ratio(c["shown_tok_s"], c["server_window_tok_s"])
+    polls = [c["screen_file"] for c in caps if access_lines((run_dir / c["screen_file"]).read_text())]
+    port = flag_value(shlex.split(summary.get("command", "")), "--port") or "30000"
+    mine = [r for r in summary.get("leftover") or []
+            if r.get("in_group") or re.search(rf"--port[ =]{re.escape(port)}(\s|$)", r["cmdline"])]
+    levels = {str(lv): {k: v for k, v in level_stats(caps, lv, summary.get("steady_after_s", STEADY_AFTER_S)).items()
+                        if k in ("steady_captures", "median_ratio", "window_ratios", "window_within_10pct")}
+              for lv in summary.get("levels", [])}
+    return {"recheck_of": str(run_dir), "per_level": levels, "console_access_lines_seen": bool(polls),
+            "screens_with_console_polls": polls, "leftover_pids": [r["pid"] for r in mine],
+            "other_processes": [r["pid"] for r in summary.get("leftover") or [] if r not in mine]}
 
 
 def vs_clients(stats: Dict[str, Any]) -> Dict[str, Any]:
@@ -395,14 +466,16 @@ def find_server_group(console_pid: int, screen: str = "") -> Optional[int]:
     return int(m.group(2)) if m else None
 
 
-def leftovers(pgid: Optional[int]) -> List[Dict[str, Any]]:
-    """Processes left in group ``pgid`` or whose cmdline has a :data:`LEFTOVER_WORDS` word (this
+def leftovers(pgid: Optional[int], port: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Processes left in group ``pgid`` or whose cmdline has a :data:`LEFTOVER_WORDS` word and,
+    with ``port``, ``--port PORT`` (other servers on the machine are not the console's; this
     process and its ancestors aside): ``{pid, cmdline, in_group}``."""
     group = set(group_members(pgid)) if pgid else set()
     mine = own_lineage()
     out = []
     for r in proc_table():
-        named = any(w in r["cmdline"] for w in LEFTOVER_WORDS)
+        named = any(w in r["cmdline"] for w in LEFTOVER_WORDS) and (
+            port is None or re.search(rf"--port[ =]{re.escape(port)}(\s|$)", r["cmdline"]) is not None)
         if r["pid"] in mine or not (r["pid"] in group or named):
             continue
         out.append({"pid": r["pid"], "cmdline": r["cmdline"][:300], "in_group": r["pid"] in group})
@@ -645,7 +718,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
         ours, server = argv, []
     ap = argparse.ArgumentParser(prog="python -m bench.console_terminal", description=__doc__.splitlines()[0],
                                  epilog="server args follow a --")
-    ap.add_argument("--out", type=Path, required=True, help="output directory")
+    ap.add_argument("--out", type=Path, required=True,
+                    help="output directory (with --recheck: the finished run's directory; writes summary-recheck.json)")
+    ap.add_argument("--recheck", action="store_true",
+                    help="no run: recompute a finished run's verdicts from its files with this version's rules")
     ap.add_argument("--cols", type=int, default=160, help="terminal columns")
     ap.add_argument("--rows", type=int, default=50, help="terminal rows")
     ap.add_argument("--levels", type=_levels, default=[4, 32, 96], help="concurrency levels (req), e.g. 4,32,96")
@@ -773,6 +849,10 @@ class AcceptanceRun:
         self.facts["server_pgid"] = self.server_pgid
         self.save_screen("ready")
         self.say(f"ready after {self.facts['ready_s']} s (server process group {self.server_pgid})")
+
+    def server_port(self) -> str:
+        """The launched server's ``--port`` (SGLang's default 30000 when not given)."""
+        return flag_value(self.a.server_args, "--port") or "30000"
 
     def start_load_runner(self) -> None:
         """Check bench_serving's CLI and do the warm-up run (unless --no-load / --no-warmup)."""
@@ -908,7 +988,7 @@ class AcceptanceRun:
         try:
             if self.term is not None and self.server_pgid is None and self.term.alive():
                 self.server_pgid = find_server_group(self.term.pid, self.term.text())
-            left = leftovers(self.server_pgid)
+            left = leftovers(self.server_pgid, self.server_port())
             self.facts["leftover_pids"] = [r["pid"] for r in left]
             self.facts["leftover"] = left
             if self.term is not None and self.term.alive():
@@ -916,7 +996,7 @@ class AcceptanceRun:
                 self.facts["console_killed"] = True
                 self.facts["console_status_after_kill"] = self.term.exit_status()
             kill_group(self.server_pgid, 15.0)
-            self.facts["leftover_after_cleanup"] = [r["pid"] for r in leftovers(self.server_pgid)]
+            self.facts["leftover_after_cleanup"] = [r["pid"] for r in leftovers(self.server_pgid, self.server_port())]
             if shutil.which("nvidia-smi"):
                 time.sleep(2.0)  # the driver frees an exited process's memory
             mem, note = gpu_memory_used()
@@ -977,6 +1057,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     (``error``) or when bench_serving failed (``load_error``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     a = parse_args(argv)
+    if a.recheck:  # before anything below clears the run's files
+        try:
+            result = recheck(a.out)
+        except (OSError, ValueError) as exc:
+            print(f"--recheck {a.out}: {exc}", file=sys.stderr)
+            return 1
+        result["command"] = "python -m bench.console_terminal " + shlex.join(argv)
+        (a.out / "summary-recheck.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(json.dumps(result, indent=1))
+        return 0
     for sub in ("screens", "logs"):
         (a.out / sub).mkdir(parents=True, exist_ok=True)
     for stale in ("captures.jsonl", "summary.json", "endpoints.json", "progress.log"):

@@ -75,8 +75,9 @@ def check_answer(prompt: List[int], start: int, answer: Dict[str, Any], greedy: 
     """What is wrong with one ``/generate`` answer (SGLang's JSON) to :func:`payload`; [] when nothing.
 
     Entries of ``*_token_logprobs`` are ``(logprob, token_id, text)``; of ``*_top_logprobs`` lists
-    of those (``tokenizer_manager.detokenize_logprob_tokens`` in 0.5.12). The first prompt token has
-    no logprob (None) when ``start`` is 0."""
+    of those (``tokenizer_manager.detokenize_logprob_tokens`` in 0.5.12). The first entry of
+    ``input_token_logprobs`` is None at every ``start`` (``scheduler_output_processor_mixin.py``
+    ``_process_input_token_logprobs``: ``[None] + input_token_logprobs[:-1]``)."""
     problems: List[str] = []
     ids = answer.get("output_ids") or []
     meta = answer.get("meta_info") or {}
@@ -105,7 +106,7 @@ def check_answer(prompt: List[int], start: int, answer: Dict[str, Any], greedy: 
     if in_lp is None or len(in_lp) != want_in:
         problems.append(f"input_token_logprobs has {None if in_lp is None else len(in_lp)} entries, "
                         f"want {want_in} (prompt {len(prompt)}, logprob_start_len {start})")
-    elif not all(_finite_logprob(e[0]) for j, e in enumerate(in_lp) if not (start == 0 and j == 0)):
+    elif not all(_finite_logprob(e[0]) for e in in_lp[1:]):
         problems.append("an input logprob is not finite and <= 0")
     return problems
 

@@ -240,3 +240,68 @@ def test_shown_tok_s_is_also_compared_with_what_the_clients_got():
     assert vs_clients(stats) == {"client_tok_s": 8748.0, "median_ratio_vs_clients": 0.9201,
                                  "within_10pct_vs_clients": True}
     assert vs_clients({"median_shown_tok_s": None, "load_runs": []})["client_tok_s"] is None
+
+
+def test_bench_servings_own_server_info_requests_are_not_the_consoles_polls():
+    from bench import console_terminal as ct
+
+    line = '[2026-12-02 17:48:12] INFO:     127.0.0.1:47364 - "GET /server_info HTTP/1.1" 200 OK\n'
+    assert ct.access_lines(line * 2) == []  # a bench_serving run's start and end
+    assert ct.access_lines(line * ct.OWN_POLL_ROWS) == ['"GET /server_info HTTP/1.1"']
+
+
+def test_a_server_on_another_port_is_not_a_leftover_of_the_console(monkeypatch):
+    from bench import console_terminal as ct
+
+    table = [{"pid": 11, "cmdline": "python3 -m server_patch.launch_server --model-path m --port 31500"},
+             {"pid": 12, "cmdline": "python3 -m server_patch.launch_server --model-path m --port 30000"},
+             {"pid": 13, "cmdline": "python3 -m sglang.launch_server --port=30000 --x"}]
+    monkeypatch.setattr(ct, "proc_table", lambda: table)
+    monkeypatch.setattr(ct, "own_lineage", lambda: set())
+    monkeypatch.setattr(ct, "group_members", lambda pgid: [])
+    assert [r["pid"] for r in ct.leftovers(None, "30000")] == [12, 13]
+    assert [r["pid"] for r in ct.leftovers(None)] == [11, 12, 13]
+
+
+def test_varied_lengths_load_uses_the_traffic_shapes():
+    from pathlib import Path
+
+    from bench import console_terminal as ct
+
+    argv = ct.load_argv("127.0.0.1", 30000, 32, 100, 1, Path("x.jsonl"), "varied")
+    assert argv[argv.index("--random-input-len") + 1] == "1024"
+    assert argv[argv.index("--random-range-ratio") + 1] == "0.0625"
+    assert ct.load_argv("h", 1, 1, 1, 1, Path("x"))[ct.load_argv("h", 1, 1, 1, 1, Path("x")).index("--random-range-ratio") + 1] == "1.0"
+
+
+def test_the_window_figure_is_the_mean_of_the_decode_lines_of_the_last_seconds():
+    import time as _time
+
+    from bench import console_terminal as ct
+
+    def line(ts, tps):
+        return (f"[{ts}] Decode batch, #running-req: 32, #token: 100, token usage: 0.01, cuda graph: True, "
+                f"gen throughput (token/s): {tps}, #queue-req: 0\n")
+
+    text = line("2026-12-02 17:47:58", 9000.0) + line("2026-12-02 17:48:03", 3000.0) + line("2026-12-02 17:48:05", 4000.0)
+    now = _time.mktime(_time.strptime("2026-12-02 17:48:05", "%Y-%m-%d %H:%M:%S"))
+    assert ct.window_decode_tok_s(text, now, 6.0) == 3500.0  # the 17:47:58 line is outside (now - 6, now]
+    assert ct.window_decode_tok_s(text, now - 60, 6.0) is None
+
+
+def test_recheck_rereads_a_finished_run_and_writes_its_own_file(tmp_path):
+    import json as _json
+    import shutil
+
+    from bench import console_terminal as ct
+
+    recorded = Path(__file__).resolve().parent.parent / "bench" / "results" / "h200-2026-12-02c" / "console"
+    run = tmp_path / "run"
+    shutil.copytree(recorded, run)
+    (run / "summary-recheck.json").unlink(missing_ok=True)
+    assert ct.main(["--recheck", "--out", str(run)]) == 0
+    got = _json.loads((run / "summary-recheck.json").read_text())
+    assert got["per_level"]["4"]["window_within_10pct"] == 1.0 and got["leftover_pids"] == []
+    assert got["other_processes"] == [2109] and got["console_access_lines_seen"] is False
+    assert (run / "captures.jsonl").exists() and (run / "summary.json").exists()  # nothing cleared
+    assert ct.main(["--recheck", "--out", str(tmp_path / "missing")]) == 1

@@ -6,7 +6,6 @@ before a server starts."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

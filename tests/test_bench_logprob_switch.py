@@ -12,7 +12,7 @@ def _answer(prompt, start, ids, *, top_first=None, out_lp_len=None):
     out_lp = [(-0.1 * (i % 3), t, None) for i, t in enumerate(ids)][: out_lp_len if out_lp_len is not None else n]
     top = [[(-0.05, top_first if top_first is not None else t, None), (-2.0, t + 1, None), (-3.5, t + 2, None)]
            for t in ids]
-    in_lp = [(None if (start == 0 and j == 0) else -1.5, tok, None) for j, tok in enumerate(prompt[start:])]
+    in_lp = [(None if j == 0 else -1.5, tok, None) for j, tok in enumerate(prompt[start:])]
     return {"output_ids": ids, "meta_info": {"output_token_logprobs": out_lp, "output_top_logprobs": top,
                                              "input_token_logprobs": in_lp}}
 
@@ -35,6 +35,9 @@ def test_each_kind_of_malformed_answer_is_named():
     nan = _answer(prompt, 0, ids)
     nan["meta_info"]["output_token_logprobs"][3] = (float("nan"), ids[3], None)
     assert "an output logprob is not finite and <= 0" in ls.check_answer(prompt, 0, nan, greedy=True)
+    late_none = _answer(prompt, 5, ids)
+    late_none["meta_info"]["input_token_logprobs"][2] = (None, 7, None)
+    assert "an input logprob is not finite and <= 0" in ls.check_answer(prompt, 5, late_none, greedy=True)
     cut = _answer(prompt, 0, ids[:-2])
     assert f"{ls.MAX_NEW - 2} output tokens, asked {ls.MAX_NEW}" in ls.check_answer(prompt, 0, cut, greedy=True)
 
