@@ -42,8 +42,8 @@ import httpx
 
 from bench.gate_correctness import MAX_RR, config_server_args, load_pair, merge_result, proof_counters, wait_steps
 from bench.oracle_check import check_batch, check_one, make_prompts
-from bench.server_harness import (CONFIGS, flipping_threshold, record_failure, set_gate, spec_gate, start_server,
-                                  stop_server, wait_ready)
+from bench.server_harness import (CONFIGS, add_run_arguments, config_names, flipping_threshold, record_failure,
+                                  set_gate, spec_gate, start_server, stop_server, wait_ready)
 
 RETRACT_INTERVAL = 37  # forward steps between two forced retractions (prime: hits every kind of step)
 RETRACTION_LINE = re.compile(r"(?:Testing retraction|Retract requests)\. #retracted_reqs: (\d+)")
@@ -206,21 +206,11 @@ LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "ok", "oracle_match
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.churn_correctness", description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=Path, required=True, help="dir from bench.synthetic_models")
-    ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--mem-fraction", type=float, default=0.3)
+    add_run_arguments(ap, mem_fraction=0.3, port=31500)
     ap.add_argument("--retract-interval", type=int, default=RETRACT_INTERVAL, metavar="STEPS",
                     help=f"forward steps between two forced retractions (default {RETRACT_INTERVAL})")
-    ap.add_argument("--kv-sensitive", action="store_true", help="--models holds a KV-sensitive pair")
-    ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--port", type=int, default=31500)
     a = ap.parse_args(argv)
-    names = [c for c in a.configs.split(",") if c]
-    unknown = [c for c in names if c not in CONFIGS]
-    if unknown:
-        ap.error(f"unknown --configs {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
+    names = config_names(ap, a.configs)
     if a.retract_interval < 1:
         ap.error(f"--retract-interval is a number of forward steps >= 1, got {a.retract_interval}")
     if not (a.models / "oracle.json").is_file():

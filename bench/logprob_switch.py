@@ -36,8 +36,8 @@ import httpx
 
 from bench.gate_correctness import MAX_RR, config_server_args, load_pair, merge_result, proof_counters
 from bench.oracle_check import make_prompts
-from bench.server_harness import (CONFIGS, flipping_threshold, record_failure, set_gate, spec_gate, start_server,
-                                  stop_server, wait_ready)
+from bench.server_harness import (CONFIGS, add_run_arguments, config_names, flipping_threshold, record_failure,
+                                  set_gate, spec_gate, start_server, stop_server, wait_ready)
 
 TOP_N = 3
 #: largest |logprob difference| between an ON and an OFF/switching run of one greedy request
@@ -211,20 +211,10 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.logprob_switch", description=__doc__.splitlines()[0])
-    ap.add_argument("--models", type=Path, required=True, help="dir from bench.synthetic_models")
-    ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--tp", type=int, default=1)
-    ap.add_argument("--parallel", type=int, default=3, help="servers at once")
-    ap.add_argument("--mem-fraction", type=float, default=0.15)
-    ap.add_argument("--kv-sensitive", action="store_true", help="--models holds a KV-sensitive pair")
-    ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--port", type=int, default=31700)
+    add_run_arguments(ap, mem_fraction=0.15, port=31700)
+    ap.add_argument("--parallel", type=int, default=3, help="servers at once (started together)")
     a = ap.parse_args(argv)
-    names = [c for c in a.configs.split(",") if c]
-    unknown = [c for c in names if c not in CONFIGS]
-    if unknown:
-        ap.error(f"unknown --configs {', '.join(unknown)} (known: {', '.join(CONFIGS)})")
+    names = config_names(ap, a.configs)
     a.build = None
     oracle = load_pair(ap, a)
     with ThreadPoolExecutor(max_workers=max(1, a.parallel)) as pool:

@@ -206,6 +206,30 @@ def set_gate(url: str, threshold: Optional[int] = None, hysteresis: Optional[int
     return r.json()
 
 
+def add_run_arguments(ap: Any, *, mem_fraction: float, port: int) -> None:
+    """The options of a GPU check that starts one server per configuration on a synthetic pair
+    (``bench.churn_correctness``, ``bench.logprob_switch``): ``--models --configs --tp
+    --mem-fraction --kv-sensitive --log-dir --out --port``; ``ap`` an ``argparse.ArgumentParser``."""
+    ap.add_argument("--models", type=Path, required=True, help="dir from bench.synthetic_models")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--mem-fraction", type=float, default=mem_fraction,
+                    help="--mem-fraction-static of each server (next to other servers: above the share they use)")
+    ap.add_argument("--kv-sensitive", action="store_true", help="--models holds a KV-sensitive pair")
+    ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--port", type=int, default=port)
+
+
+def config_names(ap: Any, configs: str) -> List[str]:
+    """``--configs`` as a list of CONFIGS names; ``ap.error`` (exit 2) names the unknown ones."""
+    names = [c for c in configs.split(",") if c]
+    unknown = [c for c in names if c not in CONFIGS]
+    if unknown or not names:
+        ap.error(f"unknown --configs {', '.join(unknown) or '(none given)'} (known: {', '.join(CONFIGS)})")
+    return names
+
+
 @contextlib.contextmanager
 def flipping_threshold(url: str, high: int, every_s: float = 0.01):
     """While the ``with`` body runs, set the gate's threshold to 1 and ``high`` in turn every
