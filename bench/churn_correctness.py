@@ -80,6 +80,7 @@ def phase_retraction(url: str, oracle: Any) -> Dict[str, Any]:
     return {"oracle_match": all(r["match"] for r in results), "requests": len(results),
             "mismatched": [i for i, r in enumerate(results) if not r["match"]],
             "switches": g["switches"] - g0["switches"], "flips_sent": sent["flips"],
+            "flip_errors": sent["errors"], "first_flip_error": sent["first_error"], "slowest_flip_s": sent["slowest_s"],
             "decode_steps_off": g["decode_steps_off"] - g0["decode_steps_off"]}
 
 
@@ -190,8 +191,9 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         rec["leak_lines"] = [m.group(0) for m in LEAK_LINE.finditer(log)][:3]
         rec["alive_after_idle"] = alive
         rec["oracle_match"] = all(rec[k]["oracle_match"] for k in ("retraction", "abort", "radix_hit"))
-        rec["ok"] = (rec["oracle_match"] and rec["retractions"] > 0 and rec["mismatches_zero"] and alive
-                     and not rec["leak_lines"] and rec["radix_hit"]["verify_ct_matches_oracle"])
+        rec["ok"] = (rec["oracle_match"] and rec["retractions"] > 0 and rec["retraction"]["flip_errors"] == 0
+                     and rec["mismatches_zero"] and alive and not rec["leak_lines"]
+                     and rec["radix_hit"]["verify_ct_matches_oracle"])
     except Exception as exc:  # keep the other runs going; the record says why this one failed
         record_failure(rec, server, exc)
         rec["ok"] = False

@@ -59,6 +59,7 @@ from bench.recovery_oracle import check_recovery, recovery_prompts
 from bench.server_harness import (
     CONFIGS,
     eagle3_args,
+    flipping_threshold,
     record_failure,
     gate_startup_lines,
     set_gate,
@@ -247,33 +248,19 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     oks.append(recovery_ok)
 
     # D. switching by flipping the threshold under load
-    stop = threading.Event()
-    flips = {"n": 0}
-
-    def toggler():
-        v = 1
-        while not stop.is_set():
-            set_gate(url, threshold=v)
-            flips["n"] += 1
-            v = MAX_RR if v == 1 else 1
-            time.sleep(0.004)
-
     sw0 = spec_gate(url)["switches"]
-    th = threading.Thread(target=toggler)
-    th.start()
     d_ok, waves, seed = True, 0, 100
-    try:
+    with flipping_threshold(url, MAX_RR, every_s=0.004) as sent:
         while spec_gate(url)["switches"] - sw0 < switches_target and waves < 150:
             ok, _ = check_many(url, oracle, make_prompts(vocab, 24, 32, seed), 192, 24)
             d_ok &= ok
             waves += 1
             seed += 1
-    finally:
-        stop.set()
-        th.join()
     g = spec_gate(url)
     rec["phases"]["D_flip_threshold"] = {"oracle_match": d_ok, "waves": waves,
-                                          "switches": g["switches"] - sw0, "flips_sent": flips["n"]}
+                                          "switches": g["switches"] - sw0, "flips_sent": sent["flips"],
+                                          "flip_errors": sent["errors"], "first_flip_error": sent["first_error"],
+                                          "slowest_flip_s": sent["slowest_s"]}
     oks.append(d_ok)
 
     # E. load crossing with hysteresis

@@ -9,6 +9,9 @@ L1. greedy requests with speculation forced ON (threshold max), then the same re
 L2. sampled requests (temperature, top_p, top_k, min_p, repetition and frequency penalties) while
     the threshold flips.
 
+A request slower than ``STALL_S`` or a threshold change that fails or waits that long is a
+``stalled`` server (once seen on v2: 82 s, ``bench/results/h200-2026-12-02c/``).
+
 Checked for every answer (:func:`check_answer`): HTTP 200; ``max_new_tokens`` output tokens;
 ``output_token_logprobs`` and ``output_top_logprobs`` one entry per output token, the ids those of
 the output, every logprob finite and <= 0, each top list of 3 in descending order and (greedy) its
@@ -28,6 +31,7 @@ import argparse
 import json
 import math
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -116,19 +120,25 @@ def max_abs_diff(a: Sequence[Dict[str, Any]], b: Sequence[Dict[str, Any]]) -> Op
     None when some pair's ids differ."""
     worst = 0.0
     for x, y in zip(a, b):
-        if x.get("output_ids") != y.get("output_ids"):
+        if "meta_info" not in x or "meta_info" not in y or x.get("output_ids") != y.get("output_ids"):
             return None
         for ex, ey in zip(x["meta_info"]["output_token_logprobs"], y["meta_info"]["output_token_logprobs"]):
             worst = max(worst, abs(ex[0] - ey[0]))
     return worst
 
 
+#: a request slower than this (s) is a stall of the server, not load: 64 tokens take < 1 s here
+STALL_S = 20.0
+
+
 def _send_all(url: str, bodies: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     def one(body: Dict[str, Any]) -> Dict[str, Any]:
+        t0 = time.monotonic()
         r = httpx.post(url + "/generate", json=body, timeout=300)
+        took = round(time.monotonic() - t0, 3)
         if r.status_code != 200:
-            return {"http_status": r.status_code, "body": r.text[:300]}
-        return r.json()
+            return {"http_status": r.status_code, "body": r.text[:300], "took_s": took}
+        return {**r.json(), "took_s": took}
 
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
         return list(pool.map(one, bodies))
@@ -148,8 +158,10 @@ def _run(url: str, oracle: Any, reqs: List[Tuple[List[int], int]], sampling: Opt
             problems[i] = p
         if sampling is None and list(ans.get("output_ids") or []) != oracle.continuation(prompt, MAX_NEW):
             exact = False
+    slowest = max((a.get("took_s", 0.0) for a in answers), default=0.0)
     return answers, {"requests": len(reqs), "problems": {str(k): v for k, v in list(problems.items())[:5]},
-                     "answers_with_problems": len(problems), "oracle_match": exact if sampling is None else None}
+                     "answers_with_problems": len(problems), "oracle_match": exact if sampling is None else None,
+                     "slowest_request_s": slowest}
 
 
 def logprob_phases(url: str, oracle: Any) -> Dict[str, Any]:
@@ -169,13 +181,16 @@ def logprob_phases(url: str, oracle: Any) -> Dict[str, Any]:
     g1 = spec_gate(url)
     out["switches"] = g1["switches"] - g0["switches"]
     out["flips_sent"] = sent["flips"]
+    out["flip_errors"], out["first_flip_error"], out["slowest_flip_s"] = sent["errors"], sent["first_error"], sent["slowest_s"]
     out["max_abs_logprob_diff_off_vs_on"] = max_abs_diff(on, off)
     out["max_abs_logprob_diff_switching_vs_on"] = max_abs_diff(on, flip)
     diffs = (out["max_abs_logprob_diff_off_vs_on"], out["max_abs_logprob_diff_switching_vs_on"])
     phases = ("greedy_on", "greedy_off", "greedy_switching", "sampled_switching")
     out["oracle_match"] = all(out[k]["oracle_match"] for k in phases[:3])
+    out["stalled"] = (max(out[k]["slowest_request_s"] for k in phases) > STALL_S
+                      or out["slowest_flip_s"] > STALL_S or out["flip_errors"] > 0)
     out["ok"] = (out["oracle_match"] and not any(out[k]["answers_with_problems"] for k in phases)
-                 and out["switches"] > 0 and out["greedy_off"]["decode_steps_off"] > 0
+                 and not out["stalled"] and out["switches"] > 0 and out["greedy_off"]["decode_steps_off"] > 0
                  and all(d is not None and d <= LOGPROB_TOLERANCE for d in diffs))
     return out
 

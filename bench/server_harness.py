@@ -234,16 +234,25 @@ def config_names(ap: Any, configs: str) -> List[str]:
 def flipping_threshold(url: str, high: int, every_s: float = 0.01):
     """While the ``with`` body runs, set the gate's threshold to 1 and ``high`` in turn every
     ``every_s`` seconds (speculation OFF / ON for any batch below ``high``), so requests run
-    across many switches. Yields a dict whose ``flips`` counts the changes sent."""
+    across many switches. Yields a dict, filled as it goes: ``flips`` (changes answered),
+    ``errors`` (how many failed or timed out; the flipping goes on), ``first_error`` (its text),
+    ``slowest_s`` (the longest answer, s). A change that waits long means the scheduler did not
+    reach its next iteration: callers treat a slow or failed flip as a finding, not as noise."""
     stop = threading.Event()
-    sent = {"flips": 0}
+    sent: Dict[str, Any] = {"flips": 0, "errors": 0, "first_error": None, "slowest_s": 0.0}
 
     def toggler() -> None:
         value = 1
         while not stop.is_set():
-            set_gate(url, threshold=value)
-            sent["flips"] += 1
-            value = high if value == 1 else 1
+            t0 = time.monotonic()
+            try:
+                set_gate(url, threshold=value)
+                sent["flips"] += 1
+                value = high if value == 1 else 1
+            except (httpx.HTTPError, ValueError) as exc:
+                sent["errors"] += 1
+                sent["first_error"] = sent["first_error"] or f"{type(exc).__name__}: {exc}"
+            sent["slowest_s"] = round(max(sent["slowest_s"], time.monotonic() - t0), 3)
             time.sleep(every_s)
 
     th = threading.Thread(target=toggler, daemon=True)

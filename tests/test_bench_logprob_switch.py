@@ -55,3 +55,31 @@ def test_a_sampled_payload_carries_its_parameters_and_seed():
     assert body["sampling_params"]["sampling_seed"] == 42 and body["sampling_params"]["min_p"] == ls.SAMPLED["min_p"]
     assert body["return_logprob"] and body["top_logprobs_num"] == ls.TOP_N and body["logprob_start_len"] == 1
     assert ls.payload([1, 2, 3], 0, None, 1)["sampling_params"]["temperature"] == 0.0
+
+
+def test_a_failing_flip_is_counted_and_the_flipping_goes_on(monkeypatch):
+    import httpx
+
+    from bench import server_harness as sh
+
+    calls = []
+
+    def set_gate(url, threshold=None, **kw):
+        calls.append(threshold)
+        if len(calls) == 2:
+            raise httpx.ReadTimeout("timed out")
+
+    monkeypatch.setattr(sh, "set_gate", set_gate)
+    import time
+
+    with sh.flipping_threshold("http://x", 64, every_s=0.001) as sent:
+        deadline = time.monotonic() + 5
+        while len(calls) < 5 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    assert sent["errors"] == 1 and sent["first_error"] == "ReadTimeout: timed out"
+    assert sent["flips"] == len(calls) - 1 and len(calls) >= 5
+    assert calls[:4] == [1, 64, 64, 1]  # the failed change is sent again
+
+
+def test_a_failed_answer_has_no_logprob_difference():
+    assert ls.max_abs_diff([{"http_status": 500, "body": ""}], [{"http_status": 500, "body": ""}]) is None
