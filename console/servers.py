@@ -5,9 +5,12 @@ lines kept for when it gets the focus, and SGLang's router (its workers instead 
 :class:`console.session.ConsoleSession` per server; the app (:mod:`console.multi_app`) shows
 the focused one in the panels and every one as a row (:func:`server_row`).
 
-SGLang's router (sgl-router / ``sglang_router``) answers ``GET /list_workers`` with
-``{"urls": ["http://worker:port", ...]}``; a URL that answers so is replaced by its workers
-(:func:`expand_routers`); any other answer (an SGLang server says 404) leaves it a server.
+SGLang's router (``sglang-router``) lists its workers at ``GET /workers`` from 0.2 on
+(``{"workers": [{"url": "http://worker:port", "is_healthy": true, ...}], "total": N}``; 0.2.4 and
+0.3.2 recorded in ``tests/fixtures/sglang-router/``, where ``/list_workers`` is 404) and at
+``GET /list_workers`` before (``{"urls": [...]}``, 0.1.9). A URL that answers either is replaced
+by its workers (:func:`expand_routers`); any other answer (an SGLang server says 404 to both)
+leaves it a server.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from console import state as st
 from console.config import AppConfig, ConfigError, ServerTarget, normalize_url
 from server_patch import contract
 
-#: the router's endpoint that lists its workers (answer ``{"urls": [...]}``)
-LIST_WORKERS = "/list_workers"
+#: the router's endpoints that list its workers: sglang-router >= 0.2 (``{"workers": [{"url": ...}]}``),
+#: then < 0.2 (``{"urls": [...]}``), asked in this order
+WORKERS, LIST_WORKERS = "/workers", "/list_workers"
 #: seconds to wait for a router's answer at start (a server that does not answer stays a row)
 ROUTER_TIMEOUT_S = 1.5
 
@@ -161,22 +165,22 @@ class SharedGpus:
 
 def router_workers(url: str, api_key: str | None = None, timeout_s: float = ROUTER_TIMEOUT_S,
                    transport: Any = None) -> list[str] | None:
-    """The worker URLs of SGLang's router at ``url`` (``GET /list_workers`` answers
-    ``{"urls": [...]}``), or None when ``url`` does not answer so (a server, or nothing there).
-    Worker URLs that are not URLs are left out."""
+    """The worker URLs of SGLang's router at ``url`` (``GET /workers``, else ``GET /list_workers``:
+    see the module docstring), or None when ``url`` answers neither so (a server, or nothing there).
+    Worker URLs that are not URLs are left out; unhealthy workers stay (they show as DOWN rows)."""
     import httpx
 
     headers = auth_headers(api_key)
     try:
         with httpx.Client(timeout=timeout_s, headers=headers, trust_env=False, transport=transport) as client:
-            resp = client.get(url + LIST_WORKERS)
-        if resp.status_code != 200:
-            return None
-        body = resp.json()
+            for path in (WORKERS, LIST_WORKERS):
+                resp = client.get(url + path)
+                urls = _worker_urls(resp.json()) if resp.status_code == 200 else None
+                if urls is not None:
+                    break
     except (httpx.HTTPError, ValueError):
         return None
-    urls = body.get("urls") if isinstance(body, dict) else None
-    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+    if urls is None:
         return None
     workers = []
     for u in urls:
@@ -185,6 +189,19 @@ def router_workers(url: str, api_key: str | None = None, timeout_s: float = ROUT
         except ConfigError:
             continue
     return workers
+
+
+def _worker_urls(body: Any) -> list[str] | None:
+    """The worker URL strings of a ``/workers`` or ``/list_workers`` answer, or None for another body."""
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("workers"), list):
+        urls = [w.get("url") if isinstance(w, dict) else None for w in body["workers"]]
+    else:
+        urls = body.get("urls")
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        return None
+    return urls
 
 
 def expand_routers(cfg: AppConfig, lookup=router_workers) -> AppConfig:
