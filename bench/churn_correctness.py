@@ -40,10 +40,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import httpx
 
-from bench.gate_correctness import MAX_RR, config_server_args, load_pair, merge_result, proof_counters, wait_steps
+from bench.gate_correctness import MAX_RR, load_pair, merge_result, proof_counters, run_on_config_server, wait_steps
 from bench.oracle_check import check_batch, check_one, make_prompts
-from bench.server_harness import (CONFIGS, add_run_arguments, config_names, flipping_threshold, record_failure,
-                                  set_gate, spec_gate, start_server, stop_server, wait_ready)
+from bench.server_harness import CONFIGS, add_run_arguments, config_names, flipping_threshold, set_gate, spec_gate
 
 RETRACT_INTERVAL = 37  # forward steps between two forced retractions (prime: hits every kind of step)
 RETRACTION_LINE = re.compile(r"(?:Testing retraction|Retract requests)\. #retracted_reqs: (\d+)")
@@ -167,21 +166,15 @@ def _proofs(g: Dict[str, Any]) -> Dict[str, Any]:
 def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,
                mem_fraction: float, retract_interval: int = RETRACT_INTERVAL) -> Dict[str, Any]:
     """H1-H3 on one configuration's server; the entry for ``gate-churn.json``."""
-    cfg = CONFIGS[name]
-    kv = bool(getattr(oracle, "kv_sensitive", False))
-    args = config_server_args(name, models, tp, mem_fraction)
     env = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": str(retract_interval),
            "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}
-    rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv,
-                           "retract_interval": retract_interval}
-    server = start_server(f"churn-{name}-tp{tp}" + ("-kv" if kv else ""), args, port, log_dir, env=env)
-    url = server.url
-    try:
-        wait_ready(server)
-        rec["worker_class"] = spec_gate(url)["worker_class"]
+    num_steps = CONFIGS[name]["num_steps"]
+
+    def body(server: Any, rec: Dict[str, Any]) -> None:
+        url = server.url
         rec["retraction"] = phase_retraction(url, oracle)
         rec["abort"] = phase_aborts(url, oracle, lambda target: wait_steps(url, "decode_steps_off", target))
-        rec["radix_hit"] = phase_radix(url, oracle, cfg["num_steps"])
+        rec["radix_hit"] = phase_radix(url, oracle, num_steps)
         time.sleep(3.0)  # idle: SGLang's strict memory check runs and raises on a leak
         alive = httpx.get(url + "/health", timeout=10).status_code == 200
         log = server.log_text()
@@ -194,12 +187,9 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
         rec["ok"] = (rec["oracle_match"] and rec["retractions"] > 0 and rec["retraction"]["flip_errors"] == 0
                      and rec["mismatches_zero"] and alive and not rec["leak_lines"]
                      and rec["radix_hit"]["verify_ct_matches_oracle"])
-    except Exception as exc:  # keep the other runs going; the record says why this one failed
-        record_failure(rec, server, exc)
-        rec["ok"] = False
-    finally:
-        rec["exit_code"] = stop_server(server)
-    return rec
+
+    return run_on_config_server("churn", name, models, oracle, port, log_dir, tp=tp, mem_fraction=mem_fraction,
+                                body=body, env=env, fields={"retract_interval": retract_interval})
 
 
 LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "ok", "oracle_match", "retractions", "aborts",

@@ -51,7 +51,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bench.closed_loop import ClosedLoop, triangle_concurrency
 from bench.oracle_check import check_batch, check_many, check_one, make_prompts
@@ -146,6 +146,34 @@ def server_variant(extra: Sequence[str]) -> Dict[str, Any]:
             "cuda_graph": "--disable-cuda-graph" not in extra,
             "cuda_graph_max_bs": int(max_bs) if max_bs is not None else MAX_RR,
             "extra_server_args": list(extra)}
+
+
+def run_on_config_server(kind: str, name: str, models: Path, oracle: Any, port: int, log_dir: Path, *,
+                         tp: int, mem_fraction: float, body: Callable[[Any, Dict[str, Any]], None],
+                         extra: Sequence[str] = (), env: Optional[Dict[str, str]] = None,
+                         fields: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Start configuration ``name``'s server (``config_server_args`` + ``extra``, ``env``; log
+    ``log_dir/<kind>-<name>-tp<tp>[-kv][-variant].log``), wait for it, record its worker class, run
+    ``body(server, rec)`` (which fills ``rec``, ``ok`` included), stop it, and return ``rec``: the
+    config, topk, TP, pair kind, ``server_variant(extra)`` and ``fields``. An exception in the start
+    or the body is recorded (``error``, the log tail: ``record_failure``) with ``ok`` False."""
+    cfg = CONFIGS[name]
+    kv = bool(getattr(oracle, "kv_sensitive", False))
+    variant = server_variant(extra)
+    rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv, **variant,
+                           **(fields or {})}
+    server = start_server(f"{kind}-{name}-tp{tp}" + ("-kv" if kv else "") + variant_label(variant),
+                          config_server_args(name, models, tp, mem_fraction, extra), port, log_dir, env=env)
+    try:
+        wait_ready(server)
+        rec["worker_class"] = spec_gate(server.url)["worker_class"]
+        body(server, rec)
+    except Exception as exc:  # keep the other runs going; the record says why this one failed
+        record_failure(rec, server, exc)
+        rec["ok"] = False
+    finally:
+        rec["exit_code"] = stop_server(server)
+    return rec
 
 
 def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,

@@ -38,10 +38,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import httpx
 
-from bench.gate_correctness import MAX_RR, config_server_args, load_pair, merge_result, proof_counters
+from bench.gate_correctness import MAX_RR, load_pair, merge_result, proof_counters, run_on_config_server
 from bench.oracle_check import make_prompts
-from bench.server_harness import (CONFIGS, add_run_arguments, config_names, flipping_threshold, record_failure,
-                                  set_gate, spec_gate, start_server, stop_server, wait_ready)
+from bench.server_harness import add_run_arguments, config_names, flipping_threshold, set_gate, spec_gate
 
 TOP_N = 3
 #: largest |logprob difference| between an ON and an OFF/switching run of one greedy request
@@ -198,30 +197,16 @@ def logprob_phases(url: str, oracle: Any) -> Dict[str, Any]:
 def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,
                mem_fraction: float, extra: Sequence[str] = ()) -> Dict[str, Any]:
     """L1-L2 on one configuration's server; its entry (``sampling`` holds the phases)."""
-    from bench.gate_correctness import server_variant, variant_label
-
-    cfg = CONFIGS[name]
-    kv = bool(getattr(oracle, "kv_sensitive", False))
-    variant = server_variant(extra)
-    rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv, **variant}
-    server = start_server(f"logprob-{name}-tp{tp}" + ("-kv" if kv else "") + variant_label(variant),
-                          config_server_args(name, models, tp, mem_fraction, extra), port, log_dir)
-    try:
-        wait_ready(server)
-        rec["worker_class"] = spec_gate(server.url)["worker_class"]
+    def body(server: Any, rec: Dict[str, Any]) -> None:
         rec["sampling"] = logprob_phases(server.url, oracle)
-        gate = spec_gate(server.url)
-        mism = proof_counters(gate, "mismatches")
+        mism = proof_counters(spec_gate(server.url), "mismatches")
         rec["proof_mismatches"] = mism
         rec["mismatches_zero"] = all(max(v or [0]) == 0 for v in mism.values())
         rec["oracle_match"] = rec["sampling"]["oracle_match"]
         rec["ok"] = rec["sampling"]["ok"] and rec["mismatches_zero"]
-    except Exception as exc:  # keep the other runs going; the record says why this one failed
-        record_failure(rec, server, exc)
-        rec["ok"] = False
-    finally:
-        rec["exit_code"] = stop_server(server)
-    return rec
+
+    return run_on_config_server("logprob", name, models, oracle, port, log_dir, tp=tp,
+                                mem_fraction=mem_fraction, body=body, extra=extra)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -59,3 +59,37 @@ def test_a_bad_extra_flag_is_refused_before_any_server_starts(extra, message, tm
     with pytest.raises(SystemExit) as exc:
         gc.main(["--models", str(tmp_path), "--out", str(tmp_path / "o.json"), "--", *extra])
     assert exc.value.code == 2 and message in capsys.readouterr().err and not started
+
+
+def test_a_check_on_a_config_server_records_its_failure_and_stops_the_server(tmp_path, monkeypatch):
+    stopped, started = [], []
+
+    class FakeServer:
+        url = "http://127.0.0.1:1"
+
+        def log_tail(self, n=60):
+            return "the log"
+
+    def start(name, args, port, log_dir, env=None):
+        started.append((name, args[-2:], env))
+        return FakeServer()
+
+    monkeypatch.setattr(gc, "start_server", start)
+    monkeypatch.setattr(gc, "wait_ready", lambda server: None)
+    monkeypatch.setattr(gc, "spec_gate", lambda url: {"worker_class": "EAGLEWorker"})
+    monkeypatch.setattr(gc, "stop_server", lambda server: stopped.append(server) or 0)
+    monkeypatch.setattr(gc, "record_failure", lambda rec, server, exc: rec.update(error=f"{type(exc).__name__}: {exc}"))
+
+    class Oracle:
+        kv_sensitive = True
+
+    def body(server, rec):
+        rec["phase"] = "ran"
+        raise RuntimeError("a request timed out")
+
+    rec = gc.run_on_config_server("churn", "v1-topk1", tmp_path, Oracle(), 31500, tmp_path, tp=1, mem_fraction=0.5,
+                                  body=body, extra=["--attention-backend", "fa3"], env={"X": "1"}, fields={"k": 2})
+    assert started == [("churn-v1-topk1-tp1-kv-fa3", ["--attention-backend", "fa3"], {"X": "1"})]
+    assert rec["worker_class"] == "EAGLEWorker" and rec["phase"] == "ran" and rec["k"] == 2
+    assert rec["ok"] is False and rec["error"] == "RuntimeError: a request timed out"
+    assert rec["attention_backend"] == "fa3" and rec["kv_sensitive"] is True and len(stopped) == 1
