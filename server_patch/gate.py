@@ -57,6 +57,7 @@ class SpecGate:
         self.costs = auto.StepCosts()
         self.policy = auto.AutoPolicy()
         self.probing = False  # the batch being run now is an auto-threshold probe
+        self.probe_switch = False  # the last decision's switch entered or left a probe
         self.decisions_digest = 0
         self._since_on = [0, 0, 0]  # accepted tokens, verifies, batches since the last off->on
         self._first_on: Optional[float] = None  # accept length of the first ON batch after it
@@ -86,6 +87,7 @@ class SpecGate:
         """Decide for one decode batch of ``batch_size`` requests; return the Switch if it flipped."""
         self.last_decode_batch_size = batch_size
         cfg = self.config
+        was_probing = self.probing
         if cfg.auto:
             on, self.probing = self.policy.decide(batch_size, self.decode_steps)
         else:
@@ -97,7 +99,10 @@ class SpecGate:
                 on = True
             self.policy.on = on  # so a switch to auto starts from the mode in force
         switch = None
+        self.probe_switch = False
         if on != self.spec_enabled:
+            # into a probe, or back from one to the mode auto prefers: not a change of that mode
+            self.probe_switch = self.probing or (was_probing and cfg.auto)
             self.spec_enabled = on
             switch = Switch(self.decode_steps, "on" if on else "off", batch_size)
             if on:

@@ -318,8 +318,8 @@ def after_get_next_batch_to_run(ret, scheduler, *args, **kwargs):
             runtime.metrics.update(runtime)
         switch = gate.decide(ret.batch_size())
         if switch is not None:
-            if gate.probing:
-                logger.debug(switch_log_line(switch, gate.config, "probe"))
+            if gate.probe_switch:  # probes (bounded, ~2% of decode steps) stay out of the INFO log
+                logger.debug(switch_log_line(switch, gate.config, "probe" if gate.probing else "probe ended"))
             else:
                 logger.info(switch_log_line(switch, gate.config, gate.estimate_text(switch.batch_size)))
     return None

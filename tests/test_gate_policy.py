@@ -128,3 +128,38 @@ def test_snapshot_has_the_contract_keys():
                 "decode_steps_off", "switches", "last_switch", "accept_length_recent"):
         assert key in snap
     assert snap["last_switch"] == {"step": 0, "direction": "off", "batch_size": 9}
+
+
+def test_switches_into_and_back_from_an_auto_probe_are_marked_and_a_real_change_is_not():
+    gate = SpecGate(GateConfig(None, 0))
+    # (mode, probing) as the auto policy decides: ON preferred, an OFF probe of two steps, ON, then OFF preferred
+    plan = iter([(True, False), (False, True), (False, True), (True, False), (False, False), (False, False)])
+    gate.policy.decide = lambda batch_size, step: next(plan)
+    marks = []
+    for _ in range(6):
+        switch = gate.decide(8)
+        marks.append(None if switch is None else (switch.direction, gate.probe_switch))
+    assert marks == [None, ("off", True), None, ("on", True), ("off", False), None]
+    assert gate.switches == 3
+
+
+def test_the_scheduler_logs_probe_switches_at_debug_and_real_changes_at_info(caplog, monkeypatch):
+    import logging
+    from types import SimpleNamespace
+
+    from server_patch import scheduler_hooks as sh
+
+    gate = SpecGate(GateConfig(None, 0))
+    plan = iter([(True, False), (False, True), (True, False), (False, False)])
+    gate.policy.decide = lambda batch_size, step: next(plan)
+    gate.estimate_text = lambda bs: "auto: batch %d" % bs
+    runtime = SimpleNamespace(gate=gate, sync_table=lambda: None, metrics=SimpleNamespace(update=lambda r: None))
+    batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True), batch_size=lambda: 8)
+    monkeypatch.setattr(sh, "_runtime", lambda scheduler: runtime)
+    with caplog.at_level(logging.DEBUG, logger=sh.logger.name):
+        for _ in range(4):
+            sh.after_get_next_batch_to_run(batch, object())
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(info) == 1 and "speculation off" in info[0]
+    assert len(debug) == 2 and "probe)" in debug[0] and "probe ended" in debug[1]
