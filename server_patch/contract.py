@@ -69,7 +69,8 @@ class Problem:
     the ``rule`` broken and the ``limit`` it was compared with.
 
     Rules: ``min`` (N >= 1, H >= 0), ``max_running`` (N <= max running requests),
-    ``above_hysteresis`` (N > H), ``below_threshold`` (H < N).
+    ``above_hysteresis`` (N > H), ``below_threshold`` (H < N), ``below_max_running`` (with the auto
+    threshold, H < max running requests: a later manual N is at most that).
     """
 
     field: str
@@ -85,6 +86,7 @@ class Problem:
             "max_running": f"above max running requests {self.limit}",
             "above_hysteresis": f"must be > hysteresis {self.limit}",
             "below_threshold": f"must be < threshold {self.limit}",
+            "below_max_running": f"must be < max running requests {self.limit}",
         }[self.rule]
 
     def refusal(self) -> str:
@@ -100,6 +102,9 @@ class Problem:
                     "the batch could never reach it")
         if self.rule == "below_threshold":
             return f"hysteresis {self.value} must be < threshold {self.limit}"
+        if self.rule == "below_max_running":
+            return (f"hysteresis {self.value} must be < max running requests {self.limit} "
+                    "(with the auto threshold, H is kept for a later threshold, which is at most that)")
         return f"threshold {self.value} must be > hysteresis {self.limit}"
 
 
@@ -117,12 +122,16 @@ def threshold_problem(value: int, max_running_requests: Optional[int] = None,
     return None
 
 
-def hysteresis_problem(value: int, threshold: Optional[int]) -> Optional[Problem]:
-    """Why hysteresis ``value`` is refused with ``threshold`` (``0 <= H < N``), or None."""
+def hysteresis_problem(value: int, threshold: Optional[int],
+                       max_running_requests: Optional[int] = None) -> Optional[Problem]:
+    """Why hysteresis ``value`` is refused with ``threshold`` (``0 <= H < N``; with the auto
+    threshold, None, ``H < max_running_requests`` where known), or None."""
     if value < 0:
         return Problem("hysteresis", value, "min", 0)
     if threshold is not None and value >= threshold:
         return Problem("hysteresis", value, "below_threshold", threshold)
+    if threshold is None and max_running_requests is not None and value >= max_running_requests:
+        return Problem("hysteresis", value, "below_max_running", max_running_requests)
     return None
 
 
@@ -176,7 +185,7 @@ class GateConfig:
             require_int("threshold", self.threshold)
         require_int("hysteresis", self.hysteresis)
         problem = (None if self.auto else threshold_problem(self.threshold, max_running_requests)) \
-            or hysteresis_problem(self.hysteresis, self.threshold)
+            or hysteresis_problem(self.hysteresis, self.threshold, max_running_requests)
         if problem is not None:
             raise GateConfigError(problem.server_message())
         return self

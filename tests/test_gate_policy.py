@@ -163,3 +163,10 @@ def test_the_scheduler_logs_probe_switches_at_debug_and_real_changes_at_info(cap
     debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     assert len(info) == 1 and "speculation off" in info[0]
     assert len(debug) == 2 and "probe)" in debug[0] and "probe ended" in debug[1]
+
+
+def test_with_the_auto_threshold_hysteresis_stays_below_max_running_requests():
+    GateConfig(None, 47).validate(48)
+    with pytest.raises(GateConfigError, match="hysteresis 48 must be < max running requests 48"):
+        GateConfig(None, 48).validate(48)
+    GateConfig(None, 10**6).validate(None)  # at startup max running requests is not final yet
