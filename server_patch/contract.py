@@ -326,6 +326,7 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_attention_mismatches": "int",
     "off_draft_extend": "str",
     "off_draft_extend_reason": "str",
+    "off_sampling": "str",
     "off_kv_only_graph_replays": "int",
     "off_kv_only_checks": "int",
     "off_kv_only_mismatches": "int",

@@ -47,6 +47,7 @@ from typing import Any, Callable, List, Optional
 import torch
 
 from server_patch import draft_kv_only, off_attention
+from server_patch import off_sampling as sampling
 from server_patch.contract import sampled
 
 logger = logging.getLogger(__name__)
@@ -183,6 +184,9 @@ class OffStepRunner:
     """
 
     any_rank: Callable[[bool], bool] = bool  # TP 1 (and a runner built without __init__)
+    #: how OFF steps draw non-greedy tokens (``server_patch/off_sampling.py``): SGLang's speculative
+    #: verify, or with ``SPECCONSOLE_OFF_PLAIN_SAMPLING=1`` the target runner's own Sampler
+    off_sampling: str = sampling.SPECULATIVE
 
     def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
         self.worker = worker
@@ -208,6 +212,7 @@ class OffStepRunner:
         self._init_kv_only()
         self._agree_on_kv_only()
         self._init_early_seq_lens()
+        self.off_sampling = sampling.PLAIN if sampling.enabled_by_env() else sampling.SPECULATIVE
 
     def _init_kv_only(self) -> None:
         """The KV-only OFF draft extend (``draft_kv_only``): a second OFF state whose draft-extend
@@ -439,8 +444,11 @@ class OffStepRunner:
         self._apply(self.off_kv_state if kv_only else self.off_state)
         owner.draft = self._off_draft_v2 if self.v2 else self._off_draft_v1
         replays_before = self.off_target_graph.count
+        draws = (sampling.plain_sampling(self.worker.target_worker.model_runner.sampler, self.v2)
+                 if self.off_sampling == sampling.PLAIN else contextlib.nullcontext())
         try:
-            result = forward(batch)
+            with draws:
+                result = forward(batch)
         finally:
             del owner.draft  # back to the class's draft()
             self._apply(self.on_state)

@@ -234,6 +234,7 @@ class _RunnerDefaults:
     off_target_attention = None
     off_draft_extend_attention = None
     off_draft_extend_reason = None
+    off_sampling = "speculative-verify"
     off_attention_checks = 0
     off_attention_mismatches = 0
 
@@ -283,9 +284,10 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     logger.info(contract.worker_line(runtime.worker_class, runtime.spec_version, runtime.overlap, config))
     kv_reason = getattr(runtime.runner, "off_draft_extend_reason", None)
     logger.info(
-        "spec_gate: OFF step = 1-token verify (%s) + 1-token draft extend (%s, %s), CUDA graphs %s, "
-        "next batch prepared %s",
+        "spec_gate: OFF step = 1-token verify (%s, sampling: %s) + 1-token draft extend (%s, %s), "
+        "CUDA graphs %s, next batch prepared %s",
         getattr(runtime.runner, "off_target_attention", None),
+        getattr(runtime.runner, "off_sampling", _RunnerDefaults.off_sampling),
         getattr(runtime.runner, "off_draft_extend", "full")
         + (f": {kv_reason}" if kv_reason else ""),
         getattr(runtime.runner, "off_draft_extend_attention", None),
