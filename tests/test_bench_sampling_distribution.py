@@ -1,0 +1,37 @@
+"""bench.sampling_distribution on CPU: the chi-square test of homogeneity (the servers run on the GPU)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from bench import sampling_distribution as sd
+
+
+def _sample(weights, n, seed):
+    rng = random.Random(seed)
+    return Counter(rng.choices(range(len(weights)), weights=weights, k=n))
+
+
+def test_two_samples_of_one_distribution_pass_and_of_two_fail():
+    w = [40, 25, 15, 10, 5, 3, 1, 1]
+    same = sd.chi_square(_sample(w, 1000, 1), _sample(w, 1000, 2))
+    assert same["p_value"] > sd.ALPHA and same["df"] >= 4
+    other = sd.chi_square(_sample(w, 1000, 1), _sample([25, 25, 15, 15, 10, 5, 3, 2], 1000, 3))
+    assert other["p_value"] < 1e-6
+
+
+def test_the_p_value_is_the_chi_square_survival_function():
+    # df = 1, statistic 3.841 is the 5% point
+    a, b = Counter({0: 60, 1: 40}), Counter({0: 46, 1: 54})
+    r = sd.chi_square(a, b)
+    assert r["df"] == 1 and r["p_value"] == pytest.approx(0.0477, abs=0.002)
+
+
+def test_rare_categories_are_pooled_and_empty_samples_refused():
+    r = sd.chi_square(Counter({0: 500, 1: 500, 7: 1}), Counter({0: 490, 1: 510, 9: 2}))
+    assert r["cells"] == 2 and r["p_value"] > 0.5
+    with pytest.raises(ValueError):
+        sd.chi_square(Counter(), Counter({1: 3}))
