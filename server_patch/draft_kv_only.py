@@ -38,6 +38,9 @@ logger = logging.getLogger("server_patch.spec_gate")
 
 #: "0" keeps the full 1-token draft extend on every OFF step (escape hatch; costs OFF-step speed)
 ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY"
+#: "1" runs the KV-only draft extend eagerly where SGLang has no OFF draft-extend CUDA graph
+#: (v2 + fa3, ``--disable-cuda-graph``): opt-in until measured and proven on a GPU
+EAGER_ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER"
 KV_ONLY = "kv-only"
 FULL = "full"
 
@@ -183,6 +186,11 @@ def enabled_by_env() -> bool:
     return os.environ.get(ENV_SWITCH, "1") != "0"
 
 
+def eager_enabled_by_env() -> bool:
+    """True when ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER=1`` asks for the eager KV-only extend."""
+    return os.environ.get(EAGER_ENV_SWITCH, "0") == "1"
+
+
 #: ``spec_info`` fields that a draft-extend graph replay reassigns (0.5.12
 #: ``eagle_draft_extend_cuda_graph_runner.py`` ``replay``: padded to the graph's batch size)
 REPLAY_FIELDS = ("positions", "num_correct_drafts", "num_accept_tokens", "extend_seq_lens_cpu",
@@ -267,3 +275,64 @@ class KvOnlyRunner:
             if not differ:
                 logger.error("spec_gate: another TP rank's KV-only check failed (check %d); OFF "
                              "steps run the full draft extend from now on", self.checks)
+
+
+class EagerKvOnly:
+    """The KV-only OFF draft extend without a CUDA graph (SGLang's eager draft extend, e.g. v2 on
+    fa3, which captures no OFF draft-extend graph): while :meth:`installed` is active the draft
+    model's ``forward`` is :func:`kv_only_forward`, so the eager ``draft_runner.forward`` stores
+    only the new tokens' K/V (the attention metadata SGLang built for the step goes unused).
+
+    Same counters and proof as :class:`KvOnlyRunner`: ``count`` (KV-only forwards), ``checks``,
+    ``mismatches``, ``ok``; on sampled forwards (``sampled(n)``) the full eager forward runs on
+    the same batch right after (its metadata is the step's) and the K/V at the batch's slots must
+    equal, bit for bit, what the KV-only forward stored (same kernels on the same shapes). A
+    mismatch on any TP rank (``any_rank``) turns ``ok`` False: OFF steps run the full extend.
+    """
+
+    def __init__(self, model: Any, layer: Any, sampled: Callable[[int], bool],
+                 any_rank: Callable[[bool], bool] = bool, kv_forward: Optional[Callable] = None):
+        self.model = model
+        self.layer = layer
+        self.sampled = sampled
+        self.any_rank = any_rank
+        self.kv_forward = kv_forward if kv_forward is not None else kv_only_forward(model)
+        self.count = 0
+        self.checks = 0
+        self.mismatches = 0
+        self.ok = True
+
+    @contextlib.contextmanager
+    def installed(self):
+        """The draft model's forward is the KV-only one (with the sampled proof) for the body."""
+        full = self.model.forward  # the class's bound forward (nothing shadows it outside this)
+
+        def forward(input_ids, positions, forward_batch, *args, **kwargs):
+            self.count += 1
+            out = self.kv_forward(input_ids, positions, forward_batch, *args, **kwargs)
+            if self.sampled(self.count):
+                self._check(forward_batch, lambda: full(input_ids, positions, forward_batch, *args, **kwargs))
+            return out
+
+        with _model_forward(self.model, forward):
+            yield self
+
+    def _check(self, forward_batch: Any, run_full: Callable[[], Any]) -> None:
+        import torch
+
+        pool = forward_batch.token_to_kv_pool
+        loc = forward_batch.out_cache_loc
+        layer_id = self.layer.layer_id
+        k_kv = pool.get_key_buffer(layer_id)[loc].clone()
+        v_kv = pool.get_value_buffer(layer_id)[loc].clone()
+        run_full()  # rewrites the same slots the full way
+        differ = not (torch.equal(k_kv, pool.get_key_buffer(layer_id)[loc])
+                      and torch.equal(v_kv, pool.get_value_buffer(layer_id)[loc]))  # waits for the GPU
+        self.checks += 1
+        if differ:
+            self.mismatches += 1
+            logger.error("spec_gate: OFF step eager KV-only draft extend stored K/V that differ from the "
+                         "full draft extend's (check %d); OFF steps run the full draft extend from now "
+                         "on, on every TP rank", self.checks)
+        if self.any_rank(differ) and self.ok:
+            self.ok = False

@@ -224,10 +224,16 @@ class OffStepRunner:
         reason = None
         if not draft_kv_only.enabled_by_env():
             reason = f"{draft_kv_only.ENV_SWITCH}=0"
-        elif full is None:
-            reason = "no OFF draft-extend CUDA graph"
         else:
             reason = draft_kv_only.unsupported_reason(model)
+        if reason is None and full is None:
+            if draft_kv_only.eager_enabled_by_env():
+                layer = model.model.layers[0].self_attn.attn
+                self.kv_only = draft_kv_only.EagerKvOnly(model, layer, sampled, self.any_rank)
+                self.off_kv_state = self.off_state  # the same (eager) draft extend, KV-only forward
+                return
+            reason = (f"no OFF draft-extend CUDA graph (eager KV-only: {draft_kv_only.EAGER_ENV_SWITCH}=1, "
+                      "not yet proven on a GPU)")
         if reason is not None:
             self.off_draft_extend_reason = reason
             return
@@ -446,8 +452,10 @@ class OffStepRunner:
         replays_before = self.off_target_graph.count
         draws = (sampling.plain_sampling(self.worker.target_worker.model_runner.sampler, self.v2)
                  if self.off_sampling == sampling.PLAIN else contextlib.nullcontext())
+        eager_kv = (self.kv_only.installed() if kv_only and isinstance(self.kv_only, draft_kv_only.EagerKvOnly)
+                    else contextlib.nullcontext())
         try:
-            with draws:
+            with draws, eager_kv:
                 result = forward(batch)
         finally:
             del owner.draft  # back to the class's draft()

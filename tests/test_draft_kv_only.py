@@ -435,3 +435,88 @@ def test_any_tp_rank_is_an_all_reduce_on_the_tp_cpu_group(monkeypatch):
         out = manager.dict()
         mp.spawn(_any_rank_worker, args=(flags, out), nprocs=2, join=True)
         assert dict(out) == {0: [False, True, False], 1: [False, True, False]}
+
+
+# -- the eager KV-only extend (no OFF draft-extend CUDA graph: v2 + fa3) ----------------------
+
+
+class EagerModel:
+    """A draft model whose class forward stores K/V the full way (``full_k`` per token)."""
+
+    def __init__(self, full_k=1.0):
+        self.full_k, self.full_calls = full_k, 0
+
+    def forward(self, input_ids, positions, forward_batch):
+        self.full_calls += 1
+        n = len(input_ids)
+        forward_batch.token_to_kv_pool.set_kv_buffer(None, forward_batch.out_cache_loc,
+                                                     torch.full((n, KV_HEADS, HEAD_DIM), self.full_k),
+                                                     torch.full((n, KV_HEADS, HEAD_DIM), self.full_k))
+        return "full output"
+
+
+def _kv_only_stand_in(input_ids, positions, forward_batch):
+    n = len(input_ids)
+    forward_batch.token_to_kv_pool.set_kv_buffer(None, forward_batch.out_cache_loc,
+                                                 torch.ones(n, KV_HEADS, HEAD_DIM), torch.ones(n, KV_HEADS, HEAD_DIM))
+    return "kv-only output"
+
+
+def test_the_eager_kv_only_extend_replaces_the_forward_only_while_installed_and_proves_on_sampled_steps():
+    model = EagerModel(full_k=1.0)
+    eager = draft_kv_only.EagerKvOnly(model, Radix(), sampled=lambda n: n == 2, kv_forward=_kv_only_stand_in)
+    ids, pos = torch.tensor([3, 4]), torch.tensor([7, 9])
+    with eager.installed():
+        assert model.forward(ids, pos, kv_batch()) == "kv-only output"
+        assert model.forward(ids, pos, kv_batch()) == "kv-only output"  # checked: the full forward ran too
+    assert (eager.count, eager.checks, eager.mismatches, eager.ok, model.full_calls) == (2, 1, 0, True, 1)
+    assert model.forward(ids, pos, kv_batch()) == "full output"  # the class's forward again
+
+
+def test_an_eager_kv_only_mismatch_turns_it_off(caplog):
+    model = EagerModel(full_k=2.0)  # the full forward stores other K/V
+    eager = draft_kv_only.EagerKvOnly(model, Radix(), sampled=lambda n: True, kv_forward=_kv_only_stand_in)
+    with eager.installed():
+        model.forward(torch.tensor([3]), torch.tensor([7]), kv_batch())
+    assert (eager.checks, eager.mismatches, eager.ok) == (1, 1, False)
+    assert "eager KV-only draft extend stored K/V that differ" in caplog.text
+
+
+def test_an_off_step_runs_inside_the_eager_kv_only_forward_and_a_resume_step_does_not(monkeypatch):
+    runner, forward = make_runner()
+    model = EagerModel()
+    runner.kv_only = draft_kv_only.EagerKvOnly(model, Radix(), sampled=lambda n: False, kv_forward=_kv_only_stand_in)
+    runner.off_kv_state = runner.off_state
+    seen = []
+
+    def step(batch):
+        seen.append(model.forward(torch.tensor([1]), torch.tensor([2]), kv_batch()))
+        return types.SimpleNamespace()
+
+    runner.run_off_step(step, "b1")
+    assert seen == ["kv-only output"] and runner.draft_stale
+    runner.run_off_step(step, "b2", resume=True)
+    assert seen[-1] == "full output" and not runner.draft_stale
+
+
+@pytest.mark.parametrize("env, eager", [(None, False), ("1", True)])
+def test_without_a_draft_extend_graph_the_eager_kv_only_extend_is_opt_in(env, eager, monkeypatch):
+    if env is None:
+        monkeypatch.delenv(draft_kv_only.EAGER_ENV_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(draft_kv_only.EAGER_ENV_SWITCH, env)
+    monkeypatch.setattr(draft_kv_only, "unsupported_reason", lambda model: None)
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.v2 = True
+    layer0 = types.SimpleNamespace(self_attn=types.SimpleNamespace(attn=Radix()))
+    model = types.SimpleNamespace(model=types.SimpleNamespace(layers=[layer0]), forward=lambda *a: None)
+    runner._draft_model = lambda: model
+    runner.off_state = types.SimpleNamespace(cuda_graph_runner_for_draft_extend=None)
+    monkeypatch.setattr(draft_kv_only, "kv_only_forward", lambda m: _kv_only_stand_in)
+    runner._init_kv_only()
+    if eager:
+        assert isinstance(runner.kv_only, draft_kv_only.EagerKvOnly) and runner.off_kv_state is runner.off_state
+        assert runner.off_draft_extend == draft_kv_only.KV_ONLY and runner.off_draft_extend_reason is None
+    else:
+        assert runner.kv_only is None and runner.off_draft_extend == draft_kv_only.FULL
+        assert draft_kv_only.EAGER_ENV_SWITCH in runner.off_draft_extend_reason
