@@ -328,6 +328,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
     def action_log_prompt(self, kind: str) -> None:
         self.hold_keys()  # the keys typed after `/` are the search text, not hotkeys
         self._log_panel().open_prompt(kind)
+        self.session.read_log_soon()  # the pane holds the log's newest lines when the operator types
 
     def action_next_match(self, direction: int) -> None:
         view = self._log_panel().view
@@ -336,6 +337,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
 
     def on_log_view_read_file(self, message: LogView.ReadFile) -> None:
         """The log pane needs lines of the file it does not hold: the session reads them."""
+        self.session.read_log_soon()  # and the newest lines, shown at once
         self.session.read_log(message.request)
 
     def action_toggle_own_lines(self) -> None:

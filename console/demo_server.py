@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 from urllib.parse import parse_qs, urlparse
 
 from console import throughput
@@ -823,6 +823,39 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                      f"got {args.load!r}")
 
 
+def install_stop_signals(log: "LogWriter", stop: threading.Event, stubborn: bool = False) -> Callable[[int, Any], None]:
+    """SIGTERM / SIGINT set ``stop`` (``stubborn``: SIGTERM is logged and ignored); returns the handler.
+
+    The handler only writes the signal's number to a pipe; a thread reads it, logs and sets
+    ``stop``. A handler that logged or set the event itself could deadlock: it runs on the main
+    thread between two bytecodes, possibly while that thread holds the very lock it needs (the log
+    writer's, while writing a Decode line; the event's, on waking from ``stop.wait``), and then the
+    server never stops on SIGTERM (a console killed with ``kill -9`` left it running until the
+    supervisor's SIGKILL).
+    """
+    read_end, write_end = os.pipe()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        os.write(write_end, bytes([signum]))  # no lock taken: safe wherever the main thread is
+
+    def handle() -> None:
+        while True:
+            data = os.read(read_end, 16)
+            if not data:  # pragma: no cover - the write end is never closed
+                return
+            for signum in data:
+                if stubborn and signum == signal.SIGTERM:
+                    log("Received SIGTERM; ignoring it (demo --stubborn)")
+                    continue
+                log(f"Received signal {signal.Signals(signum).name}; shutting down")
+                stop.set()
+
+    threading.Thread(target=handle, name="signals", daemon=True).start()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return on_signal
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the simulated server until SIGTERM/SIGINT (or ``--crash-after``). Returns the exit code."""
     parser = build_parser()
@@ -833,16 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     sim = Simulation(args, log)
     stop = threading.Event()
     children: list[subprocess.Popen[bytes]] = []
-
-    def on_term(signum: int, frame: Any) -> None:
-        if args.stubborn and signum == signal.SIGTERM:
-            log("Received SIGTERM; ignoring it (demo --stubborn)")
-            return
-        log(f"Received signal {signal.Signals(signum).name}; shutting down")
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    install_stop_signals(log, stop, stubborn=args.stubborn)
 
     total = max(0.0, args.startup_seconds)
 

@@ -36,9 +36,10 @@ from console.model import ConsoleModel
 from console.nvml import NvmlReader
 from console.process import ServerProcess, describe_exit
 
-#: seconds between log-file reads
+#: seconds between log-file reads while a launched server starts (its start-up lines tell when it
+#: is ready); afterwards the log is read once per poll interval, just before the poll's snapshot
 LOG_READ_S = 0.25
-#: seconds between checks of the server child
+#: seconds between checks of the server child, at least (else the poll interval, at most 1 s)
 PROCESS_CHECK_S = 0.5
 #: seconds between snapshots when nothing else happens (durations on screen keep counting)
 CLOCK_S = 1.0
@@ -80,6 +81,11 @@ class ConsoleSession:
         self._last_check = st.CHECK_UNKNOWN
         self._port_owner_ok = False  # the port's listener was checked to be our child
         self._published_at = 0.0  # time.monotonic() of the last publish()
+        self._log_lock = asyncio.Lock()  # one log read at a time (the poll's and the log loop's)
+        self._log_wake = asyncio.Event()  # read_log_soon(): read the log now
+        self._log_urgent = False  # the next read's lines are shown at once (an operator waits)
+        self._log_read_at = 0.0  # time.monotonic() of the last log read
+        self._next_poll_at: float | None = None  # when the poll loop polls (and reads the log) next
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -324,7 +330,7 @@ class ConsoleSession:
 
     async def _process_loop(self) -> None:
         while True:
-            await asyncio.sleep(PROCESS_CHECK_S)
+            await asyncio.sleep(max(PROCESS_CHECK_S, min(self.cfg.interval_s, 1.0)))
             self.check_process()
 
     def check_process(self) -> None:
@@ -390,6 +396,7 @@ class ConsoleSession:
                 # nothing of ours to poll (starting, crashed, stopped): never talk to the port
                 if self.proc is not None and self.proc.popen is not None:
                     self.check_process()
+                self._next_poll_at = None  # the log loop reads on its own meanwhile
                 await self._sleep(self.cfg.interval_s)
                 continue
             await self.poll_once()
@@ -397,6 +404,9 @@ class ConsoleSession:
             starting = self.model.process is not None and self.model.process.phase != st.PHASE_READY
             delay = self.cfg.interval_s if starting else self.backoff.delay(failures)
             self.model.poll_delay_s = delay
+            self._next_poll_at = time.monotonic() + delay
+            if self.follower is not None:  # the log's new lines go with this snapshot: one screen update
+                await self._reported(self._read_log_once(publish=False), "the log reader")
             self.publish()
             await self._sleep(delay)
 
@@ -496,14 +506,59 @@ class ConsoleSession:
         kinds = [logparse.OWN if self._own.is_own(line, addrs) else logparse.classify(line) for line in batch.lines]
         return scanned, batch, list(zip(kinds, batch.lines))
 
+    def read_log_soon(self) -> None:
+        """Read the log now and show its new lines at once (an operator searches or filters)."""
+        self._log_urgent = True
+        self._log_wake.set()
+
+    def _log_due(self) -> tuple[float, bool]:
+        """When the log loop reads next on its own, and whether that read shows its lines at once.
+
+        While the poll loop polls, each poll reads the log just before its snapshot, so the loop
+        only stands by (half an interval after the poll is due). With no poll coming within an
+        interval (no server yet, backing off, the child not running) it reads every interval and
+        shows the lines at once; while a launched server starts, every LOG_READ_S (its start-up
+        lines tell when it is ready).
+        """
+        interval = self.cfg.interval_s
+        p = self.model.process
+        starting = p is not None and p.phase == st.PHASE_STARTING
+        due = self._log_read_at + (min(interval, LOG_READ_S) if starting else interval)
+        poll = self._next_poll_at
+        if poll is not None and not starting and poll <= due + interval / 2:
+            return max(due, poll + interval / 2), False  # the poll reads first: stand by
+        return due, poll is None or poll > due + interval  # no poll to show the lines soon: at once
+
     async def _log_loop(self) -> None:
         while True:
-            scanned, batch, lines = await asyncio.to_thread(self._read_log)
-            if lines or scanned:
-                self._on_log_lines(scanned, lines, batch)
-            await asyncio.sleep(LOG_READ_S)
+            due, at_once = self._log_due()
+            wait = due - time.monotonic()
+            if wait > 0 and not self._log_wake.is_set():
+                try:
+                    await asyncio.wait_for(self._log_wake.wait(), timeout=wait)
+                except asyncio.TimeoutError:
+                    pass
+                continue  # the poll may have read meanwhile: work out when again
+            self._log_wake.clear()
+            await self._read_log_once(soon=not at_once)
 
-    def _on_log_lines(self, scanned: list[str], lines: list[tuple[str, str]], batch: LogBatch) -> None:
+    async def _read_log_once(self, publish: bool = True, soon: bool = True) -> None:
+        """Read the log's new lines (in a thread) and hand them on; ``publish``: with a snapshot
+        (``soon``: one that may wait for the screen's next update). An operator's
+        :meth:`read_log_soon` makes it one shown at once."""
+        async with self._log_lock:
+            self._log_read_at = time.monotonic()
+            scanned, batch, lines = await asyncio.to_thread(self._read_log)
+            urgent, self._log_urgent = self._log_urgent, False
+            if urgent:
+                publish, soon = True, False
+            if lines or scanned:
+                self._on_log_lines(scanned, lines, batch, publish=publish, soon=soon)
+            elif urgent:
+                self.publish()  # the lines held for the screen's next update: now
+
+    def _on_log_lines(self, scanned: list[str], lines: list[tuple[str, str]], batch: LogBatch,
+                      publish: bool = True, soon: bool = True) -> None:
         for line in scanned:
             self.model.on_log_line(line)
         ready_before = self.model.facts.phase == st.PHASE_READY
@@ -512,7 +567,8 @@ class ConsoleSession:
         self.sink(ev.LogLines(tuple(lines), tuple(batch.numbers), batch.file_id, batch.total_lines))
         if not ready_before and self.model.facts.phase == st.PHASE_READY:
             self.poll_now()
-        self.publish(soon=True)
+        if publish:
+            self.publish(soon=soon)
 
     # -- reading the whole log file (search and filter beyond the lines the pane holds) ------
 

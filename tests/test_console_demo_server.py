@@ -276,3 +276,50 @@ def test_demo_server_refuses_what_the_real_server_or_a_sane_simulation_would(arg
     with pytest.raises(SystemExit) as exc:
         ds.main(argv)
     assert exc.value.code == 2 and why in capsys.readouterr().err
+
+
+def _handled(stop, timeout: float = 5.0) -> bool:
+    return stop.wait(timeout)
+
+
+def test_sigterm_stops_the_server_even_while_the_log_lock_is_held():
+    """The signal handler takes no lock: it used to log (the log writer's lock) and set the stop
+    event (its condition's lock) itself, and a SIGTERM that arrived while the main thread held
+    either (writing a Decode line, waking from ``stop.wait``) hung the server for good."""
+    import io
+    import signal
+    import threading
+
+    log = ds.LogWriter(io.StringIO())
+    stop = threading.Event()
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        handler = ds.install_stop_signals(log, stop)
+        with log.lock:  # as if the signal came in the middle of a log line
+            handler(signal.SIGTERM, None)  # returns at once (it would block forever on the lock)
+            assert not stop.is_set()  # the thread waits for the lock, like the main thread's line
+        assert _handled(stop)
+        assert "Received signal SIGTERM; shutting down" in log.stream.getvalue()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def test_stubborn_demo_ignores_sigterm_but_not_sigint():
+    import io
+    import signal
+    import threading
+
+    log = ds.LogWriter(io.StringIO())
+    stop = threading.Event()
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        handler = ds.install_stop_signals(log, stop, stubborn=True)
+        handler(signal.SIGTERM, None)
+        assert not _handled(stop, 0.3)
+        assert "ignoring it (demo --stubborn)" in log.stream.getvalue()
+        handler(signal.SIGINT, None)
+        assert _handled(stop)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -1,0 +1,130 @@
+"""When the session reads the log (issue 15 item 8): once per poll interval, just before the poll's
+snapshot, instead of every 0.25 s; on its own every interval when no poll comes; at once when an
+operator searches or filters; every 0.25 s while a launched server starts."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from console import events as ev
+from console import session as sess
+from console import state as st
+from console.config import AppConfig
+
+
+def _session(tmp_path: Path, interval: float = 1.0, lines: int = 0):
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"line {i}\n" for i in range(lines)))
+    got: list = []
+    s = sess.ConsoleSession(AppConfig(mode="attach", url="http://127.0.0.1:9", log_path=log, interval_s=interval),
+                            got.append, nvml_module=object())
+    return s, log, got
+
+
+def _published(got) -> list[bool]:
+    return [e.soon for e in got if isinstance(e, ev.Published)]
+
+
+def test_the_log_loop_stands_by_while_polls_read_the_log(tmp_path):
+    s, _, _ = _session(tmp_path)
+    now = time.monotonic()
+    s._log_read_at = now  # the poll just read it and polls again in one interval
+    s._next_poll_at = now + 1.0
+    due, at_once = s._log_due()
+    assert due == now + 1.5 and not at_once  # half an interval after the poll: only a safety net
+    s._next_poll_at = None  # no poll (no server, the child not running): every interval, shown at once
+    assert s._log_due() == (now + 1.0, True)
+    s._next_poll_at = now + 8.0  # backing off: the loop reads, the lines shown at once
+    assert s._log_due() == (now + 1.0, True)
+    s._next_poll_at = now + 1.7  # a poll within an interval of the read shows them: they may wait
+    assert s._log_due() == (now + 1.0, False)
+
+
+def test_a_starting_server_s_log_is_read_every_quarter_second(tmp_path):
+    s, _, _ = _session(tmp_path)
+    s.model.process = st.ProcessState(phase=st.PHASE_STARTING)
+    now = time.monotonic()
+    s._log_read_at, s._next_poll_at = now, now + 1.0
+    due, at_once = s._log_due()
+    assert abs(due - (now + sess.LOG_READ_S)) < 1e-9 and not at_once  # the poll shows them
+
+
+async def test_without_polls_the_log_is_read_once_an_interval_and_shown_at_once(tmp_path):
+    s, log, got = _session(tmp_path, interval=0.3, lines=2)
+    s.follower = sess.LogFollower(log, on_scan=s._scan_fact)
+    reads = []
+    real = s._read_log
+
+    def counted():
+        reads.append(time.monotonic())
+        return real()
+
+    s._read_log = counted
+    task = asyncio.get_running_loop().create_task(s._log_loop())
+    try:
+        await asyncio.sleep(1.0)
+        with log.open("a") as f:
+            f.write("new line\n")
+        await asyncio.sleep(0.45)
+    finally:
+        task.cancel()
+        s.follower.close()
+    assert 3 <= len(reads) <= 6  # ~every 0.3 s, not every 0.25 s plus
+    lines = [line for e in got if isinstance(e, ev.LogLines) for _, line in e.lines]
+    assert "new line" in lines
+    assert _published(got) and not any(_published(got))  # no poll to wait for: shown at once
+
+
+async def test_an_operator_s_search_reads_the_log_at_once(tmp_path):
+    s, log, got = _session(tmp_path, interval=5.0)
+    s.follower = sess.LogFollower(log, on_scan=s._scan_fact)
+    now = time.monotonic()
+    s._log_read_at, s._next_poll_at = now, now + 5.0  # the next read would be in 7.5 s
+    task = asyncio.get_running_loop().create_task(s._log_loop())
+    try:
+        await asyncio.sleep(0.1)
+        with log.open("a") as f:
+            f.write("wanted\n")
+        s.read_log_soon()
+        for _ in range(40):
+            await asyncio.sleep(0.05)
+            if any(isinstance(e, ev.LogLines) for e in got):
+                break
+    finally:
+        task.cancel()
+        s.follower.close()
+    assert [line for e in got if isinstance(e, ev.LogLines) for _, line in e.lines] == ["wanted"]
+    assert _published(got) == [False]  # with a snapshot shown at once (the held lines too)
+
+
+async def test_the_poll_reads_the_log_before_its_snapshot(tmp_path):
+    s, log, got = _session(tmp_path, interval=0.2, lines=1)
+    s.follower = sess.LogFollower(log, on_scan=s._scan_fact)
+    order = []
+
+    class Client:
+        local_addresses: list = []
+
+        async def poll(self):
+            order.append("poll")
+            raise sess.ServerUnreachable("down")
+
+    s.client = Client()
+    real = s._read_log
+
+    def read():
+        order.append("read")
+        return real()
+
+    s._read_log = read
+    task = asyncio.get_running_loop().create_task(s._poll_loop())
+    try:
+        await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        s.follower.close()
+    assert order[:2] == ["poll", "read"]
+    assert [type(e).__name__ for e in got][-2:] == ["LogLines", "Published"]
+    assert _published(got)[-1] is False  # the poll's own snapshot, with the lines just read
