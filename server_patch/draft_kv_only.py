@@ -207,24 +207,20 @@ def _set_replay_fields(forward_batch: Any, fields: dict) -> None:
         setattr(forward_batch.spec_info, name, value)
 
 
-class KvOnlyRunner:
-    """Wraps the KV-only graph runner's ``replay``: counts replays and, on sampled replays
-    (``sampled(n)``), proves the stored K/V against the full OFF draft-extend runner.
+class KvProof:
+    """The sampled bit-for-bit proof of a KV-only draft extend against the full one, and its
+    counters: ``count`` (KV-only extends run), ``checks``, ``mismatches`` (this rank's) and ``ok``,
+    which turns False at the first mismatch on any TP rank (``any_rank(flag)``: True when some rank
+    passed True, an all-reduce at TP > 1; every rank checks the same step numbers, so the calls line
+    up), because the KV-only and the full draft extend run different collectives and one rank
+    alone falling back would hang the others. ``layer``: the draft's attention layer (its
+    ``layer_id`` indexes the draft KV pool); ``sampled(n)``: whether extend number n (1-based) is
+    checked (``contract.sampled``: the first 64, then every 256th)."""
 
-    ``layer``: the draft's attention layer (its ``layer_id`` indexes the draft KV pool);
-    ``sampled(n)``: whether replay number n (1-based) is checked (``contract.sampled``: the
-    first 64, then every 256th). A check replays ``full_runner`` on the same batch and waits for
-    the GPU. Counters: ``count`` (replays), ``checks``, ``mismatches`` (this rank's); ``ok``
-    turns False at the first mismatch on any TP rank: ``any_rank(flag)`` is True when some rank
-    passed True (an all-reduce at TP > 1; every rank checks the same replay numbers, so the calls
-    line up), because the KV-only and the full draft extend run different collectives and one rank
-    alone falling back would hang the others.
-    """
+    #: what the log's error line calls the checked extend
+    what = "KV-only draft extend"
 
-    def __init__(self, runner: Any, full_runner: Any, layer: Any, sampled: Callable[[int], bool],
-                 any_rank: Callable[[bool], bool] = bool):
-        self.runner = runner
-        self.full_runner = full_runner
+    def __init__(self, layer: Any, sampled: Callable[[int], bool], any_rank: Callable[[bool], bool] = bool):
         self.layer = layer
         self.sampled = sampled
         self.any_rank = any_rank
@@ -232,6 +228,43 @@ class KvOnlyRunner:
         self.checks = 0
         self.mismatches = 0
         self.ok = True
+
+    def prove(self, forward_batch: Any, run_full: Callable[[], Any]) -> None:
+        """Compare the K/V the KV-only extend stored at ``forward_batch.out_cache_loc`` with what
+        ``run_full()`` (the full extend on the same batch) stores there; waits for the GPU."""
+        import torch
+
+        pool = forward_batch.token_to_kv_pool
+        loc = forward_batch.out_cache_loc
+        layer_id = self.layer.layer_id
+        k_kv = pool.get_key_buffer(layer_id)[loc].clone()
+        v_kv = pool.get_value_buffer(layer_id)[loc].clone()
+        run_full()  # rewrites the same slots the full way
+        differ = not (torch.equal(k_kv, pool.get_key_buffer(layer_id)[loc])
+                      and torch.equal(v_kv, pool.get_value_buffer(layer_id)[loc]))
+        self.checks += 1
+        if differ:
+            self.mismatches += 1
+            logger.error("spec_gate: OFF step %s stored K/V that differ from the full draft extend's "
+                         "(check %d); OFF steps run the full draft extend from now on, on every TP rank",
+                         self.what, self.checks)
+        if self.any_rank(differ) and self.ok:
+            self.ok = False
+            if not differ:
+                logger.error("spec_gate: another TP rank's KV-only check failed (check %d); OFF "
+                             "steps run the full draft extend from now on", self.checks)
+
+
+class KvOnlyRunner(KvProof):
+    """Wraps the KV-only graph runner's ``replay``: counts replays (``count``) and, on sampled
+    replays, proves the stored K/V against the full OFF draft-extend runner (:class:`KvProof`: a
+    check replays ``full_runner`` on the same batch and waits for the GPU)."""
+
+    def __init__(self, runner: Any, full_runner: Any, layer: Any, sampled: Callable[[int], bool],
+                 any_rank: Callable[[bool], bool] = bool):
+        super().__init__(layer, sampled, any_rank)
+        self.runner = runner
+        self.full_runner = full_runner
         original = runner.replay
 
         def replay(forward_batch, *args, **kwargs):
@@ -245,39 +278,15 @@ class KvOnlyRunner:
                 after = _replay_fields(forward_batch)
                 _set_replay_fields(forward_batch, before)
                 try:
-                    self._check(forward_batch)
+                    self.prove(forward_batch, lambda: self.full_runner.replay(forward_batch))
                 finally:
                     _set_replay_fields(forward_batch, after)
             return out
 
         runner.replay = replay
 
-    def _check(self, forward_batch: Any) -> None:
-        import torch
 
-        pool = forward_batch.token_to_kv_pool
-        loc = forward_batch.out_cache_loc
-        layer_id = self.layer.layer_id
-        k_kv = pool.get_key_buffer(layer_id)[loc].clone()
-        v_kv = pool.get_value_buffer(layer_id)[loc].clone()
-        self.full_runner.replay(forward_batch)  # rewrites the same slots the full way
-        k_full = pool.get_key_buffer(layer_id)[loc]
-        v_full = pool.get_value_buffer(layer_id)[loc]
-        self.checks += 1
-        differ = not (torch.equal(k_kv, k_full) and torch.equal(v_kv, v_full))  # waits for the GPU
-        if differ:
-            self.mismatches += 1
-            logger.error("spec_gate: OFF step KV-only draft extend stored K/V that differ from "
-                         "the full draft extend's (check %d); OFF steps run the full draft extend "
-                         "from now on, on every TP rank", self.checks)
-        if self.any_rank(differ) and self.ok:
-            self.ok = False
-            if not differ:
-                logger.error("spec_gate: another TP rank's KV-only check failed (check %d); OFF "
-                             "steps run the full draft extend from now on", self.checks)
-
-
-class EagerKvOnly:
+class EagerKvOnly(KvProof):
     """The KV-only OFF draft extend without a CUDA graph (SGLang's eager draft extend, e.g. v2 on
     fa3, which captures no OFF draft-extend graph): while :meth:`installed` is active the draft
     model's ``forward`` is :func:`kv_only_forward`, so the eager ``draft_runner.forward`` stores
@@ -290,17 +299,13 @@ class EagerKvOnly:
     mismatch on any TP rank (``any_rank``) turns ``ok`` False: OFF steps run the full extend.
     """
 
+    what = "eager KV-only draft extend"
+
     def __init__(self, model: Any, layer: Any, sampled: Callable[[int], bool],
                  any_rank: Callable[[bool], bool] = bool, kv_forward: Optional[Callable] = None):
+        super().__init__(layer, sampled, any_rank)
         self.model = model
-        self.layer = layer
-        self.sampled = sampled
-        self.any_rank = any_rank
         self.kv_forward = kv_forward if kv_forward is not None else kv_only_forward(model)
-        self.count = 0
-        self.checks = 0
-        self.mismatches = 0
-        self.ok = True
 
     @contextlib.contextmanager
     def installed(self):
@@ -311,28 +316,8 @@ class EagerKvOnly:
             self.count += 1
             out = self.kv_forward(input_ids, positions, forward_batch, *args, **kwargs)
             if self.sampled(self.count):
-                self._check(forward_batch, lambda: full(input_ids, positions, forward_batch, *args, **kwargs))
+                self.prove(forward_batch, lambda: full(input_ids, positions, forward_batch, *args, **kwargs))
             return out
 
         with _model_forward(self.model, forward):
             yield self
-
-    def _check(self, forward_batch: Any, run_full: Callable[[], Any]) -> None:
-        import torch
-
-        pool = forward_batch.token_to_kv_pool
-        loc = forward_batch.out_cache_loc
-        layer_id = self.layer.layer_id
-        k_kv = pool.get_key_buffer(layer_id)[loc].clone()
-        v_kv = pool.get_value_buffer(layer_id)[loc].clone()
-        run_full()  # rewrites the same slots the full way
-        differ = not (torch.equal(k_kv, pool.get_key_buffer(layer_id)[loc])
-                      and torch.equal(v_kv, pool.get_value_buffer(layer_id)[loc]))  # waits for the GPU
-        self.checks += 1
-        if differ:
-            self.mismatches += 1
-            logger.error("spec_gate: OFF step eager KV-only draft extend stored K/V that differ from the "
-                         "full draft extend's (check %d); OFF steps run the full draft extend from now "
-                         "on, on every TP rank", self.checks)
-        if self.any_rank(differ) and self.ok:
-            self.ok = False
