@@ -163,26 +163,47 @@ def lines_held(v: LogView, short: bool = False) -> str:
     return f"{shown:,}/{total:,} lines"
 
 
+#: rows of the filter line (``#log-filters`` max-height in app.tcss): longer terms are shortened
+FILTER_ROWS = 3
+
+
 def filter_line(include: str, exclude: str, search: str, matches: int, width: int | None = None,
                 whole_file: bool = False) -> str:
     """``only: a|b · hide: c · search: d (3 matches) · c clears``, or "" when none is set.
 
     ``whole_file``: the file has lines the pane does not hold; the count is of the lines held
     and n / N search the rest (``3 matches here, n / N search the whole file``). ``· c clears``
-    only when it still fits ``width`` (the rest wraps rather than being cut).
+    only when it still fits ``width`` (the rest wraps rather than being cut). A line too long for
+    the :data:`FILTER_ROWS` rows (a long term wraps to a row of its own, so it must fit the rows
+    after the first) has its longest terms shortened with ``…`` so the match count stays in view.
     """
-    parts = []
-    if include:
-        parts.append(f"only: {include}")
-    if exclude:
-        parts.append(f"hide: {exclude}")
-    if search:
-        counted = f"{matches} match{'' if matches == 1 else 'es'}"
-        parts.append(f"search: {search} ({counted} here, n / N search the whole file)" if whole_file
-                     else f"search: {search} ({counted})")
-    if not parts:
+    if not (include or exclude or search):
         return ""
-    line = " · ".join(parts)
+
+    def build(inc: str, exc: str, sea: str) -> str:
+        parts = []
+        if inc:
+            parts.append(f"only: {inc}")
+        if exc:
+            parts.append(f"hide: {exc}")
+        if sea:
+            counted = f"{matches} match{'' if matches == 1 else 'es'}"
+            parts.append(f"search: {sea} ({counted} here, n / N search the whole file)" if whole_file
+                         else f"search: {sea} ({counted})")
+        return " · ".join(parts)
+
+    line = build(include, exclude, search)
+    # a long term wraps to a row of its own: it must fit the rows after the first
+    budget = (FILTER_ROWS - 1) * (width - 2) - 8 if width else 0
+    if width is not None and budget > 0 and len(line) > budget:
+        terms = [include, exclude, search]
+        while len(build(*terms)) > budget:
+            i = max(range(3), key=lambda k: len(terms[k]))
+            if len(terms[i]) <= 8:
+                break
+            over = len(build(*terms)) - budget
+            terms[i] = terms[i][:max(7, len(terms[i]) - over - 1)] + "…"
+        line = build(*terms)
     if width is None or len(line) + len(" · c clears") <= width:
         line += " · c clears"
     return line
