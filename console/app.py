@@ -67,7 +67,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
         Binding("plus,equals_sign", "threshold_step(1)", "Thr+1", key_display="+"),
         Binding("minus", "threshold_step(-1)", "Thr-1", key_display="-"),
         Binding("t", "threshold_dialog", "Set"),
-        Binding("a", "threshold_auto", "Auto", show=False),
+        Binding("a", "threshold_auto", "Auto"),
         # --readonly: the keys above are hidden (check_action) and these say why instead
         Binding("plus,equals_sign,minus,t,a", "readonly_notice", "Read-only", show=False),
         # several servers (attach URL URL ...): focus the previous / next, one threshold for all
@@ -80,7 +80,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
         Binding("f", "log_prompt('include')", "Filter"),
         Binding("x", "log_prompt('exclude')", "Hide", show=False),
         Binding("c", "clear_log_filters", "Clear filters", show=False),
-        Binding("o", "toggle_own_lines", "Polls"),
+        Binding("o", "toggle_own_lines", "Polls", show=False),  # the log title says "(o shows)"
         Binding("p", "toggle_follow", "Pause"),
         Binding("G,end", "follow", "Follow", show=False),  # the log view maps its own End to follow too
         Binding("r", "restart", "Restart", show=False),
