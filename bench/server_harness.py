@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,6 +23,12 @@ import httpx
 from server_patch.contract import HYSTERESIS_KEY, THRESHOLD_KEY
 
 REPO = Path(__file__).resolve().parent.parent
+
+#: more SGLang arguments for every server a bench tool starts (shell words), put *before* the
+#: tool's own so that those win: e.g. ``--max-total-tokens 131072`` with a high
+#: ``--mem-fraction`` lets several small servers start together on one GPU (SGLang sizes the KV
+#: pool as free - free_before_load x (1 - fraction), then caps it at ``--max-total-tokens``)
+EXTRA_ARGS_ENV = "SPECCONSOLE_BENCH_SERVER_ARGS"
 
 #: the three EAGLE-3 worker paths of SGLang 0.5.12 the gate is proven on (name -> eagle3_args
 #: keywords, plus the live worker class each must run: ``expect``)
@@ -116,13 +123,22 @@ class Server:
 def start_server(name: str, args: Sequence[str], port: int, log_dir: Path, *,
                  patched: bool = True, env: Optional[Dict[str, str]] = None) -> Server:
     """Start ``python -m server_patch.launch_server`` (or plain ``sglang.launch_server``) in its own
-    process group, output to ``log_dir/<name>.log``."""
+    process group, output to ``log_dir/<name>.log``; ``$SPECCONSOLE_BENCH_SERVER_ARGS`` (of the
+    environment or ``env``) goes before ``args``.
+
+    Raises:
+        ValueError: that variable is not valid shell words.
+    """
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    try:
+        extra = shlex.split(full_env.get(EXTRA_ARGS_ENV, ""))
+    except ValueError as e:
+        raise ValueError(f"{EXTRA_ARGS_ENV}={full_env.get(EXTRA_ARGS_ENV)!r}: {e}") from e
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     module = "server_patch.launch_server" if patched else "sglang.launch_server"
-    cmd = [sys.executable, "-m", module, *args, "--port", str(port), "--host", "127.0.0.1"]
-    full_env = dict(os.environ)
-    full_env.update(env or {})
+    cmd = [sys.executable, "-m", module, *extra, *args, "--port", str(port), "--host", "127.0.0.1"]
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     log = open(log_path, "w")
     log.write("$ " + " ".join(cmd) + "\n")

@@ -1,0 +1,39 @@
+"""``bench.server_harness.start_server``: the command it runs (no server is started here)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from bench import server_harness
+
+
+class FakePopen:
+    def __init__(self, cmd, **kwargs):
+        self.cmd, self.env, self.pid = cmd, kwargs["env"], 4242
+
+
+def test_extra_args_go_before_the_tools_own(monkeypatch, tmp_path):
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    monkeypatch.setenv(server_harness.EXTRA_ARGS_ENV, "--max-total-tokens 131072 --soft-watchdog-timeout 20")
+    server = server_harness.start_server("s", ["--model-path", "/m", "--max-total-tokens", "4096"], 30500, tmp_path)
+    cmd = server.proc.cmd
+    assert cmd[:3] == [sys.executable, "-m", "server_patch.launch_server"]
+    assert cmd[3:7] == ["--max-total-tokens", "131072", "--soft-watchdog-timeout", "20"]
+    # the tool's own value comes later, so SGLang's parser keeps it
+    assert cmd.index("4096") > cmd.index("131072")
+    assert (tmp_path / "s.log").read_text().startswith("$ " + " ".join(cmd))
+
+
+def test_no_extra_args_by_default(monkeypatch, tmp_path):
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    monkeypatch.delenv(server_harness.EXTRA_ARGS_ENV, raising=False)
+    server = server_harness.start_server("s", ["--model-path", "/m"], 30500, tmp_path, patched=False)
+    assert server.proc.cmd[1:5] == ["-m", "sglang.launch_server", "--model-path", "/m"]
+
+
+def test_bad_extra_args_are_refused_before_anything_starts(monkeypatch, tmp_path):
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("must not start"))
+    with pytest.raises(ValueError, match=server_harness.EXTRA_ARGS_ENV):
+        server_harness.start_server("s", [], 30500, tmp_path, env={server_harness.EXTRA_ARGS_ENV: "--x 'open"})
+    assert not (tmp_path / "s.log").exists()
