@@ -68,22 +68,24 @@ case "$step" in
     (while [ ! -e "$R/all.done" ]; do
        echo "$(date +%T) cpu $(head -n 1 /proc/pressure/cpu) io $(head -n 1 /proc/pressure/io) load $(cut -d' ' -f1-3 /proc/loadavg)"
        sleep 1; done) >"$R/heartbeat.log" 2>&1 &
+    hb=$!  # not a stage-B job: stage B's wait names its jobs (a bare wait would wait for this loop too)
     for t in $(seq 120); do [ -e "$R/models.done" ] && break; sleep 2; done
     nvidia-smi --query-gpu=memory.used --format=csv
     # B. correctness, together on the GPU (see the header)
     export SPECCONSOLE_BENCH_SERVER_ARGS="--max-total-tokens 131072"
     MF=0.85
     kvrun() { echo --models $kv --kv-sensitive --mem-fraction $MF; }
+    jobs_b=()
     job churn-v1 600 python3 -m bench.churn_correctness $(kvrun) --configs v1-topk1,v1-topk4 --port 31100 \
-      --out "$R/gate-churn-v1.json" --log-dir "$R/logs/churn" &
+      --out "$R/gate-churn-v1.json" --log-dir "$R/logs/churn" & jobs_b+=($!)
     job grammar 600 python3 -m bench.grammar_switch $(kvrun) --port 31200 \
-      --out "$R/gate-grammar.json" --log-dir "$R/logs/grammar" &
+      --out "$R/gate-grammar.json" --log-dir "$R/logs/grammar" & jobs_b+=($!)
     job sampling 600 python3 -m bench.sampling_distribution --models $p02 --mem-fraction $MF --port 31300 \
-      --out "$R/sampling.json" --log-dir "$R/logs/sampling" &
+      --out "$R/sampling.json" --log-dir "$R/logs/sampling" & jobs_b+=($!)
     (job eager 420 python3 -m bench.gate_correctness $(kvrun) --configs v2-topk1 --skip-auto --base-port 31400 \
        --out "$R/gate-eager.json" --log-dir "$R/logs/eager" -- --disable-cuda-graph
      job eager-bs8 420 python3 -m bench.gate_correctness $(kvrun) --configs v2-topk1 --skip-auto --base-port 31450 \
-       --out "$R/gate-eager.json" --log-dir "$R/logs/eager-bs8" -- --cuda-graph-max-bs 8) &
+       --out "$R/gate-eager.json" --log-dir "$R/logs/eager-bs8" -- --cuda-graph-max-bs 8) & jobs_b+=($!)
     # the 82 s stall of 2026-12-02c: v2 logprobs under 10 ms threshold flips, twice, with SGLang's
     # soft watchdog (a py-spy dump of the scheduler after 20 s without progress) and iteration numbers
     (export SPECCONSOLE_BENCH_SERVER_ARGS="--max-total-tokens 131072 --soft-watchdog-timeout 20" SGLANG_LOG_FORWARD_ITERS=1
@@ -92,18 +94,18 @@ case "$step" in
      job stall-2 420 python3 -m bench.logprob_switch $(kvrun) --configs v2-topk1 --port 31520 \
        --out "$R/gate-logprobs-stall2.json" --log-dir "$R/logs/stall2"
      job logprobs-v1topk4 420 python3 -m bench.logprob_switch $(kvrun) --configs v1-topk4 --port 31540 \
-       --out "$R/gate-logprobs-v1topk4.json" --log-dir "$R/logs/logprobs") &
+       --out "$R/gate-logprobs-v1topk4.json" --log-dir "$R/logs/logprobs") & jobs_b+=($!)
     for t in $(seq 90); do [ -e "$R/fa3.ready" ] && break; sleep 2; done
     if [ -e "$R/fa3.ready" ]; then
       job fa3-gate 600 python3 -m bench.gate_correctness $(kvrun) --configs v2-topk1,v1-topk1 --parallel 2 --skip-auto \
-        --base-port 31600 --out "$R/gate-fa3.json" --log-dir "$R/logs/fa3" -- --attention-backend fa3 &
+        --base-port 31600 --out "$R/gate-fa3.json" --log-dir "$R/logs/fa3" -- --attention-backend fa3 & jobs_b+=($!)
       SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER=1 job fa3-gate-eagerkv 600 python3 -m bench.gate_correctness $(kvrun) \
         --configs v2-topk1 --skip-auto --base-port 31700 --out "$R/gate-fa3-eagerkv.json" --log-dir "$R/logs/fa3-eagerkv" \
-        -- --attention-backend fa3 &
+        -- --attention-backend fa3 & jobs_b+=($!)
     fi
     job flashinfer-gate 600 python3 -m bench.gate_correctness $(kvrun) --configs v1-topk4 --skip-auto \
-      --base-port 31800 --out "$R/gate-flashinfer.json" --log-dir "$R/logs/flashinfer" -- --attention-backend flashinfer &
-    wait
+      --base-port 31800 --out "$R/gate-flashinfer.json" --log-dir "$R/logs/flashinfer" -- --attention-backend flashinfer & jobs_b+=($!)
+    wait "${jobs_b[@]}"
     touch "$R/B.done"
     unset SPECCONSOLE_BENCH_SERVER_ARGS
     pkill -f launch_server; sleep 5; pkill -9 -f launch_server
