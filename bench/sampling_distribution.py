@@ -1,6 +1,6 @@
 """GPU: do OFF steps draw as a server without speculation? (issue 18 item 4, the proof of off_sampling)
 
-Three servers on one synthetic pair, one after the other: no speculation; the gate forced off
+Three servers on one synthetic pair, side by side on one GPU (ports ``--port`` + 0, 1, 2): no speculation; the gate forced off
 (threshold 1) with ``SPECCONSOLE_OFF_PLAIN_SAMPLING=1`` (``server_patch/off_sampling.py``); the gate
 forced off with SGLang's speculative verify sampling (the default). Each gets the same
 :data:`DRAWS` requests of one prompt with :data:`PARAMS` (temperature, top_k, top_p, min_p),
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +34,7 @@ from bench.server_harness import plain_args, record_failure, set_gate, start_ser
 DRAWS, CONCURRENCY = 1000, 32
 PARAMS = {"temperature": 2.0, "top_k": 8, "top_p": 0.95, "min_p": 0.05}
 SERVERS = ("none", "off-plain", "off-speculative")
+REQUEST_TIMEOUT_S = 60  # a 2-token request; a server that takes longer is stalled, and the record says so
 ALPHA = 0.01  # a p-value below this says the two servers draw from different distributions
 
 
@@ -74,7 +77,7 @@ def draw(url: str, prompt: List[int], seeded: bool) -> List[Tuple[int, ...]]:
         params = {**PARAMS, "max_new_tokens": 2, "ignore_eos": True}
         if seeded:
             params["sampling_seed"] = 1000 + i
-        r = httpx.post(url + "/generate", json={"input_ids": prompt, "sampling_params": params}, timeout=300)
+        r = httpx.post(url + "/generate", json={"input_ids": prompt, "sampling_params": params}, timeout=REQUEST_TIMEOUT_S)
         r.raise_for_status()
         return tuple(r.json()["output_ids"])
 
@@ -91,14 +94,19 @@ def run_server(kind: str, models: Path, prompt: List[int], port: int, log_dir: P
     else:
         args = config_server_args("v2-topk1", models, 1, mem_fraction)
         env = {"SPECCONSOLE_OFF_PLAIN_SAMPLING": "1" if kind == "off-plain" else "0"}
-    rec: Dict[str, Any] = {"server": kind}
+    rec: Dict[str, Any] = {"server": kind, "seconds": {}}
+    t0 = time.monotonic()
+    lap = lambda name: rec["seconds"].__setitem__(name, round(time.monotonic() - t0, 1))  # noqa: E731
     server = start_server(f"sampling-{kind}", args, port, log_dir, patched=kind != "none", env=env)
     try:
         wait_ready(server)
+        lap("ready")
         if kind != "none":
             set_gate(server.url, threshold=1, hysteresis=0)
         rec["unseeded"] = [list(t) for t in draw(server.url, prompt, seeded=False)]
+        lap("unseeded")
         rec["seeded"] = [list(t) for t in draw(server.url, prompt, seeded=True)]
+        lap("seeded")
         if kind != "none":
             g = httpx.get(server.url + "/server_info", timeout=30).json()["internal_states"][0]["spec_gate"]
             rec["off_sampling"] = g.get("off_sampling")
@@ -135,15 +143,31 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except (OSError, ValueError) as exc:
         ap.error(f"no synthetic pair at {a.models} ({exc}): write one with python -m bench.synthetic_models --out {a.models}")
     prompt = make_prompts(vocab, 1, 24, 5)[0]
-    runs = {k: run_server(k, a.models, prompt, a.port + i, a.log_dir, a.mem_fraction) for i, k in enumerate(SERVERS)}
+    runs: Dict[str, Dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def one(i: int, kind: str) -> None:
+        rec = run_server(kind, a.models, prompt, a.port + i, a.log_dir, a.mem_fraction)
+        with lock:  # a partial result on disk after each server, in case the run is cut short
+            runs[kind] = rec
+            write_result(a.out, prompt, runs)
+
+    with ThreadPoolExecutor(max_workers=len(SERVERS)) as pool:
+        for f in [pool.submit(one, i, k) for i, k in enumerate(SERVERS)]:
+            f.result()
+    print(json.dumps({k: v for k, v in write_result(a.out, prompt, runs).items() if k != "servers"}))
+
+
+def write_result(out: Path, prompt: List[int], runs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """Write the JSON of the servers finished so far (the comparisons once all three have draws)."""
     result: Dict[str, Any] = {"params": PARAMS, "draws": DRAWS, "prompt": prompt, "alpha": ALPHA,
                               "servers": {k: {x: v for x, v in r.items() if x not in ("unseeded", "seeded")}
                                           for k, r in runs.items()}}
-    if all("unseeded" in r for r in runs.values()):
+    if all("seeded" in runs.get(k, {}) for k in SERVERS):
         result["off_plain_vs_none"] = compare(runs["none"], runs["off-plain"])
         result["off_speculative_vs_none"] = compare(runs["none"], runs["off-speculative"])
-    a.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "servers"}))
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 if __name__ == "__main__":

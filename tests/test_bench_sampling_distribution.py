@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
@@ -35,3 +36,18 @@ def test_rare_categories_are_pooled_and_empty_samples_refused():
     assert r["cells"] == 2 and r["p_value"] > 0.5
     with pytest.raises(ValueError):
         sd.chi_square(Counter(), Counter({1: 3}))
+
+
+def test_the_result_is_written_after_each_server_and_compared_once_all_have_drawn(tmp_path):
+    out = tmp_path / "sampling.json"
+    draws = [[1, i % 4] for i in range(200)]
+    runs = {"none": {"server": "none", "unseeded": draws, "seeded": draws, "seconds": {"ready": 40.0}}}
+    first = sd.write_result(out, [5, 6], runs)
+    assert "off_plain_vs_none" not in first and json.loads(out.read_text())["servers"]["none"]["seconds"]["ready"] == 40.0
+    runs["off-plain"] = {"server": "off-plain", "unseeded": draws, "seeded": draws}
+    runs["off-speculative"] = {"server": "off-speculative", "error": "RuntimeError: stalled"}
+    assert "off_plain_vs_none" not in sd.write_result(out, [5, 6], runs)  # a failed server: no comparison
+    runs["off-speculative"] = {"server": "off-speculative", "unseeded": draws, "seeded": draws}
+    done = sd.write_result(out, [5, 6], runs)
+    assert done["off_plain_vs_none"]["seeded_equal_share"] == 1.0 and done["off_plain_vs_none"]["same_distribution"]
+    assert "unseeded" not in json.loads(out.read_text())["servers"]["none"]
