@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, Optional
 
-from server_patch import auto_threshold, compat, contract, metrics, options, prefill_graph, rank_gpu
+from server_patch import auto_threshold, compat, contract, metrics, options, prefill_graph, rank_gpu, sampling_warmup
 from server_patch.contract import (
     DECODE_STEP_KEY,
     GATE_KEYS,
@@ -89,6 +89,7 @@ class GateRuntime:
         self._scheduler = scheduler
         # how the target's prefills run, set after init (prefill_graph: its spec_gate fields)
         self.prefill_graph: Any = prefill_graph.EagerPrefill("not set up")
+        self.sampling_warmup_s: Optional[float] = None  # sampling_warmup: seconds, None = not warmed
         self.rank_gpu = rank_gpu.for_scheduler(scheduler)
         self.metrics = metrics.GateMetrics.for_scheduler(scheduler)
         self._wrap_worker(worker)
@@ -280,6 +281,8 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     setattr(scheduler, GATE_ATTR, runtime)
     runtime.prefill_graph = prefill_graph.enable(target_runner, contract.sampled,
                                                  getattr(runtime.runner, "any_rank", bool))
+    gpu_id = getattr(target_runner, "gpu_id", None)
+    runtime.sampling_warmup_s = sampling_warmup.warm_verify_sampling("cuda" if gpu_id is None else f"cuda:{gpu_id}")
     runtime.rank_gpu.start()
     logger.info(contract.worker_line(runtime.worker_class, runtime.spec_version, runtime.overlap, config))
     kv_reason = getattr(runtime.runner, "off_draft_extend_reason", None)
