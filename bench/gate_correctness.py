@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import threading
 import time
@@ -142,10 +143,23 @@ def server_variant(extra: Sequence[str]) -> Dict[str, Any]:
         return value
 
     max_bs = last("--cuda-graph-max-bs")
-    return {"attention_backend": last("--attention-backend") or "triton",
-            "cuda_graph": "--disable-cuda-graph" not in extra,
-            "cuda_graph_max_bs": int(max_bs) if max_bs is not None else MAX_RR,
-            "extra_server_args": list(extra)}
+    out = {"attention_backend": last("--attention-backend") or "triton",
+           "cuda_graph": "--disable-cuda-graph" not in extra,
+           "cuda_graph_max_bs": int(max_bs) if max_bs is not None else MAX_RR,
+           "extra_server_args": list(extra)}
+    env = opt_in_env()
+    if env:
+        out["server_env"] = env
+    return out
+
+
+#: the plugin's opt-in switches: a run with one of them set is another variant of its entry
+OPT_IN_ENV = ("SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER", "SPECCONSOLE_OFF_PLAIN_SAMPLING")
+
+
+def opt_in_env() -> Dict[str, str]:
+    """The :data:`OPT_IN_ENV` variables set in this process's environment (the servers inherit them)."""
+    return {k: os.environ[k] for k in OPT_IN_ENV if k in os.environ}
 
 
 def run_on_config_server(kind: str, name: str, models: Path, oracle: Any, port: int, log_dir: Path, *,
@@ -710,11 +724,13 @@ def merge_result(out: Path, rec: Dict[str, Any], keys: Optional[Sequence[str]] =
 
 
 def _same_run(entry: Any, rec: Dict[str, Any]) -> bool:
-    """``entry`` is a run of ``rec``'s configuration, TP size, kind of pair and extra server
-    arguments (entries without them are the harness's defaults: triton, CUDA graphs on)."""
+    """``entry`` is a run of ``rec``'s configuration, TP size, kind of pair, extra server
+    arguments and ``server_env`` (the plugin's opt-in variables it ran with; entries without
+    them are the harness's defaults: triton, CUDA graphs on, no opt-in)."""
     return (isinstance(entry, dict) and (entry.get("config"), entry.get("tp")) == (rec["config"], rec["tp"])
             and bool(entry.get("kv_sensitive")) == bool(rec.get("kv_sensitive"))
-            and list(entry.get("extra_server_args") or []) == list(rec.get("extra_server_args") or []))
+            and list(entry.get("extra_server_args") or []) == list(rec.get("extra_server_args") or [])
+            and dict(entry.get("server_env") or {}) == dict(rec.get("server_env") or {}))
 
 
 def variant_label(variant: Dict[str, Any]) -> str:

@@ -93,3 +93,18 @@ def test_a_check_on_a_config_server_records_its_failure_and_stops_the_server(tmp
     assert rec["worker_class"] == "EAGLEWorker" and rec["phase"] == "ran" and rec["k"] == 2
     assert rec["ok"] is False and rec["error"] == "RuntimeError: a request timed out"
     assert rec["attention_backend"] == "fa3" and rec["kv_sensitive"] is True and len(stopped) == 1
+
+
+def test_an_opt_in_switch_makes_its_own_entry(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER", raising=False)
+    plain = {"config": "v2-topk1", "tp": 1, "kv_sensitive": True, **gc.server_variant(["--attention-backend", "fa3"])}
+    monkeypatch.setenv("SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER", "1")
+    eager_kv = {"config": "v2-topk1", "tp": 1, "kv_sensitive": True, **gc.server_variant(["--attention-backend", "fa3"])}
+    assert "server_env" not in plain and eager_kv["server_env"] == {"SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER": "1"}
+    out = tmp_path / "g.json"
+    gc.merge_result(out, plain)
+    gc.merge_result(out, eager_kv)
+    gc.merge_result(out, dict(eager_kv, ok=True))
+    import json
+    entries = json.loads(out.read_text())
+    assert len(entries) == 2 and entries[-1].get("ok") is True
