@@ -36,6 +36,7 @@ PARAMS = {"temperature": 2.0, "top_k": 8, "top_p": 0.95, "min_p": 0.05}
 SERVERS = ("none", "off-plain", "off-speculative")
 REQUEST_TIMEOUT_S = 60  # a 2-token request; a server that takes longer is stalled, and the record says so
 ALPHA = 0.01  # a p-value below this says the two servers draw from different distributions
+MIN_DF = 2  # fewer degrees of freedom: the draws are (nearly) one token and prove nothing
 
 
 def chi_square(a: Counter, b: Counter) -> Dict[str, Any]:
@@ -123,8 +124,14 @@ def compare(none: Dict[str, Any], other: Dict[str, Any]) -> Dict[str, Any]:
     requests whose two tokens equal ``none``'s."""
     second = lambda rec: Counter(t[1] for t in rec["unseeded"])  # noqa: E731
     same = sum(1 for x, y in zip(none["seeded"], other["seeded"]) if x == y) / len(none["seeded"])
-    out = {"second_token": chi_square(second(none), second(other)), "seeded_equal_share": round(same, 4)}
-    out["same_distribution"] = out["second_token"]["p_value"] >= ALPHA
+    out = {"second_token": chi_square(second(none), second(other)), "seeded_equal_share": round(same, 4),
+           "distinct_second_tokens": len(second(none) | second(other))}
+    if out["second_token"]["df"] < MIN_DF:  # one token drawn nearly always: the test cannot tell anything apart
+        out["same_distribution"] = None
+        out["inconclusive"] = (f"only {out['second_token']['cells']} cell(s) with an expected count >= 5: the "
+                               f"pair's distribution is too peaked at these parameters (raise --temperature)")
+    else:
+        out["same_distribution"] = out["second_token"]["p_value"] >= ALPHA
     return out
 
 
@@ -135,7 +142,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--mem-fraction", type=float, default=0.3)
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
     ap.add_argument("--port", type=int, default=31850)
+    ap.add_argument("--temperature", type=float, default=PARAMS["temperature"],
+                    help="the synthetic pairs' logit margins are large (>= 40 in bf16): a high temperature "
+                         "(tens) spreads the draws over several tokens")
+    ap.add_argument("--min-p", type=float, default=PARAMS["min_p"])
     a = ap.parse_args(argv)
+    if a.temperature <= 0 or not 0 <= a.min_p < 1:
+        ap.error("--temperature must be > 0 and --min-p in [0, 1)")
+    PARAMS.update(temperature=a.temperature, min_p=a.min_p)  # every draw of this run
     from bench.synthetic_models import Oracle
 
     try:

@@ -51,3 +51,9 @@ def test_the_result_is_written_after_each_server_and_compared_once_all_have_draw
     done = sd.write_result(out, [5, 6], runs)
     assert done["off_plain_vs_none"]["seeded_equal_share"] == 1.0 and done["off_plain_vs_none"]["same_distribution"]
     assert "unseeded" not in json.loads(out.read_text())["servers"]["none"]
+
+
+def test_draws_of_one_token_are_inconclusive_not_a_proof():
+    one = {"unseeded": [[1, 7]] * 1000, "seeded": [[1, 7]] * 1000}
+    r = sd.compare(one, one)
+    assert r["same_distribution"] is None and "too peaked" in r["inconclusive"] and r["distinct_second_tokens"] == 1
