@@ -53,14 +53,39 @@ def sparkline(values: tuple[float | None, ...] | list[float | None], width: int,
     None values render as spaces. Returns exactly ``width`` characters (left-padded).
     """
     vals = list(values)[-width:] if width > 0 else []
-    real = [v for v in vals if v is not None]
-    hi = top if top else (max(real) if real else 1.0)
-    hi = hi or 1.0
+    if top:
+        hi = top
+    else:
+        real = [v for v in vals if v is not None]
+        hi = (max(real) if real else 1.0) or 1.0
+    chars = _spark_chars(hi)
     out = []
     for v in vals:
-        if v is None:
-            out.append(" ")
-        else:
-            idx = int(round(max(0.0, min(1.0, v / hi)) * (len(BLOCKS) - 1)))
-            out.append(BLOCKS[max(1, idx)] if v > 0 else BLOCKS[1])
+        ch = chars.get(v)
+        if ch is None:  # each reading once: a GPU's history shifts by one a second
+            ch = chars[v] = _spark_char(v, hi)
+        out.append(ch)
     return " " * (width - len(out)) + "".join(out)
+
+
+#: sparkline characters by scale and value, worked out once (bounded: readings are floats)
+_SPARK_CHARS: dict[float, dict[float | None, str]] = {}
+_SPARK_MAX = 4096
+
+
+def _spark_chars(hi: float) -> dict[float | None, str]:
+    """The characters worked out for the scale ``hi`` (started again when there are many)."""
+    chars = _SPARK_CHARS.get(hi)
+    if chars is None or len(chars) > _SPARK_MAX:
+        if chars is None and len(_SPARK_CHARS) >= 64:
+            _SPARK_CHARS.clear()
+        chars = _SPARK_CHARS[hi] = {}
+    return chars
+
+
+def _spark_char(v: float | None, hi: float) -> str:
+    """One value's sparkline character on a scale up to ``hi``."""
+    if v is None:
+        return " "
+    idx = int(round(max(0.0, min(1.0, v / hi)) * (len(BLOCKS) - 1)))
+    return BLOCKS[max(1, idx)] if v > 0 else BLOCKS[1]

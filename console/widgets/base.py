@@ -7,9 +7,12 @@ still too wide at spaces (hanging indent), so every character stays readable.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
-from textual.geometry import Size
+from rich.text import Span, Text
+from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widget import Widget
@@ -25,6 +28,17 @@ def render_key(rendered: object) -> object:
     return rendered
 
 
+class Painted(NamedTuple):
+    """A :data:`SnapshotWidget.DIRECT_LINES` widget's lines as painted: the size and base style
+    they are for, each line's strip (in order) and the strips by :func:`line_key`."""
+
+    size: Size
+    base: Style
+    strips: list[Strip]
+    by_key: dict[tuple, Strip]
+    blank: Strip  # below the last line
+
+
 class SnapshotWidget(Widget):
     """A widget whose ``render()`` reads ``self.snapshot`` (bound to the main screen's snapshot).
 
@@ -34,13 +48,15 @@ class SnapshotWidget(Widget):
     (Textual still repaints it itself on a resize or a theme change.)
     """
 
-    #: paint the Rich text of :meth:`render` line by line (:func:`text_strips`) instead of through
-    #: Textual's Content (a third of the cost, for the widgets that repaint every second); only for
-    #: left-aligned text without wrapping, where both give the same cells
+    #: paint the Rich text of :meth:`text_lines` line by line (:func:`line_strip`) instead of
+    #: through Textual's Content (a third of the cost, for the widgets that repaint every second),
+    #: and repaint only the lines that changed (a line unchanged keeps its strip: the screen update
+    #: neither renders nor writes it again); only for left-aligned text without wrapping, where
+    #: both give the same cells
     DIRECT_LINES = False
 
     snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, layout=False, repaint=False)
-    _strips: tuple[Size, list[Strip]] | None = None  # DIRECT_LINES: (size, lines) of the last render
+    _painted: Painted | None = None  # DIRECT_LINES: the lines of the last paint
     _shown: object = None  # render_key() of the last repaint asked for
     _inputs: object = None  # (size, render_inputs()) when that was computed
     _styles_of: dict[str, Style] | None = None  # style_of() by component class
@@ -63,7 +79,13 @@ class SnapshotWidget(Widget):
             if inputs == self._inputs:
                 return
             self._inputs = inputs
-            self.refresh()
+            if self.DIRECT_LINES:
+                self._repaint_lines()
+            else:
+                self.refresh()
+            return
+        if self.DIRECT_LINES:  # rendered once, compared line by line
+            self._repaint_lines()
             return
         key = render_key(self.render())
         if key != self._shown:
@@ -85,22 +107,71 @@ class SnapshotWidget(Widget):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._styles_of = None  # another theme (or CSS): other styles
-        self._strips = None
+        self._painted = None
 
     def refresh(self, *regions, repaint: bool = True, layout: bool = False, recompose: bool = False):
-        if repaint:
-            self._strips = None  # DIRECT_LINES: render again at the next paint
+        if repaint and not regions:
+            self._painted = None  # DIRECT_LINES: all of it again at the next paint (resize, theme...)
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def text_lines(self) -> list[Text]:
+        """DIRECT_LINES: the widget's lines at its current size (:meth:`render` cut at its newlines)."""
+        return self.render().split("\n", allow_blank=True)
+
+    def _paint(self) -> Painted:
+        """Paint :meth:`text_lines` at the current size; a line unchanged since the last paint
+        keeps its strip."""
+        size = self.size
+        base = self.rich_style
+        old = self._painted
+        reuse = old.by_key if old is not None and old.size.width == size.width and old.base == base else {}
+        pad = Style(bgcolor=base.bgcolor)
+        console = self.app.console
+        strips: list[Strip] = []
+        by_key: dict[tuple, Strip] = {}
+        for line in self.text_lines()[: size.height]:
+            key = line_key(line)
+            strip = reuse.get(key)
+            if strip is None:
+                strip = line_strip(line, size.width, base, console, pad)
+            strips.append(strip)
+            by_key[key] = strip
+        self._painted = Painted(size, base, strips, by_key, Strip.blank(size.width, base))
+        return self._painted
+
+    def _repaint_lines(self) -> None:
+        """DIRECT_LINES: paint now and repaint only the rows whose strip changed (all of them when
+        the size or the base style changed)."""
+        old = self._painted
+        new = self._paint()
+        if old is None or old.size != new.size or old.base != new.base:
+            Widget.refresh(self)  # (not self.refresh: that would drop the paint just made)
+            return
+        width = new.size.width
+        rows = [y for y in range(max(len(old.strips), len(new.strips)))
+                if y >= len(old.strips) or y >= len(new.strips) or old.strips[y] is not new.strips[y]]
+        if rows:
+            Widget.refresh(self, *_row_regions(rows, width))
 
     def render_line(self, y: int) -> Strip:
         if not self.DIRECT_LINES:
             return super().render_line(y)
-        size = self.size
-        if self._strips is None or self._strips[0] != size:
-            self._strips = (size, text_strips(self.render(), size.width, size.height, self.rich_style,
-                                              self.app.console))
-        lines = self._strips[1]
-        return lines[y] if 0 <= y < len(lines) else Strip.blank(size.width, self.rich_style)
+        painted = self._painted
+        if painted is None or painted.size != self.size:
+            painted = self._paint()
+        return painted.strips[y] if 0 <= y < len(painted.strips) else painted.blank
+
+
+def _row_regions(rows: list[int], width: int) -> list[Region]:
+    """The sorted ``rows`` as regions ``width`` cells wide, consecutive rows in one region."""
+    regions: list[Region] = []
+    start = prev = rows[0]
+    for y in rows[1:] + [-1]:
+        if y != prev + 1:
+            regions.append(Region(0, start, width, prev - start + 1))
+            start = y
+        prev = y
+    return regions
 
 
 class LinesWidget(SnapshotWidget):
@@ -142,20 +213,35 @@ class LinesWidget(SnapshotWidget):
         text.no_wrap = True
         return text
 
+    def text_lines(self) -> list[Text]:
+        return self.lines_now(self.size.width)
+
+
+def line_key(line: Text) -> tuple:
+    """A line's text and styles: equal for lines that paint the same."""
+    return (line.plain, tuple(line.spans), line.style)
+
+
+def line_strip(line: Text, width: int, base: Style, console, pad: Style | None = None) -> Strip:
+    """One line as a strip ``width`` cells wide over the widget's ``base`` style: cut with an
+    ellipsis where longer (the CSS ``text-overflow: ellipsis``), padded where shorter (with
+    ``pad``, by default the background alone, as Textual pads a line). ``line`` is not changed."""
+    if line.style:  # Text.render ignores a line's own style: as a first span (what Text.join makes of it)
+        line = Text(line.plain, spans=[Span(0, len(line.plain), line.style), *line.spans])
+    if line.cell_len > width:
+        line = line.copy()
+        line.truncate(width, overflow="ellipsis")
+    cells = line.cell_len
+    segments = list(Segment.apply_style(line.render(console), base))
+    if cells < width:
+        segments.append(Segment(" " * (width - cells), pad if pad is not None else Style(bgcolor=base.bgcolor)))
+    return Strip(segments, max(cells, width))
+
 
 def text_strips(text: Text, width: int, height: int, base: Style, console) -> list[Strip]:
-    """``text``'s first ``height`` lines as strips ``width`` cells wide over the widget's ``base``
-    style: cut with an ellipsis where longer (the CSS ``text-overflow: ellipsis``), padded where
-    shorter."""
-    strips = []
-    for line in text.split("\n", allow_blank=True)[:height]:
-        if line.cell_len > width:
-            line.truncate(width, overflow="ellipsis")
-        strip = Strip(list(line.render(console)), line.cell_len).apply_style(base)
-        if strip.cell_length < width:  # padded as Textual pads a line: the background alone
-            strip = strip.extend_cell_length(width, Style(bgcolor=base.bgcolor))
-        strips.append(strip)
-    return strips
+    """``text``'s first ``height`` lines as strips ``width`` cells wide (:func:`line_strip`)."""
+    pad = Style(bgcolor=base.bgcolor)
+    return [line_strip(line, width, base, console, pad) for line in text.split("\n", allow_blank=True)[:height]]
 
 
 def wrap(text: Text, width: int, indent: int = 2) -> list[Text]:

@@ -19,6 +19,8 @@ The axis is chosen so that the threshold line is exact and always visible:
 from __future__ import annotations
 
 import math
+from itertools import groupby
+from operator import itemgetter
 
 from rich.text import Text
 
@@ -98,36 +100,46 @@ def chart_rows(
     step = ymax / height
 
     labels: list[str] = []
-    cells: list[list[tuple[str, str]]] = []
+    for r in range(height):
+        lab = labels_by_row.get(height - 1 - r, "")
+        labels.append(lab.rjust(label_w - 1) + ("┤" if lab else "│"))
+    # column by column (each batch size once: the history repeats sizes), then read out by rows
+    columns: dict[int | None, tuple[tuple[str, str], ...]] = {}
+    for v in cells_data:
+        if v not in columns:
+            columns[v] = _column(v, height, step, ymax, threshold, thr_row, hys_row)
+    cells = [list(row) for row in zip(*(columns[v] for v in cells_data))]
+    return labels, cells, ymax
+
+
+def _column(v: int | None, height: int, step: float, ymax: float, threshold: int | None,
+            thr_row: int | None, hys_row: int | None) -> tuple[tuple[str, str], ...]:
+    """One batch size's ``(kind, char)`` cells, top row first (see :func:`chart_rows`)."""
+    col: list[tuple[str, str]] = []
     for r in range(height):
         rb = height - 1 - r  # row counted from the bottom
-        lab = labels_by_row.get(rb, "")
-        labels.append(lab.rjust(label_w - 1) + ("┤" if lab else "│"))
-        row: list[tuple[str, str]] = []
-        for v in cells_data:
-            fill = 0
-            if v is not None and v > 0:
-                fill = max(0, min(8, round(v / step * 8) - rb * 8))
-                if rb == 0 and fill == 0:
-                    fill = 1  # never hide a non-empty batch
-                if thr_row is not None and rb == thr_row and v >= threshold and fill == 0:
-                    fill = 1  # a batch of exactly N reaches the threshold row
-                if thr_row is not None and v < threshold and rb >= thr_row:
-                    fill = 0  # below N never enters the threshold row (rounding)
-            if fill > 0:
-                kind = "off" if threshold and v >= threshold else "on"
-                char = fmt.BLOCKS[fill]
-                if rb == height - 1 and v > ymax:
-                    char = CLIPPED
-                row.append((kind, char))
-            elif rb == thr_row:
-                row.append(("thr", "─"))
-            elif rb == hys_row:
-                row.append(("hys", "┄"))
-            else:
-                row.append(("", " "))
-        cells.append(row)
-    return labels, cells, ymax
+        fill = 0
+        if v is not None and v > 0:
+            fill = max(0, min(8, round(v / step * 8) - rb * 8))
+            if rb == 0 and fill == 0:
+                fill = 1  # never hide a non-empty batch
+            if thr_row is not None and rb == thr_row and v >= threshold and fill == 0:  # type: ignore[operator]
+                fill = 1  # a batch of exactly N reaches the threshold row
+            if thr_row is not None and v < threshold and rb >= thr_row:  # type: ignore[operator]
+                fill = 0  # below N never enters the threshold row (rounding)
+        if fill > 0:
+            kind = "off" if threshold and v >= threshold else "on"  # type: ignore[operator]
+            char = fmt.BLOCKS[fill]
+            if rb == height - 1 and v > ymax:  # type: ignore[operator]
+                char = CLIPPED
+            col.append((kind, char))
+        elif rb == thr_row:
+            col.append(("thr", "─"))
+        elif rb == hys_row:
+            col.append(("hys", "┄"))
+        else:
+            col.append(("", " "))
+    return tuple(col)
 
 
 class BatchChart(SnapshotWidget):
@@ -149,11 +161,16 @@ class BatchChart(SnapshotWidget):
                 g.mode if g else None)
 
     def render(self) -> Text:
+        text = Text("\n", no_wrap=True).join(self.text_lines())
+        text.no_wrap = True
+        return text
+
+    def text_lines(self) -> list[Text]:
         s = self.snapshot
         g = s.gate
         w, h = self.size.width, self.size.height
         if w < 6 or h < 1:
-            return Text("")
+            return [Text("")]
         auto = g is not None and g.mode == contract.MODE_AUTO  # the learned crossover, no hysteresis
         labels, cells, _ = chart_rows(
             s.batch_history, g.threshold if g else None, None if auto or g is None else g.hysteresis, w, h
@@ -165,22 +182,16 @@ class BatchChart(SnapshotWidget):
             "hys": self.style_of("batch-chart--hysteresis"),
         }
         axis_style = self.style_of("batch-chart--axis")
-        text = Text(no_wrap=True)
-        for i, (lab, row) in enumerate(zip(labels, cells)):
-            text.append(lab, axis_style)
+        lines = []
+        for lab, row in zip(labels, cells):
+            line = Text(no_wrap=True)
+            line.append(lab, axis_style)
             for kind, chars in runs(row):  # one span per run: the chart repaints every second
-                text.append(chars, styles.get(kind))
-            if i < len(labels) - 1:
-                text.append("\n")
-        return text
+                line.append(chars, styles.get(kind))
+            lines.append(line)
+        return lines
 
 
 def runs(row: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``(kind, char)`` cells as ``(kind, chars)`` runs of one kind each, in order."""
-    out: list[tuple[str, str]] = []
-    start = 0
-    for i in range(1, len(row) + 1):
-        if i == len(row) or row[i][0] != row[start][0]:
-            out.append((row[start][0], "".join(c for _, c in row[start:i])))
-            start = i
-    return out
+    return [(kind, "".join(c for _, c in cells)) for kind, cells in groupby(row, key=itemgetter(0))]

@@ -35,8 +35,12 @@ def _cols(width: int, idx: int = 2) -> dict[str, int]:
 
 def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
     """The panel's content as Rich text (``styles``: header, value, na, hot, lost, warn, hist)."""
+    return Text("\n", no_wrap=True, overflow="ellipsis").join(row_lines(s, width, styles))
+
+
+def row_lines(s: st.ConsoleSnapshot, width: int, styles: dict) -> list[Text]:
+    """:func:`render_rows` as its lines: the header, then one line per GPU (and host lines)."""
     g = s.gpus
-    text = Text(no_wrap=True, overflow="ellipsis")
     if g.status != st.GPU_OK:
         label = {
             st.GPU_STARTING: "reading NVML…",
@@ -51,8 +55,7 @@ def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
         if g.message and g.message != label:
             parts.append(Text(f"· {g.message}", styles["na"]))
         parts.append(Text("(the rest of the console keeps working)", styles["na"]))
-        lines = pack(parts[:-1], max(10, width), sep=" ") + [parts[-1]]
-        return Text("\n", no_wrap=True, overflow="ellipsis").join(lines)
+        return pack(parts[:-1], max(10, width), sep=" ") + [parts[-1]]
     served = any(r.host is not None for r in g.rows)
     c = _cols(width, idx=4 if served else 2)
     header = [("TP" if served else "#", "idx"), ("name", "name"), ("util", "util"), ("memory", "mem"),
@@ -62,7 +65,7 @@ def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
         if c[key] <= 0:
             continue
         parts.append(title[: c[key]].rjust(c[key]) if key in ("util", "mem", "temp", "power", "clock") else title[: c[key]].ljust(c[key]))
-    text.append(" ".join(parts), styles["header"])
+    lines = [Text(" ".join(parts), styles["header"])]
     hists = s.gpu_util_history
     hosts = {r.host for r in g.rows if r.host is not None}
     group = None
@@ -72,39 +75,42 @@ def render_rows(s: st.ConsoleSnapshot, width: int, styles: dict) -> Text:
         label = (f"{row.host} (node {fmt.num(row.node_rank)})" if row.host is not None and len(hosts) > 1
                  else "this machine" if row.host is None and served else None)
         if label is not None and label != group:
-            text.append("\n" + label, styles["header"])
+            lines.append(Text(label, styles["header"]))
         group = label
-        text.append("\n")
-        idx = f"TP{row.tp_rank}" if row.host is not None else str(row.index)
-        text.append(idx.ljust(c["idx"]) + " ", styles["value"])
-        name = (row.name or fmt.NA) + (" MIG" if row.mig else "")
-        text.append(name[: c["name"]].ljust(c["name"]) + " ", styles["value"] if row.name else styles["na"])
-        if row.lost:
-            text.append("GPU lost (fell off the bus?) — NVML GPU_IS_LOST", styles["lost"])
+        lines.append(_row_line(row, hists[i] if i < len(hists) else (), c, styles))
+    return lines
+
+
+def _row_line(row: st.GpuRow, hist: tuple, c: dict[str, int], styles: dict) -> Text:
+    """One GPU's line (``hist``: its utilization history; ``c``: the column widths)."""
+    text = Text()
+    idx = f"TP{row.tp_rank}" if row.host is not None else str(row.index)
+    text.append(idx.ljust(c["idx"]) + " ", styles["value"])
+    name = (row.name or fmt.NA) + (" MIG" if row.mig else "")
+    text.append(name[: c["name"]].ljust(c["name"]) + " ", styles["value"] if row.name else styles["na"])
+    if row.lost:
+        text.append("GPU lost (fell off the bus?) — NVML GPU_IS_LOST", styles["lost"])
+        return text
+    if row.error:
+        text.append(f"NVML on the server: {row.error}", styles["warn"])
+        return text
+    cells = [
+        ("util", fmt.num(row.util_pct, "%"), row.util_pct is None),
+        ("mem", fmt.mem_gib(row.mem_used_mib, row.mem_total_mib), row.mem_used_mib is None),
+        ("temp", fmt.num(row.temp_c, "°C"), row.temp_c is None),
+        ("power", fmt.pair(row.power_w, row.power_limit_w, "W"), row.power_w is None),
+        ("clock", fmt.num(row.sm_clock_mhz, "MHz"), row.sm_clock_mhz is None),
+    ]
+    for key, value, missing in cells:
+        w = c[key]
+        if w <= 0:
             continue
-        if row.error:
-            text.append(f"NVML on the server: {row.error}", styles["warn"])
-            continue
-        cells = [
-            ("util", fmt.num(row.util_pct, "%"), row.util_pct is None),
-            ("mem", fmt.mem_gib(row.mem_used_mib, row.mem_total_mib), row.mem_used_mib is None),
-            ("temp", fmt.num(row.temp_c, "°C"), row.temp_c is None),
-            ("power", fmt.pair(row.power_w, row.power_limit_w, "W"), row.power_w is None),
-            ("clock", fmt.num(row.sm_clock_mhz, "MHz"), row.sm_clock_mhz is None),
-            ("hist", None, False),
-        ]
-        for key, value, missing in cells:
-            w = c[key]
-            if w <= 0:
-                continue
-            if key == "hist":
-                hist = hists[i] if i < len(hists) else ()
-                text.append(fmt.sparkline(hist, w, top=100.0), styles["hist"])
-                continue
-            style = styles["na"] if missing else styles["value"]
-            if key == "temp" and row.temp_c is not None and row.temp_c >= HOT_C:
-                style = styles["hot"]
-            text.append(value.rjust(w)[-w:] + " ", style)
+        style = styles["na"] if missing else styles["value"]
+        if key == "temp" and row.temp_c is not None and row.temp_c >= HOT_C:
+            style = styles["hot"]
+        text.append(value.rjust(w)[-w:] + " ", style)
+    if c["hist"] > 0:
+        text.append(fmt.sparkline(hist, c["hist"], top=100.0), styles["hist"])
     return text
 
 
@@ -115,9 +121,14 @@ class GpuTable(SnapshotWidget):
 
     COMPONENT_CLASSES = {"gpu--header", "gpu--value", "gpu--na", "gpu--hot", "gpu--lost", "gpu--warn", "gpu--hist"}
 
+    def _styles(self) -> dict:
+        return {k: self.style_of(f"gpu--{k}") for k in ("header", "value", "na", "hot", "lost", "warn", "hist")}
+
     def render(self) -> Text:
-        styles = {k: self.style_of(f"gpu--{k}") for k in ("header", "value", "na", "hot", "lost", "warn", "hist")}
-        return render_rows(self.snapshot, self.size.width, styles)
+        return render_rows(self.snapshot, self.size.width, self._styles())
+
+    def text_lines(self) -> list[Text]:
+        return row_lines(self.snapshot, self.size.width, self._styles())
 
     def get_content_height(self, container, viewport, width: int) -> int:
         # one line per GPU plus the header; a NVML problem wraps its message
