@@ -233,7 +233,7 @@ class OffStepRunner:
                 self.off_kv_state = self.off_state  # the same (eager) draft extend, KV-only forward
                 return
             reason = (f"no OFF draft-extend CUDA graph (eager KV-only: {draft_kv_only.EAGER_ENV_SWITCH}=1, "
-                      "not yet proven on a GPU)")
+                      "proven on fa3, opt-in until measured)")
         if reason is not None:
             self.off_draft_extend_reason = reason
             return
