@@ -114,7 +114,9 @@ def resolve(argv: list[str]) -> AppConfig:
     if "--" in argv:
         i = argv.index("--")
         own, extra = argv[:i], argv[i + 1:]
-    args = parser.parse_args(own)
+    args, unknown = parser.parse_known_args(own)
+    if unknown:  # with the mode's usage line, not the top-level one
+        parser.mode_parsers.get(args.mode, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
 
     file_cfg = None
     try:

@@ -17,6 +17,8 @@ from console.state import ConsoleSnapshot, ProcessState
 KIND_CONNECTION = "connection"
 #: Outcome.kind of a server rejection (stale once the confirmed N/H change)
 KIND_REJECTED = "rejected"
+#: Outcome.kind of a refusal because the auto threshold has no crossover yet (stale once it has one)
+KIND_NO_CROSSOVER = "no-crossover"
 
 
 @dataclass(frozen=True)

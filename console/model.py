@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from console import gpu_sources, logparse
 from console import state as st
-from console.events import KIND_CONNECTION, KIND_REJECTED, Outcome
+from console.events import KIND_CONNECTION, KIND_NO_CROSSOVER, KIND_REJECTED, Outcome
 from console.load_figures import LoadTracker
 from server_patch import contract
 
@@ -140,6 +140,8 @@ class ConsoleModel:
         if self.message_kind == KIND_REJECTED and sample.gate is not None and (
                 (set_threshold(sample.gate), sample.gate.hysteresis) != self._rejected_against):
             self.set_message(None)  # the reason was about values that are no longer the server's
+        if self.message_kind == KIND_NO_CROSSOVER and sample.gate is not None and sample.gate.threshold is not None:
+            self.set_message(None)  # "no crossover yet" is over: the auto threshold has one now
         self.connection = st.ConnectionState(url=self.url, reachable=True)
         figures = self.load.update(sample, self._sample_at)
         self._record_gpus(gpu_sources.server_rows(sample.gate))
@@ -210,10 +212,11 @@ class ConsoleModel:
         self.message, self.message_level, self.message_at = text, level, self.clock()
         self.message_kind = kind if text else ""
 
-    def refuse(self, why: str) -> Outcome:
+    def refuse(self, why: str, kind: str = "") -> Outcome:
         """A request refused before sending: the panel shows ``why``; the outcome's kind is
-        ``connection`` while the server is down (its notice goes when the server answers)."""
-        kind = KIND_CONNECTION if self.connection.reachable is not True else ""
+        ``connection`` while the server is down (its notice goes when the server answers), else
+        ``kind`` (e.g. KIND_NO_CROSSOVER: it goes when the auto threshold has a crossover)."""
+        kind = KIND_CONNECTION if self.connection.reachable is not True else kind
         self.set_message(why, "error", kind)
         return Outcome(ok=False, level="warning", panel=why, log_lines=(why,), notice=why, kind=kind)
 
@@ -290,7 +293,7 @@ class ConsoleModel:
             base = self.gate.threshold  # the learned crossover
             if base is None:
                 return self.refuse("the auto threshold has not found a crossover yet: set N with t "
-                                   "(threshold not changed)")
+                                   "(threshold not changed)", KIND_NO_CROSSOVER)
             return self._leave_auto(base + delta)
         assert isinstance(base, int)  # check_request refuses a spec_gate without a threshold
         return self.request_change(base + delta, None)
@@ -305,7 +308,7 @@ class ConsoleModel:
         crossing = self.gate.threshold
         if crossing is None:
             return self.refuse("the auto threshold has not found a crossover yet: set N with t "
-                               "(auto stays on)")
+                               "(auto stays on)", KIND_NO_CROSSOVER)
         return self._leave_auto(crossing)
 
     def _leave_auto(self, threshold: int) -> Outcome:

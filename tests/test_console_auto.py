@@ -84,6 +84,16 @@ def test_a_toggles_auto_and_plus_leaves_auto_at_the_crossover():
     assert not refused.ok and "has not found a crossover yet" in refused.log_lines[0]
 
 
+def test_the_no_crossover_refusal_goes_once_the_auto_threshold_has_one():
+    """Fresh-user finding: "has not found a crossover yet" stayed under "crossover ≈ 8 req"."""
+    m = _model(_gate(threshold=None))
+    assert not m.toggle_auto().ok and "has not found a crossover yet" in (m.message or "")
+    m.on_sample(st.ServerSample("0.5.12", _gate(threshold=None), None))
+    assert m.message is not None  # still learning: the reason still holds
+    m.on_sample(st.ServerSample("0.5.12", _gate(threshold=8), None))
+    assert m.message is None
+
+
 def test_leaving_auto_below_the_hysteresis_brings_the_hysteresis_down_with_it():
     """Fresh-user finding: with H 19 and a learned crossover of 8, `a` and `+` were refused
     ("must be > hysteresis 19") and auto stayed on."""

@@ -782,6 +782,16 @@ def test_attach_url_without_scheme_is_normalized_or_refused(tmp_path, monkeypatc
         assert "URL" in capsys.readouterr().err
 
 
+def test_an_unknown_option_of_a_mode_is_reported_with_that_modes_usage(tmp_path, monkeypatch, capsys):
+    """Fresh-user finding: `specconsole demo --bogus` printed the top-level usage."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        cli.resolve(["demo", "--bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: specconsole demo") and "unrecognized arguments: --bogus" in err
+
+
 async def test_http_401_says_pass_api_key():
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(401, json={"error": "Unauthorized"})
