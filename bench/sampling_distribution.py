@@ -2,14 +2,23 @@
 
 Three servers on one synthetic pair, side by side on one GPU (ports ``--port`` + 0, 1, 2): no speculation; the gate forced off
 (threshold 1) with ``SPECCONSOLE_OFF_PLAIN_SAMPLING=1`` (``server_patch/off_sampling.py``); the gate
-forced off with SGLang's speculative verify sampling (the default). Each gets the same
-:data:`DRAWS` requests of one prompt with :data:`PARAMS` (temperature, top_k, top_p, min_p),
-``max_new_tokens`` 2: the first token is drawn by the prefill (the plain Sampler on every server),
-the second by a decode step (an OFF step on the gate servers), so the second tokens' counts must
-follow one distribution where OFF steps draw as without speculation. Compared with a chi-square
-test of homogeneity (:func:`chi_square`, cells with an expected count below 5 pooled); and with
-``sampling_seed`` per request, the share of requests whose two tokens equal the no-speculation
-server's (a seeded multinomial on the same probabilities draws the same token).
+forced off with SGLang's speculative verify sampling (the default). Each gets, per setting of
+:data:`SETTINGS`, the same :data:`DRAWS` requests of one prompt, ``max_new_tokens`` 2: the first token
+is drawn by the prefill (the plain Sampler on every server), the second by a decode step (an OFF
+step on the gate servers), so the second tokens' counts must follow one distribution where OFF
+steps draw as without speculation. Compared with a chi-square test of homogeneity
+(:func:`chi_square`, cells with an expected count below 5 pooled), and by the share of draws of a
+second token that the no-speculation server never drew (:func:`compare`).
+
+The settings fit the 1B synthetic pair (``bench.synthetic_models --preset 1b``), whose target puts
+its next token ~41.6 logits above every other, the others within ~0.4 of each other (bf16 logits of
+the pair's head, scanned on CPU: ``bench/results/h200-2026-12-03c/README.md``): ``spread`` (temperature 48) keeps the top 8 tokens with min_p not binding (the others are
+exp(-41.6/48) = 0.42 of the top, above 0.3): every server must draw alike, and ``sampling_seed``
+per request must draw the same tokens as without speculation; ``min-p`` (temperature 20): min_p 0.3
+leaves only the top token (the others are exp(-41.6/20) = 0.12 of it), so a server without
+speculation draws one token, and a sampler that ignores min_p (SGLang's verify) spreads over the
+top 8 (expected ~70% of draws elsewhere). That second setting is the control: it proves the test
+can see the difference that plain OFF sampling removes.
 
 Usage (GPU machine): python -m bench.sampling_distribution --models /tmp/models/1b/p0.2 --out $R/sampling.json
 """
@@ -32,7 +41,12 @@ from bench.oracle_check import make_prompts
 from bench.server_harness import plain_args, record_failure, set_gate, start_server, stop_server, wait_ready
 
 DRAWS, CONCURRENCY = 1000, 32
-PARAMS = {"temperature": 2.0, "top_k": 8, "top_p": 0.95, "min_p": 0.05}
+BASE = {"top_k": 8, "top_p": 0.95, "min_p": 0.3}
+# name -> (sampling params, whether seeded draws are made too, what the no-speculation-like server must show)
+SETTINGS: Dict[str, Dict[str, Any]] = {
+    "spread": {"params": {**BASE, "temperature": 48.0}, "seeded": True},
+    "min-p": {"params": {**BASE, "temperature": 20.0}, "seeded": False},
+}
 SERVERS = ("none", "off-plain", "off-speculative")
 REQUEST_TIMEOUT_S = 60  # a 2-token request; a server that takes longer is stalled, and the record says so
 ALPHA = 0.01  # a p-value below this says the two servers draw from different distributions
@@ -72,10 +86,10 @@ def chi_square(a: Counter, b: Counter) -> Dict[str, Any]:
     return {"statistic": round(x, 3), "df": df, "p_value": p, "cells": len(cells)}
 
 
-def draw(url: str, prompt: List[int], seeded: bool) -> List[Tuple[int, ...]]:
-    """:data:`DRAWS` requests of ``prompt``: each request's two output tokens."""
+def draw(url: str, prompt: List[int], sampling: Dict[str, Any], seeded: bool) -> List[Tuple[int, ...]]:
+    """:data:`DRAWS` requests of ``prompt`` with the sampling params ``sampling``: each request's two output tokens."""
     def one(i: int) -> Tuple[int, ...]:
-        params = {**PARAMS, "max_new_tokens": 2, "ignore_eos": True}
+        params = {**sampling, "max_new_tokens": 2, "ignore_eos": True}
         if seeded:
             params["sampling_seed"] = 1000 + i
         r = httpx.post(url + "/generate", json={"input_ids": prompt, "sampling_params": params}, timeout=REQUEST_TIMEOUT_S)
@@ -104,10 +118,13 @@ def run_server(kind: str, models: Path, prompt: List[int], port: int, log_dir: P
         lap("ready")
         if kind != "none":
             set_gate(server.url, threshold=1, hysteresis=0)
-        rec["unseeded"] = [list(t) for t in draw(server.url, prompt, seeded=False)]
-        lap("unseeded")
-        rec["seeded"] = [list(t) for t in draw(server.url, prompt, seeded=True)]
-        lap("seeded")
+        rec["draws"] = {}
+        for name, setting in SETTINGS.items():
+            d = rec["draws"][name] = {"unseeded": [list(t) for t in draw(server.url, prompt, setting["params"], False)]}
+            lap(f"{name}-unseeded")
+            if setting["seeded"]:
+                d["seeded"] = [list(t) for t in draw(server.url, prompt, setting["params"], True)]
+                lap(f"{name}-seeded")
         if kind != "none":
             g = httpx.get(server.url + "/server_info", timeout=30).json()["internal_states"][0]["spec_gate"]
             rec["off_sampling"] = g.get("off_sampling")
@@ -120,19 +137,49 @@ def run_server(kind: str, models: Path, prompt: List[int], port: int, log_dir: P
 
 
 def compare(none: Dict[str, Any], other: Dict[str, Any]) -> Dict[str, Any]:
-    """``other``'s second tokens against ``none``'s (:func:`chi_square`), and the share of seeded
-    requests whose two tokens equal ``none``'s."""
+    """``other``'s draws of one setting against ``none``'s (each ``{"unseeded": [[t1, t2], ...],
+    "seeded": ...}``): the chi-square of the second tokens (:func:`chi_square`), the share of
+    ``other``'s second tokens that ``none`` never drew, and (seeded draws) the share of requests whose
+    two tokens equal ``none``'s.
+
+    ``same_distribution``: the chi-square's verdict at :data:`ALPHA`; where fewer than :data:`MIN_DF`
+    degrees of freedom are left it is decided by the support alone: ``False`` when over 5% of
+    ``other``'s draws fall outside ``none``'s support, else ``None`` (``inconclusive``: one token
+    drawn by both proves nothing by itself; the ``min-p`` setting's control says whether it could
+    have told them apart)."""
     second = lambda rec: Counter(t[1] for t in rec["unseeded"])  # noqa: E731
-    same = sum(1 for x, y in zip(none["seeded"], other["seeded"]) if x == y) / len(none["seeded"])
-    out = {"second_token": chi_square(second(none), second(other)), "seeded_equal_share": round(same, 4),
-           "distinct_second_tokens": len(second(none) | second(other))}
-    if out["second_token"]["df"] < MIN_DF:  # one token drawn nearly always: the test cannot tell anything apart
+    a, b = second(none), second(other)
+    outside = sum(n for k, n in b.items() if k not in a) / max(1, sum(b.values()))
+    out = {"second_token": chi_square(a, b), "distinct_second_tokens": len(a | b),
+           "outside_none_support_share": round(outside, 4)}
+    if "seeded" in none and "seeded" in other:
+        same = sum(1 for x, y in zip(none["seeded"], other["seeded"]) if x == y) / len(none["seeded"])
+        out["seeded_equal_share"] = round(same, 4)
+    if out["second_token"]["df"] >= MIN_DF:
+        out["same_distribution"] = out["second_token"]["p_value"] >= ALPHA
+    elif outside > 0.05:
+        out["same_distribution"] = False
+    else:
         out["same_distribution"] = None
         out["inconclusive"] = (f"only {out['second_token']['cells']} cell(s) with an expected count >= 5: the "
                                f"pair's distribution is too peaked at these parameters (raise --temperature)")
-    else:
-        out["same_distribution"] = out["second_token"]["p_value"] >= ALPHA
     return out
+
+
+def verdict(comparisons: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[str, Any]:
+    """The proof from :func:`compare` per setting and server (``{setting: {"off-plain": ..,
+    "off-speculative": ..}}``): OFF steps with plain sampling draw as without speculation when every
+    setting says so, or says ``inconclusive`` only where the speculative control differs (the test
+    could see a difference there and found none)."""
+    plain_ok, control_differs = True, False
+    for name, c in comparisons.items():
+        p, s = c["off-plain"], c["off-speculative"]
+        if p["same_distribution"] is False:
+            plain_ok = False
+        elif p["same_distribution"] is None and not (s["same_distribution"] is False and p["outside_none_support_share"] == 0):
+            plain_ok = False
+        control_differs = control_differs or s["same_distribution"] is False
+    return {"off_plain_samples_as_none": plain_ok, "off_speculative_differs_somewhere": control_differs}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -142,14 +189,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--mem-fraction", type=float, default=0.3)
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
     ap.add_argument("--port", type=int, default=31850)
-    ap.add_argument("--temperature", type=float, default=PARAMS["temperature"],
-                    help="the synthetic pairs' logit margins are large (>= 40 in bf16): a high temperature "
-                         "(tens) spreads the draws over several tokens")
-    ap.add_argument("--min-p", type=float, default=PARAMS["min_p"])
     a = ap.parse_args(argv)
-    if a.temperature <= 0 or not 0 <= a.min_p < 1:
-        ap.error("--temperature must be > 0 and --min-p in [0, 1)")
-    PARAMS.update(temperature=a.temperature, min_p=a.min_p)  # every draw of this run
     from bench.synthetic_models import Oracle
 
     try:
@@ -173,13 +213,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 
 def write_result(out: Path, prompt: List[int], runs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    """Write the JSON of the servers finished so far (the comparisons once all three have draws)."""
-    result: Dict[str, Any] = {"params": PARAMS, "draws": DRAWS, "prompt": prompt, "alpha": ALPHA,
-                              "servers": {k: {x: v for x, v in r.items() if x not in ("unseeded", "seeded")}
-                                          for k, r in runs.items()}}
-    if all("seeded" in runs.get(k, {}) for k in SERVERS):
-        result["off_plain_vs_none"] = compare(runs["none"], runs["off-plain"])
-        result["off_speculative_vs_none"] = compare(runs["none"], runs["off-speculative"])
+    """Write the JSON of the servers finished so far (the comparisons and :func:`verdict` once all
+    three have drawn every setting)."""
+    result: Dict[str, Any] = {"settings": SETTINGS, "draws": DRAWS, "prompt": prompt, "alpha": ALPHA,
+                              "servers": {k: {x: v for x, v in r.items() if x != "draws"} for k, r in runs.items()}}
+    if all(set(runs.get(k, {}).get("draws", {})) == set(SETTINGS) for k in SERVERS):
+        result["comparisons"] = {name: {k: compare(runs["none"]["draws"][name], runs[k]["draws"][name])
+                                        for k in ("off-plain", "off-speculative")} for name in SETTINGS}
+        result.update(verdict(result["comparisons"]))
     out.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
