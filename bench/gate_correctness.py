@@ -153,7 +153,7 @@ def server_variant(extra: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
-#: the plugin's opt-in switches: a run with one of them set is another variant of its entry
+#: the plugin's switch variables: a run with one of them set (either way) is another variant of its entry
 OPT_IN_ENV = ("SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER", "SPECCONSOLE_OFF_PLAIN_SAMPLING")
 
 

@@ -452,6 +452,10 @@ def stages_of(doc: Dict[str, Any]) -> Dict[str, Any]:
     return trace["stages"]
 
 
+#: two windows whose output tokens per decode step differ by more than this ran different batches
+LOAD_RATIO_LIMIT = 1.25
+
+
 def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
     """B against A (two :func:`stage_summary` results), in ms per 1000 output tokens: per stage
     (``stages``: total, busy and idle; they sum to the window's), per step kind (``steps``: wall
@@ -494,7 +498,13 @@ def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
         r["share"] = round(r["wall_ms"]["diff"] / gap, 3) if gap else None
         steps.append(r)
     total = row("window", a, b, ("window_ms", "gpu_busy_ms", "gpu_idle_ms"))
-    return {"unit": "ms per 1000 output tokens",
+    per_step = {}
+    for k, s_ in (("a", a), ("b", b)):
+        n = (s_.get("steps", {}).get("decode") or {}).get("steps")
+        per_step[k] = round(s_["tokens"]["output_tokens"] / n, 2) if n else None
+    load_differs = (None if None in per_step.values() else
+                    max(per_step.values()) > LOAD_RATIO_LIMIT * min(per_step.values()))
+    return {"unit": "ms per 1000 output tokens", "tokens_per_decode_step": per_step, "load_differs": load_differs,
             "tokens": {"a": a["tokens"]["output_tokens"], "b": b["tokens"]["output_tokens"]},
             "window_ms": {"a": a["window_ms"], "b": b["window_ms"]},
             "tok_s": {"a": round(a["tokens"]["output_tokens"] / a["window_ms"] * 1000, 1),
@@ -511,7 +521,13 @@ def format_comparison(cmp: Dict[str, Any], a_name: str = "A", b_name: str = "B")
              f"({cmp['tok_s']['b']:g} tok/s in the window)",
              f"window, {cmp['unit']}: A {t['window_ms']['a']:.2f}, B {t['window_ms']['b']:.2f}, "
              f"B - A {t['window_ms']['diff']:+.2f} (GPU busy {t['gpu_busy_ms']['diff']:+.2f}, "
-             f"GPU idle {t['gpu_idle_ms']['diff']:+.2f})", "",
+             f"GPU idle {t['gpu_idle_ms']['diff']:+.2f})"]
+    per = cmp.get("tokens_per_decode_step") or {}
+    if per.get("a") is not None and per.get("b") is not None:
+        lines.append(f"output tokens per decode step: A {per['a']:g}, B {per['b']:g}"
+                     + (" -- NOT THE SAME LOAD: the windows ran different batches (a drain, a ramp?); "
+                        "per-step times compare loads, not servers" if cmp.get("load_differs") else ""))
+    lines += ["",
              f"By stage (what the GPU work was launched for; idle charged to the work that ended it), {cmp['unit']}:",
              "| stage | A | B | B - A | of the gap | B - A busy | B - A idle |", "|---|---|---|---|---|---|---|"]
 

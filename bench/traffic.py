@@ -459,11 +459,17 @@ PROFILE_STEPS = 200  # forward steps (scheduler batches: prefills and decode ste
 PROFILE_DELAY_S = 6.0
 
 
+#: the profiled pass sends this many times the row's requests (same lengths and arrival process):
+#: with only the row's (112 at 64 concurrent), the pass was draining when the window began, ~9 and
+#: ~16 tokens a decode step instead of 64 (bench/results/h200-2026-12-03c/README.md)
+PROFILE_PASS_FACTOR = 3
+
+
 @dataclasses.dataclass(frozen=True)
 class ProfileSpec:
     """``--profile-row WORKLOAD:LEVEL``: after that row is measured, its requests are sent once more
-    (not recorded) and ``steps`` forward steps of that pass, ``delay_s`` after it starts, are
-    recorded with SGLang's profiler. ``level``: the closed loop's max concurrency, or the Poisson
+    (:data:`PROFILE_PASS_FACTOR` times as many; not recorded) and ``steps`` forward steps of that
+    pass, ``delay_s`` after it starts, are recorded with SGLang's profiler. ``level``: the closed loop's max concurrency, or the Poisson
     rate (requests/s)."""
 
     workload: str
@@ -679,6 +685,9 @@ def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spe
     pass_argv = list(argv)
     pass_file = row_file.with_name(row_file.stem + "-profile" + row_file.suffix)
     pass_argv[pass_argv.index("--output-file") + 1] = str(pass_file)
+    # more requests than the row's, so that the window lies in the steady load, not in the drain
+    i = pass_argv.index("--num-prompts") + 1
+    pass_argv[i] = str(PROFILE_PASS_FACTOR * int(pass_argv[i]))
     t0, interrupted = time.time(), False
     thread = threading.Thread(target=start, name="start-profile", daemon=True)
     if before is not None:

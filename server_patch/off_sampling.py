@@ -1,4 +1,4 @@
-"""OFF steps that sample as a server without speculation does (opt-in until proven on a GPU).
+"""OFF steps that sample as a server without speculation does (default on v2, where it is proven).
 
 Why: an OFF step's one-token verify samples its bonus token the speculative way. SGLang 0.5.12's
 verify (v1 ``EagleVerifyInput.verify``, ``speculative/eagle_info.py:346-385``; v2
@@ -20,8 +20,15 @@ the root, the root as the only accepted index, 0 accepted drafts). Logprobs are 
 from the logits afterwards, as before. TP > 1: SGLang broadcasts the drawn tokens from rank 0
 right after the kernel, as it does for its own draws.
 
-``SPECCONSOLE_OFF_PLAIN_SAMPLING=1`` turns it on; off by default until the GPU proof (a
-chi-square of OFF-step draws against a server without speculation, ``bench/GPU_PLAN.md``) holds.
+Proven on the H200 on v2 at TP 1 (``bench/results/h200-2026-12-03c/``, ``bench.sampling_distribution``):
+at temperature 48 / top-k 8 / top-p 0.95 the OFF steps' draws and a server without speculation's
+are one distribution (chi-square p = 0.93, 64 cells, 1,000 draws each); at temperature 20 with
+min_p 0.3 both drew only the one token min_p leaves, while SGLang's verify sampling put 45.6% of
+its draws elsewhere (p = 2e-123). So it is the default on ``EAGLEWorkerV2``; on ``EAGLEWorker``
+(v1) it has not been drawn on a GPU yet and stays opt-in. ``SPECCONSOLE_OFF_PLAIN_SAMPLING=1``
+turns it on for both workers, ``=0`` off for both (SGLang's verify sampling). A ``sampling_seed``
+is used by SGLang 0.5.12 only with ``--enable-deterministic-inference``
+(``sampling_batch_info.py``), with or without speculation.
 """
 
 from __future__ import annotations
@@ -37,9 +44,14 @@ PLAIN = "plain-decode-sampler"
 SPECULATIVE = "speculative-verify"
 
 
-def enabled_by_env() -> bool:
-    """True when ``SPECCONSOLE_OFF_PLAIN_SAMPLING=1`` asks for plain-decode sampling on OFF steps."""
-    return os.environ.get(ENV_SWITCH, "0") == "1"
+def mode(v2: bool) -> str:
+    """How OFF steps of a worker draw non-greedy tokens: :data:`PLAIN` or :data:`SPECULATIVE`.
+    ``SPECCONSOLE_OFF_PLAIN_SAMPLING`` ``1`` / ``0`` decides for both workers; unset, :data:`PLAIN`
+    on v2 (``EAGLEWorkerV2``, proven) and :data:`SPECULATIVE` on v1 (not yet drawn on a GPU)."""
+    value = os.environ.get(ENV_SWITCH)
+    if value in ("0", "1"):
+        return PLAIN if value == "1" else SPECULATIVE
+    return PLAIN if v2 else SPECULATIVE
 
 
 @dataclasses.dataclass

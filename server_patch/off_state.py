@@ -184,8 +184,8 @@ class OffStepRunner:
     """
 
     any_rank: Callable[[bool], bool] = bool  # TP 1 (and a runner built without __init__)
-    #: how OFF steps draw non-greedy tokens (``server_patch/off_sampling.py``): SGLang's speculative
-    #: verify, or with ``SPECCONSOLE_OFF_PLAIN_SAMPLING=1`` the target runner's own Sampler
+    #: how OFF steps draw non-greedy tokens (``server_patch/off_sampling.py``, :func:`off_sampling.mode`):
+    #: the target runner's own Sampler (v2 by default) or SGLang's speculative verify
     off_sampling: str = sampling.SPECULATIVE
 
     def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
@@ -212,7 +212,7 @@ class OffStepRunner:
         self._init_kv_only()
         self._agree_on_kv_only()
         self._init_early_seq_lens()
-        self.off_sampling = sampling.PLAIN if sampling.enabled_by_env() else sampling.SPECULATIVE
+        self.off_sampling = sampling.mode(self.v2)
 
     def _init_kv_only(self) -> None:
         """The KV-only OFF draft extend (``draft_kv_only``): a second OFF state whose draft-extend
@@ -232,8 +232,7 @@ class OffStepRunner:
                 self.kv_only = draft_kv_only.EagerKvOnly(model, layer, sampled, self.any_rank)
                 self.off_kv_state = self.off_state  # the same (eager) draft extend, KV-only forward
                 return
-            reason = (f"no OFF draft-extend CUDA graph (eager KV-only: {draft_kv_only.EAGER_ENV_SWITCH}=1, "
-                      "proven on fa3, opt-in until measured)")
+            reason = f"no OFF draft-extend CUDA graph and {draft_kv_only.EAGER_ENV_SWITCH}=0 (no eager KV-only extend)"
         if reason is not None:
             self.off_draft_extend_reason = reason
             return

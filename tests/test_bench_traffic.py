@@ -879,8 +879,9 @@ def test_profile_row_records_a_repeat_of_the_row_and_summarizes_it_by_stage(serv
     assert [r["concurrency"] for r in rows] == ["16", "64"]  # the profiled pass is not a row
     argvs = bench()
     assert len(argvs) == 3
-    same = [[x for i, x in enumerate(a) if a[i - 1] != "--output-file"] for a in argvs]
-    assert same[2] == same[1]  # the pass sends the c=64 row's requests again
+    same = [[x for i, x in enumerate(a) if a[i - 1] not in ("--output-file", "--num-prompts")] for a in argvs]
+    assert same[2] == same[1]  # the pass sends the c=64 row's requests again, three times as many
+    assert int(opt(argvs[2], "--num-prompts")) == traffic.PROFILE_PASS_FACTOR * int(opt(argvs[1], "--num-prompts"))
     assert opt(argvs[2], "--output-file").endswith("-c64-profile.jsonl")
     (path, body, sets), = posts
     assert path == "/start_profile" and sets == [(1, 0)]  # while the gate was forced off
@@ -890,7 +891,7 @@ def test_profile_row_records_a_repeat_of_the_row_and_summarizes_it_by_stage(serv
     assert body["output_dir"] == str((out / name).resolve())
     doc = json.loads((out / f"{name}.json").read_text())
     assert doc["errors"] == [] and doc["primary"] == "1764633600.1-TP-0.trace.json.gz"
-    assert doc["tokens_per_verify"] == 1.0 and doc["pass"]["completed"] == 8 and doc["threshold"] == 1
+    assert doc["tokens_per_verify"] == 1.0 and doc["pass"]["completed"] == 24 and doc["threshold"] == 1
     stages = doc["traces"][doc["primary"]]["stages"]
     assert set(stages["stages"]) == {"prefill", "draft_prefill", "decode"}
     assert stages["tokens"]["output_tokens"] == 66 and doc["traces"][doc["primary"]]["summary"]["graph_launches"] == 1
@@ -903,6 +904,7 @@ def test_profile_row_records_a_repeat_of_the_row_and_summarizes_it_by_stage(serv
     cli(monkeypatch, "compare-profiles", out / f"{name}.json", out / f"{name}.json")
     text = capsys.readouterr().out
     assert "A = off varied-closed c=64" in text and "B - A +0.00" in text
+    assert "output tokens per decode step" in text and "NOT THE SAME LOAD" not in text
 
 
 def test_a_profile_cut_short_is_stopped_and_a_failed_one_keeps_the_rows(servers, bench, tmp_path, monkeypatch,

@@ -499,8 +499,8 @@ def test_an_off_step_runs_inside_the_eager_kv_only_forward_and_a_resume_step_doe
     assert seen[-1] == "full output" and not runner.draft_stale
 
 
-@pytest.mark.parametrize("env, eager", [(None, False), ("1", True)])
-def test_without_a_draft_extend_graph_the_eager_kv_only_extend_is_opt_in(env, eager, monkeypatch):
+@pytest.mark.parametrize("env, eager", [(None, True), ("1", True), ("0", False)])
+def test_without_a_draft_extend_graph_the_eager_kv_only_extend_runs_unless_switched_off(env, eager, monkeypatch):
     if env is None:
         monkeypatch.delenv(draft_kv_only.EAGER_ENV_SWITCH, raising=False)
     else:

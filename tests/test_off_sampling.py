@@ -79,8 +79,9 @@ def test_a_tree_of_more_than_one_node_or_nothing_noted_is_refused():
         osm.sample_root(osm.Noted(), FakeSampler(None))(**_outputs())
 
 
-@pytest.mark.parametrize("env, plain", [(None, False), ("0", False), ("1", True)])
-def test_the_off_step_draws_in_the_plain_sampling_context_only_when_asked(env, plain, monkeypatch):
+@pytest.mark.parametrize("env, v2, plain", [(None, True, True), (None, False, False), ("0", True, False),
+                                           ("1", True, True), ("1", False, True), ("0", False, False)])
+def test_the_off_step_draws_in_the_plain_sampling_context_by_default_on_v2_and_when_asked(env, v2, plain, monkeypatch):
     if env is None:
         monkeypatch.delenv(osm.ENV_SWITCH, raising=False)
     else:
@@ -94,11 +95,11 @@ def test_the_off_step_draws_in_the_plain_sampling_context_only_when_asked(env, p
 
     monkeypatch.setattr(osm, "plain_sampling", fake_plain)
     runner = off_state.OffStepRunner.__new__(off_state.OffStepRunner)
-    runner.v2 = True
+    runner.v2 = v2
     runner._init_early_seq_lens()
     runner.early_seq_lens = False
     runner._no_kv_only("not built in this test")
-    runner.off_sampling = osm.PLAIN if osm.enabled_by_env() else osm.SPECULATIVE
+    runner.off_sampling = osm.mode(v2)
     runner._draft_owner = types.SimpleNamespace()
     runner.on_state = runner.off_state = "state"
     runner._apply = lambda state: None
@@ -108,4 +109,4 @@ def test_the_off_step_draws_in_the_plain_sampling_context_only_when_asked(env, p
     runner.worker = types.SimpleNamespace(target_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(sampler=sampler)))
     inside = []
     runner.run_off_step(lambda batch: inside.append(len(entered)) or "result", types.SimpleNamespace(seq_lens=None))
-    assert entered == ([(sampler, True)] if plain else []) and inside == [1 if plain else 0]
+    assert entered == ([(sampler, v2)] if plain else []) and inside == [1 if plain else 0]
