@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import httpx
 
-from bench.gate_correctness import MAX_RR, config_server_args
+from bench.gate_correctness import CONFIGS, MAX_RR, config_server_args
 from bench.oracle_check import make_prompts
 from bench.server_harness import plain_args, record_failure, set_gate, start_server, stop_server, wait_ready
 
@@ -100,14 +100,15 @@ def draw(url: str, prompt: List[int], sampling: Dict[str, Any], seeded: bool) ->
         return list(pool.map(one, range(DRAWS)))
 
 
-def run_server(kind: str, models: Path, prompt: List[int], port: int, log_dir: Path, mem_fraction: float) -> Dict[str, Any]:
+def run_server(kind: str, models: Path, prompt: List[int], port: int, log_dir: Path, mem_fraction: float,
+               config: str = "v2-topk1") -> Dict[str, Any]:
     """One server of :data:`SERVERS`: its unseeded and seeded draws (``none`` without speculation)."""
     if kind == "none":
         args = plain_args(str(models / "target"), max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
                           mem_fraction=mem_fraction)
         env = None
     else:
-        args = config_server_args("v2-topk1", models, 1, mem_fraction)
+        args = config_server_args(config, models, 1, mem_fraction)
         env = {"SPECCONSOLE_OFF_PLAIN_SAMPLING": "1" if kind == "off-plain" else "0"}
     rec: Dict[str, Any] = {"server": kind, "seconds": {}}
     t0 = time.monotonic()
@@ -189,6 +190,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--mem-fraction", type=float, default=0.3)
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
     ap.add_argument("--port", type=int, default=31850)
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="v2-topk1",
+                    help="the gate servers' configuration (bench.gate_correctness); the none server is plain decode")
     a = ap.parse_args(argv)
     from bench.synthetic_models import Oracle
 
@@ -201,21 +204,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     lock = threading.Lock()
 
     def one(i: int, kind: str) -> None:
-        rec = run_server(kind, a.models, prompt, a.port + i, a.log_dir, a.mem_fraction)
+        rec = run_server(kind, a.models, prompt, a.port + i, a.log_dir, a.mem_fraction, a.config)
         with lock:  # a partial result on disk after each server, in case the run is cut short
             runs[kind] = rec
-            write_result(a.out, prompt, runs)
+            write_result(a.out, prompt, runs, a.config)
 
     with ThreadPoolExecutor(max_workers=len(SERVERS)) as pool:
         for f in [pool.submit(one, i, k) for i, k in enumerate(SERVERS)]:
             f.result()
-    print(json.dumps({k: v for k, v in write_result(a.out, prompt, runs).items() if k != "servers"}))
+    print(json.dumps({k: v for k, v in write_result(a.out, prompt, runs, a.config).items() if k != "servers"}))
 
 
-def write_result(out: Path, prompt: List[int], runs: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+def write_result(out: Path, prompt: List[int], runs: Dict[str, Dict[str, Any]], config: str = "v2-topk1") -> Dict[str, Any]:
     """Write the JSON of the servers finished so far (the comparisons and :func:`verdict` once all
     three have drawn every setting)."""
-    result: Dict[str, Any] = {"settings": SETTINGS, "draws": DRAWS, "prompt": prompt, "alpha": ALPHA,
+    result: Dict[str, Any] = {"config": config, "settings": SETTINGS, "draws": DRAWS, "prompt": prompt, "alpha": ALPHA,
                               "servers": {k: {x: v for x, v in r.items() if x != "draws"} for k, r in runs.items()}}
     if all(set(runs.get(k, {}).get("draws", {})) == set(SETTINGS) for k in SERVERS):
         result["comparisons"] = {name: {k: compare(runs["none"]["draws"][name], runs[k]["draws"][name])
