@@ -38,7 +38,7 @@ from console.screens.main import MainScreen
 from console.screens.no_server import NoServerScreen
 from console.screens.threshold_dialog import ThresholdDialog, ThresholdRequest
 from console.session import wall_clock
-from console.textual_compat import KeyOrderMixin, NoticeMixin
+from console.textual_compat import KeyOrderMixin, NoticeMixin, calm_driver
 from console.widgets.log_panel import LogPanel, own_lines_notice
 from console.widgets.log_view import LogView
 
@@ -110,6 +110,11 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
 
     def get_default_screen(self) -> Screen:
         return MainScreen(id="main")
+
+    def get_driver_class(self):
+        """Textual's driver, but on Linux / macOS one whose input thread sleeps until a key comes
+        (:class:`console.textual_compat.CalmInputDriver`: Textual's wakes ten times a second)."""
+        return calm_driver(super().get_driver_class())
 
     @property
     def main_screen(self) -> MainScreen:

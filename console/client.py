@@ -14,8 +14,10 @@ failures into growing poll delays.
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import ssl
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,21 @@ import httpx
 
 from console.state import NOT_JSON_REASON, GateState, LoadState, MetricsState, ServerSample, SetResult
 from server_patch import contract
+
+
+def _sniffio_absent_fast() -> None:
+    """Where ``sniffio`` is not installed, make ``import sniffio`` fail at once.
+
+    httpcore imports it in every request and every response close (to tell asyncio from trio),
+    and a module that is not installed is searched for along ``sys.path`` each time: eight failed
+    imports per poll, about a tenth of the poll's CPU. A ``None`` in ``sys.modules`` is Python's
+    way of saying "not importable": the import raises ``ImportError`` as before, without the search.
+    """
+    if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+
+_sniffio_absent_fast()
 
 #: HTTP timeout per request, seconds
 DEFAULT_TIMEOUT_S = 5.0

@@ -48,23 +48,57 @@ Five workarounds, each with its reason:
   log panel's title counts the lines held, which changes with every poll of the server (its access
   lines are held, hidden): that repainted the whole log pane once or twice a second.
 
+* **A scrollbar painted from rows painted before** (:class:`RowScrollBar`,
+  :func:`row_vertical_scrollbar`): a ``ScrollBar`` renders itself whole through a Rich renderable
+  at every move of its thumb, i.e. once a second in the log pane while it follows the log; that
+  cost about as much as the log view's own repaint, though the bar is a few kinds of row (track,
+  thumb, the thumb's end glyphs) that were all painted before.
+
+* **Lines painted without the styles cache** (:func:`plain_box`, :func:`widget_lines`): for a
+  widget without border, outline, padding, tint, hatch or opacity, Textual's styles cache
+  passes each content line through unchanged but makes a new strip of it on every repaint, so
+  a line that only moved (the log pane scrolling one row a second) was filtered, cut into the
+  screen's chops and turned into terminal text again. Its own lines, kept by the widget, go
+  through Textual's per-strip caches instead.
+
+* **An input thread that sleeps until a key comes** (:class:`CalmInputDriver`): Textual's
+  ``LinuxDriver`` reads the terminal in a thread that wakes every 0.1 s, to see whether the app
+  is quitting and to time out a lone Escape; ten wake-ups a second were about 0.1 points of the
+  console's 2% CPU budget. This one waits for input, for the parser's own deadline (a lone
+  Escape still arrives after Textual's 0.1 s) or for a byte on a pipe that
+  ``disable_input`` writes (then it polls as Textual's does until the thread ends).
+
 * **A growing log without a layout** (:func:`set_virtual_size`): ``virtual_size`` is a layout
   reactive, so each new line the log pane shows (its virtual height grows by one) laid out the
   whole screen again. While the scrollbars shown stay the same, only the view and its scrollbars
   need an update.
 
-Internals used: ``Widget._scroll_update`` (scrollbar sizes, scroll clamping), ``Widget._border_title`` (what ``border_title`` stores), ``Screen._modal_binding_chain``, ``Widget._bindings``, ``Input.check_consume_key``,
+Internals used: ``LinuxDriver.run_input_thread`` (copied, with another wait),
+``Parser._timeout_time``, what ``textual._styles_cache.StylesCache.render`` does with a plain box's lines,
+``Widget._vertical_scrollbar`` and ``App._start_widget`` (how
+``Widget.vertical_scrollbar`` makes its scrollbar), ``ScrollBarRender.render_bar`` and how its
+``__rich_console__`` calls it, ``Widget._scroll_update`` (scrollbar sizes, scroll clamping), ``Widget._border_title`` (what ``border_title`` stores), ``Screen._modal_binding_chain``, ``Widget._bindings``, ``Input.check_consume_key``,
 ``Input._restart_blink``, ``App._notifications`` / ``_unnotify`` / ``_refresh_notifications``,
 ``textual.notifications.Notify``. ``tests/test_textual_compat.py`` pins each behaviour.
 """
 
 from __future__ import annotations
 
+import os
+import selectors
+from codecs import getincrementaldecoder
 from typing import Any
 
 from textual import events
+from textual._loop import loop_last
+from textual._time import get_time
+from textual._xterm_parser import XTermParser
+from textual.color import Color
 from textual.geometry import Region, Size
+from textual._parser import ParseError
 from textual.notifications import Notification, Notify
+from textual.scrollbar import ScrollBar, ScrollBarRender
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input
 
@@ -259,3 +293,201 @@ def set_virtual_size(view: Widget, size: Size) -> None:
     view.set_reactive(Widget.virtual_size, size)
     view._scroll_update(size)
     view.refresh()
+
+
+class RowScrollBar(ScrollBar):
+    """A vertical ``ScrollBar`` that paints each row with the strip Textual made before for a row
+    drawn the same (the same segment of ``ScrollBarRender.render_bar``: the track above or below
+    the thumb, the thumb, one of its end glyphs), at the same size and in the same colours.
+
+    Textual renders the whole bar through its Rich renderable on every move of the thumb (once a
+    second in the log pane while it follows the log); a bar whose rows were all seen before is
+    assembled from those strips instead, which also lets Textual's per-strip caches (filters,
+    the screen's chops, the terminal text) answer for it. Rows not seen yet: Textual's render.
+    """
+
+    _rows: dict | None = None  # render_bar segment -> strip painted for it
+    _rows_key: object = None  # (size, colours) the rows are for
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._rows = None  # other colours
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        rendered = self.render()
+        if type(rendered) is not ScrollBarRender or not rendered.vertical or not plain_box(self):
+            return super().render_lines(crop)
+        width, height = self.size
+        rows = bar_segments(rendered, width, height, self.app.console)
+        known = self._known_rows((self.size, rendered.style, self.rich_style, tuple(self.get_line_filters())))
+        if not all(row in known for row in rows):
+            whole = super().render_lines(self.size.region)
+            if len(whole) != len(rows):  # (not a bar of one segment per row: Textual's way)
+                return super().render_lines(crop)
+            for row, strip in zip(rows, whole):
+                known.setdefault(row, strip)
+        strips = [known[rows[y]] for y in crop.line_range]
+        x1, x2 = crop.column_span
+        return strips if (x1, x2) == (0, width) else [strip.crop(x1, x2) for strip in strips]
+
+    def _known_rows(self, key: object) -> dict:
+        """The rows painted so far for ``key`` (size and colours); none after a change of it."""
+        if self._rows is None or self._rows_key != key or len(self._rows) > 64:
+            self._rows, self._rows_key = {}, key  # (a handful in practice: track, thumb, end glyphs)
+        return self._rows
+
+
+def bar_segments(rendered: ScrollBarRender, width: int, height: int, console) -> list:
+    """The vertical bar's segment per row, as ``ScrollBarRender.__rich_console__`` makes them
+    for a bar ``width`` x ``height`` cells (a segment: text and style, with its mouse actions)."""
+    style = console.get_style(rendered.style)
+    bar = rendered.render_bar(
+        size=height, window_size=rendered.window_size, virtual_size=rendered.virtual_size,
+        position=rendered.position, vertical=True, thickness=width,
+        back_color=style.bgcolor or Color.parse("#555555"), bar_color=style.color or Color.parse("bright_magenta"),
+    )
+    return list(bar.segments)
+
+
+def row_vertical_scrollbar(widget: Widget) -> ScrollBar:
+    """``widget.vertical_scrollbar`` as a :class:`RowScrollBar` (for a ``vertical_scrollbar``
+    property of the widget's class): made as Textual 8.2's ``Widget.vertical_scrollbar`` makes it."""
+    if widget._vertical_scrollbar is None:
+        bar = RowScrollBar(vertical=True, name="vertical", thickness=widget.scrollbar_size_vertical)
+        widget._vertical_scrollbar = bar
+        bar.display = False
+        widget.app._start_widget(widget, bar)
+    return widget._vertical_scrollbar
+
+
+def plain_box(widget: Widget) -> bool:
+    """True when Textual's styles cache would pass ``widget``'s content lines through unchanged:
+    no border, outline, padding, tint, hatch, text opacity or opacity, and no link under the
+    mouse (``Widget.render_lines`` restyles hovered links)."""
+    styles = widget.styles
+    return (not any(edge for edge, _ in styles.border) and not any(edge for edge, _ in styles.outline)
+            and not any(styles.padding) and not styles.tint.a and styles.text_opacity == 1.0
+            and not (styles.has_rule("hatch") and styles.hatch != "none") and widget.opacity == 1.0
+            and not widget.hover_style._link_id)
+
+
+def widget_lines(widget: Widget, crop: Region, line) -> list[Strip]:
+    """``Widget.render_lines(crop)`` of a :func:`plain_box` widget whose content row ``y`` is
+    ``line(y)`` (a strip exactly as wide as the widget): as the styles cache gives them (the
+    app's line filters over the widget's background, cut to ``crop``'s columns), but without it:
+    the same strip from ``line`` gives the same strips here (Textual caches them per strip)."""
+    strips = [line(y) for y in crop.line_range]
+    filters = widget.get_line_filters()
+    if filters:
+        background = widget.background_colors[1]
+        for line_filter in filters:
+            strips = [strip.apply_filter(line_filter, background) for strip in strips]
+    x1, x2 = crop.column_span
+    if (x1, x2) != (0, widget.size.width):
+        strips = [strip.crop(x1, x2) for strip in strips]
+    return strips
+
+
+try:  # (not on Windows)
+    from textual.drivers.linux_driver import LinuxDriver
+except ImportError:  # pragma: no cover
+    LinuxDriver = None  # type: ignore[assignment,misc]
+
+if LinuxDriver is not None:
+
+    class CalmInputDriver(LinuxDriver):  # type: ignore[valid-type,misc]
+        """Textual 8.2's ``LinuxDriver`` whose input thread waits for a key instead of waking
+        every 0.1 s (see the module docstring). Input, Escape timing and exit are Textual's."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._wake_read, self._wake_write = os.pipe()  # disable_input wakes the thread
+            self._stopping = False
+
+        def start_application_mode(self) -> None:
+            self._stopping = False
+            super().start_application_mode()
+
+        def disable_input(self) -> None:
+            self._stopping = True  # from now on the thread polls as Textual's does
+            try:
+                os.write(self._wake_write, b"\0")
+            except OSError:
+                pass
+            super().disable_input()
+
+        def close(self) -> None:
+            super().close()
+            for fd in (self._wake_read, self._wake_write):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+        def input_wait(self, parser: XTermParser) -> float | None:
+            """How long the input thread may wait for input: until the parser's deadline (a lone
+            Escape, a sequence cut short), as long as it takes when none is due, 0.1 s (Textual's
+            poll) once input is being disabled."""
+            if self._stopping:
+                return 0.1
+            deadline = parser._timeout_time
+            return None if deadline is None else max(0.0, deadline - get_time())
+
+        def run_input_thread(self) -> None:
+            """Wait for input and dispatch events (Textual 8.2's, but for the wait)."""
+            selector = selectors.SelectSelector()
+            selector.register(self.fileno, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+
+            fileno = self.fileno
+            wake = self._wake_read
+            EVENT_READ = selectors.EVENT_READ
+
+            parser = XTermParser(self._debug)
+            feed = parser.feed
+            tick = parser.tick
+
+            utf8_decoder = getincrementaldecoder("utf-8")().decode
+            decode = utf8_decoder
+            read = os.read
+
+            def process_selector_events(selector_events: list, final: bool = False) -> None:
+                input_events = []
+                for key, mask in selector_events:
+                    if key.fd == wake:
+                        os.read(wake, 64)
+                    else:
+                        input_events.append((key, mask))
+                for last, (_selector_key, mask) in loop_last(input_events):
+                    if mask & EVENT_READ:
+                        unicode_data = decode(read(fileno, 1024 * 4), final=final and last)
+                        if not unicode_data:
+                            # This can occur if the stdin is piped
+                            break
+                        for event in feed(unicode_data):
+                            self.process_message(event)
+                for event in tick():
+                    self.process_message(event)
+
+            try:
+                while not self.exit_event.is_set():
+                    process_selector_events(selector.select(self.input_wait(parser)))
+                selector.unregister(self.fileno)
+                selector.unregister(wake)
+                process_selector_events(selector.select(0.1), final=True)
+
+            finally:
+                selector.close()
+                try:
+                    for event in feed(""):
+                        pass
+                except (EOFError, ParseError):
+                    pass
+
+
+def calm_driver(driver_class: type) -> type:
+    """:class:`CalmInputDriver` where Textual picked its ``LinuxDriver``, else ``driver_class``
+    (Windows, a driver named by ``TEXTUAL_DRIVER``)."""
+    if LinuxDriver is not None and driver_class is LinuxDriver:
+        return CalmInputDriver
+    return driver_class

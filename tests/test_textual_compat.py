@@ -61,6 +61,40 @@ def test_the_textual_internals_used_exist_in_the_pinned_version():
     assert callable(getattr(Input, "check_consume_key", None)) and callable(getattr(Input, "_restart_blink", None))
     for name in ("_unnotify", "_refresh_notifications"):
         assert callable(getattr(App, name, None)), name
+    from textual.drivers.linux_driver import LinuxDriver
+    from textual.scrollbar import ScrollBarRender
+    from textual.widget import Widget
+
+    assert callable(getattr(LinuxDriver, "run_input_thread", None)) and callable(getattr(ScrollBarRender, "render_bar"))
+    assert hasattr(Widget(), "_vertical_scrollbar") and callable(getattr(Widget, "_scroll_update", None))
+    from textual._xterm_parser import XTermParser
+
+    assert hasattr(XTermParser(False), "_timeout_time")  # the deadline CalmInputDriver waits for
+
+
+def test_the_calm_input_driver_waits_for_a_key_for_the_parsers_deadline_or_polls_while_stopping(monkeypatch):
+    from textual._xterm_parser import XTermParser
+    from textual.drivers.linux_driver import LinuxDriver
+
+    from console import textual_compat as tc
+    from console.app import SpecConsoleApp
+
+    assert tc.calm_driver(LinuxDriver) is tc.CalmInputDriver and tc.calm_driver(object) is object
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
+    app = SpecConsoleApp.__new__(SpecConsoleApp)
+    assert app.get_driver_class() is tc.CalmInputDriver  # (Linux: the CI and the GPU box)
+    driver = tc.CalmInputDriver.__new__(tc.CalmInputDriver)
+    driver._stopping = False
+    parser = XTermParser(False)
+    parser._timeout_time = None
+    assert driver.input_wait(parser) is None  # nothing due: sleep until a key (Textual wakes every 0.1 s)
+    monkeypatch.setattr(tc, "get_time", lambda: 100.0)
+    parser._timeout_time = 100.05  # a lone Escape waits for the rest of a sequence until then
+    assert driver.input_wait(parser) == pytest.approx(0.05)
+    parser._timeout_time = 99.0
+    assert driver.input_wait(parser) == 0.0
+    driver._stopping = True
+    assert driver.input_wait(parser) == 0.1  # disable_input: poll as Textual does until the thread ends
 
 
 class _Toasts(NoticeMixin, App):

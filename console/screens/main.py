@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer
 
 from console import gpu_sources
@@ -65,17 +66,30 @@ class MainScreen(Screen):
         self.set_class(height >= TALLER_ROWS, "-taller")
         self.set_class(width >= WIDE_COLS, "-wide")
 
+    _targets: tuple[int, list[SnapshotWidget], list[Widget], list[Widget]] | None = None
+
+    def snapshot_targets(self) -> tuple[list[SnapshotWidget], list[Widget], list[Widget]]:
+        """The snapshot widgets, the GPU panel and the load panel (lists: empty while the app
+        takes the screen down). Looked up again only after a snapshot widget was mounted or
+        unmounted: a DOM query per snapshot was a third of handing it out."""
+        targets = self._targets
+        if targets is None or targets[0] != SnapshotWidget.generation:
+            # query(), not query_one(): a poll that lands while the app tears the screen down
+            # finds no panels and updates nothing (query_one raised NoMatches there: a flaky test)
+            targets = self._targets = (SnapshotWidget.generation, list(self.query(SnapshotWidget)),
+                                       list(self.query("#gpu-panel")), list(self.query("#load-panel")))
+        return targets[1], targets[2], targets[3]
+
     def watch_snapshot(self, snapshot: ConsoleSnapshot) -> None:
-        # query(), not query_one(): a poll that lands while the app tears the screen down finds
-        # no panels and updates nothing (query_one raised NoMatches there: a flaky test)
-        for widget in self.query(SnapshotWidget):
+        widgets, gpu_panels, load_panels = self.snapshot_targets()
+        for widget in widgets:
             widget.snapshot = snapshot
         # a border title set repaints the whole panel (even to the same text): only on a change
         title = gpu_sources.title(snapshot.gpus)
-        for panel in self.query("#gpu-panel"):
+        for panel in gpu_panels:
             if panel.border_title != title:
                 panel.border_title = title
         load_title = LOAD_TITLE + (" · stale" if snapshot.stale else "")
-        for panel in self.query("#load-panel"):
+        for panel in load_panels:
             if panel.border_title != load_title:
                 panel.border_title = load_title

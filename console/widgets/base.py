@@ -54,12 +54,22 @@ class SnapshotWidget(Widget):
     #: neither renders nor writes it again); only for left-aligned text without wrapping, where
     #: both give the same cells
     DIRECT_LINES = False
+    #: DIRECT_LINES: lines centred (the CSS ``text-align: center``), else left-aligned
+    CENTER = False
 
     snapshot: reactive[ConsoleSnapshot] = reactive(ConsoleSnapshot, layout=False, repaint=False)
+    #: bumped whenever one is mounted or unmounted: the main screen looks its list of them up again
+    generation = 0
     _painted: Painted | None = None  # DIRECT_LINES: the lines of the last paint
     _shown: object = None  # render_key() of the last repaint asked for
     _inputs: object = None  # (size, render_inputs()) when that was computed
     _styles_of: dict[str, Style] | None = None  # style_of() by component class
+
+    def on_mount(self) -> None:
+        SnapshotWidget.generation += 1
+
+    def on_unmount(self) -> None:
+        SnapshotWidget.generation += 1
 
     def render_inputs(self, snapshot: ConsoleSnapshot) -> object:
         """The parts of ``snapshot`` that :meth:`render` reads, or None (then it is rendered to
@@ -133,7 +143,7 @@ class SnapshotWidget(Widget):
             key = line_key(line)
             strip = reuse.get(key)
             if strip is None:
-                strip = line_strip(line, size.width, base, console, pad)
+                strip = line_strip(line, size.width, base, console, pad, self.CENTER)
             strips.append(strip)
             by_key[key] = strip
         self._painted = Painted(size, base, strips, by_key, Strip.blank(size.width, base))
@@ -222,20 +232,67 @@ def line_key(line: Text) -> tuple:
     return (line.plain, tuple(line.spans), line.style)
 
 
-def line_strip(line: Text, width: int, base: Style, console, pad: Style | None = None) -> Strip:
+def line_strip(line: Text, width: int, base: Style, console, pad: Style | None = None, center: bool = False) -> Strip:
     """One line as a strip ``width`` cells wide over the widget's ``base`` style: cut with an
     ellipsis where longer (the CSS ``text-overflow: ellipsis``), padded where shorter (with
-    ``pad``, by default the background alone, as Textual pads a line). ``line`` is not changed."""
-    if line.style:  # Text.render ignores a line's own style: as a first span (what Text.join makes of it)
-        line = Text(line.plain, spans=[Span(0, len(line.plain), line.style), *line.spans])
+    ``pad``, by default the background alone, as Textual pads a line; ``center``: on both sides,
+    the odd cell on the right, as ``text-align: center``). ``line`` is not changed."""
     if line.cell_len > width:
         line = line.copy()
         line.truncate(width, overflow="ellipsis")
     cells = line.cell_len
-    segments = list(Segment.apply_style(line.render(console), base))
+    segments = line_segments(line, base, console)
     if cells < width:
-        segments.append(Segment(" " * (width - cells), pad if pad is not None else Style(bgcolor=base.bgcolor)))
+        pad = pad if pad is not None else Style(bgcolor=base.bgcolor)
+        left = (width - cells) // 2 if center else 0
+        if left:
+            segments.insert(0, Segment(" " * left, pad))
+        segments.append(Segment(" " * (width - cells - left), pad))
     return Strip(segments, max(cells, width))
+
+
+def line_segments(line: Text, base: Style, console) -> list[Segment]:
+    """``line.render(console)`` over ``base`` (as ``Strip.apply_style`` puts it), with the line's
+    own style applied as :meth:`Text.join` would (``render`` drops it from a line without spans).
+
+    Lines whose spans do not overlap (what ``Text.append`` makes) are cut here directly, into
+    the same segments ``render`` gives: its general span stacking was most of a repaint's cost.
+    """
+    plain, spans = line.plain, line.spans
+    own = console.get_style(line.style, default=Style.null()) if line.style else None
+    if not base:  # (apply_style leaves the styles alone then: not worth a fast path)
+        if own is not None:
+            line = Text(plain, spans=[Span(0, len(plain), own), *spans])
+        return list(line.render(console))
+    if not spans:
+        if own is not None and not plain:
+            return []  # (a style span over nothing: no segment)
+        return [Segment(plain, base + own if own is not None else base)]
+    pos = 0
+    for span in spans:
+        if span.start < pos or span.end < span.start:
+            return list(Segment.apply_style(line.render(console), base))  # overlapping: Rich's own way
+        pos = span.end
+    if pos > len(plain):
+        return list(Segment.apply_style(line.render(console), base))
+    gap = base + own if own is not None else base
+    styles: dict[object, Style] = {}
+    out: list[Segment] = []
+    pos = 0
+    for start, end, style in spans:
+        if end == start:
+            continue
+        if start > pos:
+            out.append(Segment(plain[pos:start], gap))
+        final = styles.get(style)
+        if final is None:
+            rich = console.get_style(style, default=Style.null())
+            final = styles[style] = base + (own + rich if own is not None else rich)
+        out.append(Segment(plain[start:end], final))
+        pos = end
+    if pos < len(plain):
+        out.append(Segment(plain[pos:], gap))
+    return out
 
 
 def text_strips(text: Text, width: int, height: int, base: Style, console) -> list[Strip]:

@@ -95,6 +95,8 @@ def footer_lines(s: st.ConsoleSnapshot, width: int, label, value, note, stale=No
 class LoadSummary(LinesWidget):
     """``running 37  queue 0  5,980 tok/s`` (requests, from ``/v1/loads``)."""
 
+    DIRECT_LINES = True  # the figures change every second
+
     COMPONENT_CLASSES = {"load--label", "load--value", "load--stale"}
 
     def lines(self, width: int) -> list[Text]:

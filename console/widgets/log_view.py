@@ -30,12 +30,13 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from console import logparse
 from console.logfilter import FILTERED, FIND, LogRequest, filter_terms, line_visible
 from console.logwindow import LogEntry, Region, first_number, position, unheld_ranges
-from console.textual_compat import set_virtual_size
+from console.textual_compat import plain_box, row_vertical_scrollbar, set_virtual_size, widget_lines
 
 __all__ = ["LogEntry", "LogView", "Region", "filter_terms", "line_visible"]
 
@@ -421,6 +422,12 @@ class LogView(ScrollView, can_focus=True):
 
     # -- rendering -------------------------------------------------------------------------
 
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        """The vertical scrollbar, painted from rows painted before (it moves once a second while
+        the view follows the log: :class:`console.textual_compat.RowScrollBar`)."""
+        return row_vertical_scrollbar(self)
+
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._line_cache.clear()  # another theme: other styles
@@ -431,6 +438,8 @@ class LogView(ScrollView, can_focus=True):
         # the base style once per repaint, not once per line (it walks every ancestor's styles)
         self._base = self.rich_style
         try:
+            if plain_box(self):  # a row that only scrolled keeps its strip (textual_compat)
+                return widget_lines(self, crop, self.render_line)
             return super().render_lines(crop)
         finally:
             self._base = None

@@ -124,6 +124,9 @@ def badge_state(s: st.ConsoleSnapshot, width: int | None = None) -> tuple[str, s
 class SpecBadge(SnapshotWidget):
     """The large state: one bold line plus reason, or a 3-row block font when there is room."""
 
+    DIRECT_LINES = True  # the reason (the decode batch) changes every second
+    CENTER = True
+
     COMPONENT_CLASSES = {"spec-badge--reason"}
 
     def watch_snapshot(self, snapshot: st.ConsoleSnapshot) -> None:
