@@ -130,8 +130,8 @@ def resolve(argv: list[str]) -> AppConfig:
     interval = getattr(args, "interval", None)
     if interval is None:
         interval = console_defaults.get("interval", 1.0)
-    elif not _interval_ok(interval):
-        parser.error(f"--interval {_INTERVAL_RULE} (got {interval})")
+    elif not _interval_ok(interval):  # with the mode's usage, as argparse's own --interval errors
+        parser.mode_parsers.get(args.mode, parser).error(f"--interval {_INTERVAL_RULE} (got {interval})")
     # --theme is one of argparse's choices and the file's theme was checked above
     base = AppConfig(
         readonly=getattr(args, "readonly", console_defaults.get("readonly", False)),
@@ -174,7 +174,7 @@ def resolve(argv: list[str]) -> AppConfig:
         if len(urls) == 1:
             return replace(base, mode="attach", url=urls[0], log_path=logs[0] if logs else None,
                            api_key=args.api_key)
-        _check_duplicates(mode_parser, urls, "attach")
+        _check_duplicates(mode_parser, urls, "")  # the usage line already says attach
         targets = tuple(ServerTarget(u, logs[i] if logs else None, args.api_key) for i, u in enumerate(urls))
         return multi_config(base, targets)
     if args.mode == "demo":
@@ -228,7 +228,7 @@ def _check_duplicates(parser: argparse.ArgumentParser, urls: list[str], where: s
     seen: set[str] = set()
     for url in urls:
         if url in seen:
-            parser.error(f"{where}: server {url} is given twice; list each server once")
+            parser.error(f"{where + ': ' if where else ''}server {url} is given twice; list each server once")
         seen.add(url)
 
 

@@ -237,7 +237,7 @@ def test_cli_attach_several(tmp_path, monkeypatch, capsys):
         ("http://h:1", Path("a.log"), "k"), ("http://h:2", Path("b.log"), "k")]
     one = cli.resolve(["attach", "h:1", "--log", "a.log"])
     assert one.servers == () and one.log_path == Path("a.log") and one.url == "http://h:1"
-    for argv, error in ((["attach", "h:1", "h:1/"], "is given twice"),
+    for argv, error in ((["attach", "h:1", "h:1/"], "attach: error: server http://h:1 is given twice"),
                         (["attach", "h:1", "h:2", "--log", "a.log"], "2 servers and 1 --log"),
                         (["attach", "h:1", "--log", "a", "--log", "b"], "one server takes one --log"),
                         (["attach", "h:1", "ftp://h:2"], "use http:// or https://")):

@@ -1009,6 +1009,10 @@ def test_cli_refuses_negative_stop_timeout_and_bad_ports(tmp_path, monkeypatch, 
         with pytest.raises(SystemExit):
             cli.resolve(bad)
         assert why in capsys.readouterr().err
+    # an out-of-range --interval after the mode is told with that mode's usage, as a non-number is
+    with pytest.raises(SystemExit):
+        cli.resolve(["demo", "--interval", "0"])
+    assert "usage: specconsole demo" in capsys.readouterr().err
     # the demo's own arguments after -- win, the URL follows them
     assert cli.resolve(["demo", "--port", "31005", "--", "--port", "31006"]).url == "http://127.0.0.1:31006"
 
