@@ -61,10 +61,11 @@ def validate_threshold(value: int, max_running_requests: int | None, hysteresis:
     return problem.refusal() if problem else None
 
 
-def validate_hysteresis(value: int, threshold: int | None) -> str | None:
+def validate_hysteresis(value: int, threshold: int | None, max_running_requests: int | None = None) -> str | None:
     """Client-side check before sending: None if hysteresis ``value`` may be sent with
-    ``threshold``, else the refusal (``contract.hysteresis_problem``: ``0 <= H < N``)."""
-    problem = contract.hysteresis_problem(value, threshold)
+    ``threshold`` (None: the auto threshold), else the refusal (``contract.hysteresis_problem``:
+    ``0 <= H < N``; with auto, ``H < max_running_requests`` where known)."""
+    problem = contract.hysteresis_problem(value, threshold, max_running_requests)
     return problem.refusal() if problem else None
 
 

@@ -125,6 +125,9 @@ def test_the_dialog_takes_auto():
     assert parse_request("auto", "", 32, 4, 96) == ThresholdRequest("auto", None)
     assert parse_request("AUTO", "2", 32, 4, 96) == ThresholdRequest("auto", 2)
     assert "not a whole number" in parse_request("automatic", "", 32, 4, 96)
+    # with auto, H is kept for a later manual N, at most max running requests: refused before sending
+    assert parse_request("auto", "200", 32, 4, 96) == "hysteresis 200 refused: must be < max running requests 96"
+    assert parse_request("auto", "95", 32, 4, 96) == ThresholdRequest("auto", 95)
 
 
 async def test_a_in_the_console_switches_the_demo_to_auto_and_back(tmp_path):

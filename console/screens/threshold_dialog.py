@@ -61,7 +61,8 @@ def parse_request(
         A :class:`ThresholdRequest` with only the changed values, or an error message. Both
         fields must be plain integers (``2.5``, ``3e1``, ``1_000`` are refused, not reduced to
         their digits); the threshold must lie in [1, max running requests] and the hysteresis in
-        [0, threshold - 1] (the README's contract; refused here, before sending).
+        [0, threshold - 1], with ``auto`` [0, max running requests - 1] (the README's contract;
+        refused here, before sending).
     """
     thr = parse_int_field("threshold", threshold_text, max_running_requests, auto=True)
     if isinstance(thr, str) and thr != contract.AUTO:
@@ -77,7 +78,7 @@ def parse_request(
         if err:
             return err
     if hys is not None:
-        err = validate_hysteresis(hys, manual)
+        err = validate_hysteresis(hys, manual, max_running_requests)
         if err:
             return err
     req = ThresholdRequest(
