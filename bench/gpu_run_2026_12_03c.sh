@@ -14,6 +14,7 @@
 set -uo pipefail
 R=/tmp/run
 F=/tmp/fa3parts
+SELF=${SELF:-bench/gpu_run_2026_12_03c.sh}  # the script whose chain and wait the steps call (bench/gpu_run_next.sh reuses these steps)
 step=${1:?step}; shift || true
 env_sh() { source .gpuwheels/B/env.sh; }
 fa3_unpack() {
@@ -39,14 +40,14 @@ case "$step" in
     cp .gpuwheels/B/*.whl .devrun/*.whl /tmp/whl/
     bash .gpuwheels/B/install-on-gpu.sh >"$R/install.log" 2>&1 || { tail "$R/install.log"; exit 1; }
     touch /tmp/installed
-    setsid bash bench/gpu_run_2026_12_03c.sh chain >"$R/chain.log" 2>&1 </dev/null &
+    setsid bash "$SELF" chain >"$R/chain.log" 2>&1 </dev/null &
     fa3_unpack
-    bash bench/gpu_run_2026_12_03c.sh wait "${1:-20}" ;;
+    bash "$SELF" wait "${1:-20}" ;;
   part)
     n=${1:?piece}; shift
     mkdir -p $F && cp .gpuwheels/F$n/* $F/ && ls $F | tr '\n' ' '
     fa3_unpack
-    bash bench/gpu_run_2026_12_03c.sh wait "${1:-5}" ;;
+    bash "$SELF" wait "${1:-5}" ;;
   chain)
     env_sh
     (while [ ! -e "$R/all.done" ]; do

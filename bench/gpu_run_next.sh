@@ -3,83 +3,36 @@
 # sampling proof (issue 18 item 4), then issue 16's rows with 20 s rows (the 6 s rows of 2026-12-03c
 # were one wave at 128): fa3 none / off profiled at 64, v1 none / off, triton v2 none / off, in that
 # order (each ~4 min; $OUT/run.tgz brings back whatever finished). Rename it to its date when run.
-#
-#   bash bench/gpu_run_next.sh models            (carry .gpuwheels/A): wheels to /tmp/whl; the 1B
-#                                                        pair, then the 8B pair, written in the background
-#   bash bench/gpu_run_next.sh install SECONDS   (carry .gpuwheels/B .devrun): install, the chain
-#                                                        (setsid), then wait
-#   bash bench/gpu_run_next.sh part N SECONDS    (carry .gpuwheels/FN, N = 1..6): FA3's piece N (six ~44 MB pieces: a carry and the 15 MB working tree stay under 64 MiB)
-#   bash bench/gpu_run_next.sh wait SECONDS      $OUT/run.tgz rewritten every 10 s
+# The steps models / install / part / wait are bench/gpu_run_2026_12_03c.sh's (same carries); only
+# the chain is this run's.
 set -uo pipefail
+export SELF=bench/gpu_run_next.sh
+[ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
 R=/tmp/run
-F=/tmp/fa3parts
-step=${1:?step}; shift || true
-env_sh() { source .gpuwheels/B/env.sh; }
-fa3_unpack() {
-  for i in 0 1 2 3 4 5; do [ -f $F/part$i ] || return 0; done
-  [ -f /tmp/installed ] || { echo "fa3: pieces here, waiting for the install"; return 0; }
-  [ -e "$R/fa3.ready" ] && return 0
-  cat $F/part0 $F/part1 $F/part2 $F/part3 $F/part4 $F/part5 > /tmp/fa3.zip
-  (env_sh; bash $F/apply-fa3.sh) > "$R/fa3.log" 2>&1 && touch "$R/fa3.ready"
-  tail -n 3 "$R/fa3.log"
+source .gpuwheels/B/env.sh
+(while [ ! -e "$R/all.done" ]; do
+   echo "$(date +%T) cpu $(head -n 1 /proc/pressure/cpu) load $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 1; done) \
+  >"$R/heartbeat.log" 2>&1 &
+for t in $(seq 120); do [ -e "$R/models1b.done" ] && break; sleep 1; done
+t0=$SECONDS
+SPECCONSOLE_BENCH_SERVER_ARGS="--max-total-tokens 16384" timeout -s INT -k 30 600 \
+  python3 -m bench.sampling_distribution --config v1-topk1 --models /tmp/models/1b/p0.2 --mem-fraction 0.85 \
+  --port 31300 --out "$R/sampling-v1.json" --log-dir "$R/logs/sampling" >"$R/sampling.log" 2>&1
+echo "sampling rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
+pkill -f launch_server; sleep 3; pkill -9 -f launch_server
+for t in $(seq 300); do [ -e "$R/models.done" ] && [ -e "$R/fa3.ready" ] && break; sleep 1; done
+tp() {  # tp NAME ARGS...: one server's varied-closed rows at 32 / 64 / 128, 20 s each
+  local name=$1; shift; local t0=$SECONDS
+  python3 -m bench.throughput traffic --models /tmp/models/8b/p0.2 --workloads varied-closed \
+    --concurrency 32,64,128 --row-seconds 20 --port 30720 "$@" >"$R/$name.log" 2>&1
+  echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
 }
-pack() { tar czf "${OUT:-/tmp/out}/run.tgz" --exclude='work' --exclude='load' --exclude='*.trace.json*' -C "$R" . 2>/dev/null; }
-case "$step" in
-  models)
-    mkdir -p /tmp/whl "$R" $F && cp .gpuwheels/A/*.whl /tmp/whl/ && ls /tmp/whl | wc -l
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    setsid bash -c 'export PYTHONUNBUFFERED=1
-      python3 -m bench.synthetic_models --out /tmp/models/1b/p0.2 --preset 1b --p-wrong 0.2 --device cuda 2>&1 | tail -n 2
-      touch /tmp/run/models1b.done
-      python3 -m bench.synthetic_models --out /tmp/models/8b/p0.2 --preset 8b --p-wrong 0.2 --device cuda 2>&1 | tail -n 2
-      touch /tmp/run/models.done' >"$R/models.log" 2>&1 </dev/null &
-    sleep 1 ;;
-  install)
-    cp .gpuwheels/B/*.whl .devrun/*.whl /tmp/whl/
-    bash .gpuwheels/B/install-on-gpu.sh >"$R/install.log" 2>&1 || { tail "$R/install.log"; exit 1; }
-    touch /tmp/installed
-    setsid bash bench/gpu_run_next.sh chain >"$R/chain.log" 2>&1 </dev/null &
-    fa3_unpack
-    bash bench/gpu_run_next.sh wait "${1:-20}" ;;
-  part)
-    n=${1:?piece}; shift
-    mkdir -p $F && cp .gpuwheels/F$n/* $F/ && ls $F | tr '\n' ' '
-    fa3_unpack
-    bash bench/gpu_run_next.sh wait "${1:-5}" ;;
-  chain)
-    env_sh
-    (while [ ! -e "$R/all.done" ]; do
-       echo "$(date +%T) cpu $(head -n 1 /proc/pressure/cpu) load $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 1; done) \
-      >"$R/heartbeat.log" 2>&1 &
-    for t in $(seq 120); do [ -e "$R/models1b.done" ] && break; sleep 1; done
-    t0=$SECONDS
-    SPECCONSOLE_BENCH_SERVER_ARGS="--max-total-tokens 16384" timeout -s INT -k 30 600 \
-      python3 -m bench.sampling_distribution --models /tmp/models/1b/p0.2 --mem-fraction 0.85 --port 31300 \
-      --config v1-topk1 --out "$R/sampling-v1.json" --log-dir "$R/logs/sampling" >"$R/sampling.log" 2>&1
-    echo "sampling rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
-    pkill -f launch_server; sleep 3; pkill -9 -f launch_server
-    for t in $(seq 300); do [ -e "$R/models.done" ] && [ -e "$R/fa3.ready" ] && break; sleep 1; done
-    m=/tmp/models/8b/p0.2
-    tp() { local name=$1; shift; t0=$SECONDS
-      python3 -m bench.throughput traffic --models $m --workloads varied-closed --concurrency 32,64,128 \
-        --row-seconds 20 --port 30720 "$@" >"$R/$name.log" 2>&1
-      echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"; }
-    if [ -e "$R/fa3.ready" ]; then
-      tp fa3-none --attention-backend fa3 --config none --out "$R/fa3" --profile-row varied-closed:64
-      tp fa3-off --attention-backend fa3 --config off --out "$R/fa3" --profile-row varied-closed:64
-    fi
-    tp v1-none --worker v1 --config none --out "$R/v1"
-    tp v1-off --worker v1 --config off --out "$R/v1"
-    tp triton-none --attention-backend triton --config none --out "$R/triton"
-    tp triton-off --attention-backend triton --config off --out "$R/triton"
-    touch "$R/all.done" ;;
-  wait)
-    limit=${1:-500}; t0=$SECONDS
-    while [ $((SECONDS - t0)) -lt "$limit" ] && [ ! -e "$R/all.done" ]; do
-      sleep 10
-      echo "--- $((SECONDS - t0)) s: $(tr '\n' ';' <"$R/jobs.log" 2>/dev/null) $(tail -n 1 "$R/heartbeat.log" 2>/dev/null | cut -c1-60)"
-      pack
-    done
-    pack; ls -la "${OUT:-/tmp/out}" ;;
-  *) echo "unknown step $step" >&2; exit 2 ;;
-esac
+if [ -e "$R/fa3.ready" ]; then
+  tp fa3-none --attention-backend fa3 --config none --out "$R/fa3" --profile-row varied-closed:64
+  tp fa3-off --attention-backend fa3 --config off --out "$R/fa3" --profile-row varied-closed:64
+fi
+tp v1-none --worker v1 --config none --out "$R/v1"
+tp v1-off --worker v1 --config off --out "$R/v1"
+tp triton-none --attention-backend triton --config none --out "$R/triton"
+tp triton-off --attention-backend triton --config off --out "$R/triton"
+touch "$R/all.done"
