@@ -12,13 +12,14 @@ second token that the no-speculation server never drew (:func:`compare`).
 
 The settings fit the 1B synthetic pair (``bench.synthetic_models --preset 1b``), whose target puts
 its next token ~41.6 logits above every other, the others within ~0.4 of each other (bf16 logits of
-the pair's head, scanned on CPU: ``bench/results/h200-2026-12-03c/README.md``): ``spread`` (temperature 48) keeps the top 8 tokens with min_p not binding (the others are
-exp(-41.6/48) = 0.42 of the top, above 0.3): every server must draw alike, and ``sampling_seed``
-per request must draw the same tokens as without speculation; ``min-p`` (temperature 20): min_p 0.3
+the pair's head, scanned on CPU: ``bench/results/h200-2026-12-03c/README.md``): ``spread``
+(temperature 48) keeps the top 8 tokens with min_p not binding (the others are exp(-41.6/48) =
+0.42 of the top, above 0.3): every server must draw alike; ``min-p`` (temperature 20): min_p 0.3
 leaves only the top token (the others are exp(-41.6/20) = 0.12 of it), so a server without
 speculation draws one token, and a sampler that ignores min_p (SGLang's verify) spreads over the
-top 8 (expected ~70% of draws elsewhere). That second setting is the control: it proves the test
-can see the difference that plain OFF sampling removes.
+top 8. That second setting is the control: it proves the test can see the difference that plain
+OFF sampling removes. The seeded draws of ``spread`` say something only on servers started with
+``--enable-deterministic-inference``: SGLang 0.5.12 ignores ``sampling_seed`` otherwise.
 
 Usage (GPU machine): python -m bench.sampling_distribution --models /tmp/models/1b/p0.2 --out $R/sampling.json
 """
@@ -42,7 +43,7 @@ from bench.server_harness import plain_args, record_failure, set_gate, start_ser
 
 DRAWS, CONCURRENCY = 1000, 32
 BASE = {"top_k": 8, "top_p": 0.95, "min_p": 0.3}
-# name -> (sampling params, whether seeded draws are made too, what the no-speculation-like server must show)
+# name -> the sampling params of its draws, and whether seeded draws are made too
 SETTINGS: Dict[str, Dict[str, Any]] = {
     "spread": {"params": {**BASE, "temperature": 48.0}, "seeded": True},
     "min-p": {"params": {**BASE, "temperature": 20.0}, "seeded": False},

@@ -499,9 +499,9 @@ def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
         steps.append(r)
     total = row("window", a, b, ("window_ms", "gpu_busy_ms", "gpu_idle_ms"))
     per_step = {}
-    for k, s_ in (("a", a), ("b", b)):
-        n = (s_.get("steps", {}).get("decode") or {}).get("steps")
-        per_step[k] = round(s_["tokens"]["output_tokens"] / n, 2) if n else None
+    for k, summary in (("a", a), ("b", b)):
+        n = (summary.get("steps", {}).get("decode") or {}).get("steps")
+        per_step[k] = round(summary["tokens"]["output_tokens"] / n, 2) if n else None
     load_differs = (None if None in per_step.values() else
                     max(per_step.values()) > LOAD_RATIO_LIMIT * min(per_step.values()))
     return {"unit": "ms per 1000 output tokens", "tokens_per_decode_step": per_step, "load_differs": load_differs,

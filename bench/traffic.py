@@ -469,8 +469,8 @@ PROFILE_PASS_FACTOR = 3
 class ProfileSpec:
     """``--profile-row WORKLOAD:LEVEL``: after that row is measured, its requests are sent once more
     (:data:`PROFILE_PASS_FACTOR` times as many; not recorded) and ``steps`` forward steps of that
-    pass, ``delay_s`` after it starts, are recorded with SGLang's profiler. ``level``: the closed loop's max concurrency, or the Poisson
-    rate (requests/s)."""
+    pass, ``delay_s`` after it starts, are recorded with SGLang's profiler. ``level``: the closed
+    loop's max concurrency, or the Poisson rate (requests/s)."""
 
     workload: str
     level: float
