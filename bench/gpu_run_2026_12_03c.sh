@@ -14,7 +14,7 @@
 set -uo pipefail
 R=/tmp/run
 F=/tmp/fa3parts
-SELF=${SELF:-bench/gpu_run_2026_12_03c.sh}  # the script whose chain and wait the steps call (bench/gpu_run_next.sh reuses these steps)
+SELF=${SELF:-bench/gpu_run_2026_12_03c.sh}  # the script whose chain and wait the steps call (bench/gpu_run_2026_12_04.sh reuses these steps)
 step=${1:?step}; shift || true
 env_sh() { source .gpuwheels/B/env.sh; }
 fa3_unpack() {

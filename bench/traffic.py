@@ -459,10 +459,20 @@ PROFILE_STEPS = 200  # forward steps (scheduler batches: prefills and decode ste
 PROFILE_DELAY_S = 6.0
 
 
-#: the profiled pass sends this many times the row's requests (same lengths and arrival process):
-#: with only the row's (112 at 64 concurrent), the pass was draining when the window began, ~9 and
-#: ~16 tokens a decode step instead of 64 (bench/results/h200-2026-12-03c/README.md)
+#: the profiled pass sends up to this many times the row's requests (same lengths and arrival
+#: process): with only the row's (112 at 64 concurrent, 6 s rows), the pass was draining when the
+#: window began, ~9 and ~16 tokens a decode step instead of 64 (bench/results/h200-2026-12-03c/README.md)
 PROFILE_PASS_FACTOR = 3
+
+
+def profile_pass_factor(delay_s: float, row_seconds: Optional[float]) -> int:
+    """How many times the row's requests the profiled pass sends: enough that the pass lasts about
+    twice the delay plus a 2 s window (a closed loop drains over its last ~20%), at most
+    :data:`PROFILE_PASS_FACTOR`: 3 for 6 s rows and the default 6 s delay, 1 for rows of 16 s and
+    more. ``row_seconds``: None (rows sized by ``--num-prompts``) gives the most."""
+    if not row_seconds:
+        return PROFILE_PASS_FACTOR
+    return max(1, min(PROFILE_PASS_FACTOR, math.ceil(2 * (delay_s + 2.0) / row_seconds)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -603,8 +613,9 @@ def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Pl
         meta["rows"].append({**row, "wall_s": round(time.time() - t0, 1)})
         save()
         if plan.profile is not None and plan.profile.matches(name, lv):
+            factor = profile_pass_factor(plan.profile.delay_s, None if plan.num_prompts else plan.row_seconds)
             meta["profile"] = profile_pass(config, p_wrong, url, facts, plan.profile, argv, path, csv_path.parent,
-                                           tokens_per_verify_for(config, row))
+                                           tokens_per_verify_for(config, row), factor)
             save()
     return rows
 
@@ -627,9 +638,10 @@ def profile_name(config: str, worker: str, p_wrong: Any, spec: ProfileSpec) -> s
 
 
 def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spec: ProfileSpec, argv: List[str],
-                 row_file: Path, out: Path, tokens_per_verify: Optional[float]) -> Dict[str, Any]:
+                 row_file: Path, out: Path, tokens_per_verify: Optional[float],
+                 factor: int = PROFILE_PASS_FACTOR) -> Dict[str, Any]:
     """The profiled pass of ``--profile-row``: ``argv`` (the row's bench_serving run: the same
-    requests) once more, not recorded; ``spec.delay_s`` after it starts, ``POST /start_profile``
+    requests, ``factor`` times as many: :func:`profile_pass_factor`) once more, not recorded; ``spec.delay_s`` after it starts, ``POST /start_profile``
     for ``spec.steps`` forward steps (CPU + GPU, without stacks or shapes) into
     ``out/NAME/`` (:func:`profile_name`); SGLang writes one trace per TP rank when they are done
     (``/stop_profile`` if the pass ended first). Each trace is summarized with
@@ -687,7 +699,7 @@ def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spe
     pass_argv[pass_argv.index("--output-file") + 1] = str(pass_file)
     # more requests than the row's, so that the window lies in the steady load, not in the drain
     i = pass_argv.index("--num-prompts") + 1
-    pass_argv[i] = str(PROFILE_PASS_FACTOR * int(pass_argv[i]))
+    pass_argv[i] = str(factor * int(pass_argv[i]))
     t0, interrupted = time.time(), False
     thread = threading.Thread(target=start, name="start-profile", daemon=True)
     if before is not None:

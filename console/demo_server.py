@@ -181,6 +181,8 @@ class SimulatedRunner:
     off_target_attention = off_draft_extend_attention = "triton-decode-kernel"
     off_draft_extend = "kv-only"
     off_draft_extend_reason = None
+    off_kv_only_runs = "cuda-graph"
+    off_kv_only_inexact = 0  # the demo's proof is the triton one: against the full graph, bit for bit
     off_sampling = "speculative-verify"  # server_patch's default (off_sampling.SPECULATIVE)
     off_attention_mismatches = off_kv_only_mismatches = off_early_seq_lens_mismatches = 0
     # prefills are not simulated: the target prefill graph is reported as a real server starts it

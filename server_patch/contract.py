@@ -330,6 +330,8 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_kv_only_graph_replays": "int",
     "off_kv_only_checks": "int",
     "off_kv_only_mismatches": "int",
+    "off_kv_only_runs": "str",
+    "off_kv_only_inexact": "int",
     "off_resume_steps": "int",
     "off_early_seq_lens": "bool",
     "off_early_seq_lens_steps": "int",

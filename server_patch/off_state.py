@@ -227,6 +227,8 @@ class OffStepRunner:
         else:
             reason = draft_kv_only.unsupported_reason(model)
         if reason is None and full is None:
+            if self._init_standalone_kv_only_graph(model):
+                return
             if draft_kv_only.eager_enabled_by_env():
                 layer = model.model.layers[0].self_attn.attn
                 self.kv_only = draft_kv_only.EagerKvOnly(model, layer, sampled, self.any_rank)
@@ -236,21 +238,54 @@ class OffStepRunner:
         if reason is not None:
             self.off_draft_extend_reason = reason
             return
-        # the workers' own capture-time override (steps 0, 1 draft token), as for the OFF state
-        try:
-            with self._build_context(), self.worker._override_worker_state(OFF_STEPS, OFF_DRAFT_TOKENS):
-                graph = draft_kv_only.build_kv_only_graph_runner(
-                    full, self.worker.draft_worker if self.v2 else self.worker, model)
-        except Exception as exc:  # the full OFF step still works: run it, and say why
-            logger.warning("spec_gate: KV-only OFF draft extend not built (%s: %s); OFF steps "
-                           "run the full draft extend", type(exc).__name__, exc)
-            self.off_draft_extend_reason = f"capture failed: {type(exc).__name__}: {exc}"
+        fill = full.draft_extend_attn_backend.get_cuda_graph_seq_len_fill_value()
+        graph = self._capture_kv_only_graph(type(full), fill, model)
+        if graph is None:  # the full OFF step still works: run it (the reason is set)
             return
-        finally:
-            self._apply(self.on_state)
         layer = model.model.layers[0].self_attn.attn
         self.kv_only = draft_kv_only.KvOnlyRunner(graph, full, layer, sampled, self.any_rank)
         self.off_kv_state = dataclasses.replace(self.off_state, cuda_graph_runner_for_draft_extend=graph)
+
+    def _capture_kv_only_graph(self, runner_cls: type, fill: int, model: Any):
+        """The KV-only draft-extend graph runner (``draft_kv_only.build_kv_only_graph_runner``),
+        captured under the workers' own capture-time override (steps 0, 1 draft token) as the OFF
+        state is; None when the capture failed (``off_draft_extend_reason`` says why)."""
+        try:
+            with self._build_context(), self.worker._override_worker_state(OFF_STEPS, OFF_DRAFT_TOKENS):
+                return draft_kv_only.build_kv_only_graph_runner(
+                    runner_cls, fill, self.worker.draft_worker if self.v2 else self.worker, model)
+        except Exception as exc:
+            logger.warning("spec_gate: KV-only OFF draft extend graph not captured (%s: %s)",
+                           type(exc).__name__, exc)
+            self.off_draft_extend_reason = f"capture failed: {type(exc).__name__}: {exc}"
+            return None
+        finally:
+            self._apply(self.on_state)
+
+    def _init_standalone_kv_only_graph(self, model: Any) -> bool:
+        """Where SGLang captured no OFF draft-extend graph although CUDA graphs are on (v2 on fa3
+        and every backend but triton), the KV-only extend gets its own graph all the same (it calls
+        no attention); its proof's reference is SGLang's eager full draft extend, within bf16
+        rounding (``draft_kv_only`` module docstring). False: not built (graphs off, switched off
+        with ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=0``, or the capture failed: the eager KV-only
+        extend is next)."""
+        if getattr(self.worker.server_args, "disable_cuda_graph", False) or not draft_kv_only.graph_enabled_by_env():
+            return False
+        draft_runner = self.worker.draft_worker.draft_runner if self.v2 else self.worker.draft_model_runner
+        graph = self._capture_kv_only_graph(draft_kv_only.sglang_draft_extend_runner_cls(),
+                                            draft_runner.attn_backend.get_cuda_graph_seq_len_fill_value(), model)
+        if graph is None:
+            logger.warning("spec_gate: OFF steps run the KV-only draft extend eagerly instead")
+            self.off_draft_extend_reason = None
+            return False
+        # the eager path's backend (v2: the draft runner's own; v1: the draft-extend one)
+        backend = draft_runner.attn_backend if self.v2 else (self.off_state.draft_extend_attn_backend
+                                                            or draft_runner.attn_backend)
+        reference = draft_kv_only.EagerDraftExtend(draft_runner, backend)
+        layer = model.model.layers[0].self_attn.attn
+        self.kv_only = draft_kv_only.KvOnlyRunner(graph, reference, layer, sampled, self.any_rank, rounding=True)
+        self.off_kv_state = dataclasses.replace(self.off_state, cuda_graph_runner_for_draft_extend=graph)
+        return True
 
     def _agree_on_kv_only(self) -> None:
         """KV-only OFF steps on every TP rank or on none (a capture can fail on one rank only)."""

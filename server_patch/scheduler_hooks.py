@@ -197,6 +197,16 @@ class GateRuntime:
         return _kv(self.runner, "mismatches")
 
     @property
+    def off_kv_only_runs(self) -> Optional[str]:
+        """``cuda-graph`` or ``eager`` (how the KV-only draft extend runs), None without one."""
+        kv = getattr(self.runner, "kv_only", None)
+        return getattr(kv, "runs", None) if kv is not None else None
+
+    @property
+    def off_kv_only_inexact(self) -> int:
+        return _kv(self.runner, "inexact")
+
+    @property
     def off_resume_steps(self) -> int:
         return getattr(self.runner, "resume_steps", 0)
 

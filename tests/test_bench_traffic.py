@@ -979,3 +979,10 @@ def test_dry_run_shows_the_profiled_pass(tmp_path, monkeypatch, capsys):
         "varied-closed", "--concurrency", "64", "--num-prompts", "64", "--profile-row", "varied-closed:64",
         "--dry-run", "--out", tmp_path / "o")
     assert "warning: --profile-delay 6 s is over half of the row's ~" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("delay, row_seconds, factor", [(6.0, 6.0, 3), (6.0, 12.0, 2), (6.0, 16.0, 1),
+                                                        (6.0, 20.0, 1), (0.0, 2.0, 2), (6.0, None, 3)])
+def test_the_profiled_pass_sends_enough_requests_to_outlast_its_window_but_no_more(delay, row_seconds, factor):
+    assert traffic.profile_pass_factor(delay, row_seconds) == factor

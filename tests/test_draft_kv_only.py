@@ -9,6 +9,8 @@ proof is the runtime check of ``KvOnlyRunner`` against SGLang's own full OFF dra
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import types
 
 import pytest
@@ -512,6 +514,8 @@ def test_without_a_draft_extend_graph_the_eager_kv_only_extend_runs_unless_switc
     model = types.SimpleNamespace(model=types.SimpleNamespace(layers=[layer0]), forward=lambda *a: None)
     runner._draft_model = lambda: model
     runner.off_state = types.SimpleNamespace(cuda_graph_runner_for_draft_extend=None)
+    # --disable-cuda-graph: no graph of any kind (with graphs on, the KV-only graph comes first: below)
+    runner.worker = types.SimpleNamespace(server_args=types.SimpleNamespace(disable_cuda_graph=True))
     monkeypatch.setattr(draft_kv_only, "kv_only_forward", lambda m: _kv_only_stand_in)
     runner._init_kv_only()
     if eager:
@@ -520,3 +524,126 @@ def test_without_a_draft_extend_graph_the_eager_kv_only_extend_runs_unless_switc
     else:
         assert runner.kv_only is None and runner.off_draft_extend == draft_kv_only.FULL
         assert draft_kv_only.EAGER_ENV_SWITCH in runner.off_draft_extend_reason
+
+
+# -- the KV-only graph where SGLang captures no full OFF draft-extend graph (v2 on fa3) ----------
+
+
+class NearGraphRunner(GraphRunner):
+    """A reference that stores the K/V off by ``delta`` (another GEMM tiling's rounding, or worse)."""
+
+    def __init__(self, value, delta):
+        super().__init__(value)
+        self.delta = delta
+
+    def replay(self, fb):
+        super().replay(fb)
+        fb.token_to_kv_pool.k[fb.out_cache_loc] += self.delta
+        return "ref"
+
+
+def test_a_proof_within_rounding_passes_bf16_roundings_and_counts_them():
+    kv = GraphRunner(1.0)
+    runner = draft_kv_only.KvOnlyRunner(kv, NearGraphRunner(1.0, 2 ** -8), Radix(), sampled=lambda n: True,
+                                        rounding=True)
+    kv.replay(kv_batch())
+    assert (runner.checks, runner.mismatches, runner.inexact, runner.ok) == (1, 0, 1, True)
+    assert runner.max_abs_diff == pytest.approx(2 ** -8)
+    exact = draft_kv_only.KvOnlyRunner(GraphRunner(1.0), GraphRunner(1.0), Radix(), lambda n: True, rounding=True)
+    exact.runner.replay(kv_batch())
+    assert (exact.checks, exact.inexact, exact.ok) == (1, 0, True)
+
+
+def test_a_proof_within_rounding_still_fails_a_wrong_kv_and_a_bitwise_one_fails_a_rounding(caplog):
+    kv = GraphRunner(1.0)
+    runner = draft_kv_only.KvOnlyRunner(kv, NearGraphRunner(1.0, 0.5), Radix(), lambda n: True, rounding=True)
+    kv.replay(kv_batch())
+    assert (runner.mismatches, runner.inexact, runner.ok) == (1, 0, False)
+    assert "max |diff| 0.5" in caplog.text
+    bitwise = draft_kv_only.KvOnlyRunner(GraphRunner(1.0), NearGraphRunner(1.0, 2 ** -8), Radix(), lambda n: True)
+    bitwise.runner.replay(kv_batch())
+    assert (bitwise.mismatches, bitwise.ok) == (1, False)
+
+
+def test_the_eager_reference_builds_the_metadata_runs_the_forward_and_leaves_the_batch_as_it_was():
+    calls = []
+    backend = types.SimpleNamespace(init_forward_metadata=lambda fb: calls.append(("metadata", fb.attn_backend)))
+
+    def forward(fb, skip_attn_backend_init=False):
+        calls.append(("forward", fb.attn_backend is backend, skip_attn_backend_init))
+        fb.out_cache_loc, fb.spec_info.hidden_states = "changed", "changed"
+        return "full output"
+
+    loc, hidden = torch.tensor([2, 5]), torch.zeros(2, 3)
+    fb = types.SimpleNamespace(out_cache_loc=loc, attn_backend="graph-path backend",
+                               spec_info=types.SimpleNamespace(hidden_states=hidden))
+    ref = draft_kv_only.EagerDraftExtend(types.SimpleNamespace(forward=forward), backend)
+    assert ref.replay(fb) == "full output"
+    assert calls == [("metadata", "graph-path backend"), ("forward", True, True)]
+    assert fb.out_cache_loc is loc and fb.spec_info.hidden_states is hidden and fb.attn_backend == "graph-path backend"
+
+
+@dataclasses.dataclass
+class OffState:
+    """The OFF runtime state's one field read here (``dataclasses.replace`` makes the KV-only one)."""
+
+    cuda_graph_runner_for_draft_extend: object = None
+
+
+def standalone_runner(monkeypatch, disable_cuda_graph=False, capture_fails=False):
+    """An OffStepRunner for v2 without SGLang's OFF draft-extend graph, capture stubbed."""
+    monkeypatch.setattr(draft_kv_only, "unsupported_reason", lambda model: None)
+    monkeypatch.setattr(draft_kv_only, "kv_only_forward", lambda m: _kv_only_stand_in)
+    monkeypatch.setattr(draft_kv_only, "sglang_draft_extend_runner_cls", lambda: GraphRunner)
+    built = []
+
+    def build(runner_cls, fill, worker_for_runner, model):
+        if capture_fails:
+            raise RuntimeError("capture failed on this backend")
+        built.append((runner_cls, fill, worker_for_runner))
+        return GraphRunner(1.0)
+
+    monkeypatch.setattr(draft_kv_only, "build_kv_only_graph_runner", build)
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.v2 = True
+    runner.any_rank = bool
+    layer0 = types.SimpleNamespace(self_attn=types.SimpleNamespace(attn=Radix()))
+    model = types.SimpleNamespace(model=types.SimpleNamespace(layers=[layer0]), forward=lambda *a: None)
+    runner._draft_model = lambda: model
+    fa3 = types.SimpleNamespace(get_cuda_graph_seq_len_fill_value=lambda: 1, init_forward_metadata=lambda fb: None)
+    draft_worker = types.SimpleNamespace(draft_runner=types.SimpleNamespace(attn_backend=fa3))
+
+    @contextlib.contextmanager
+    def override(steps, tokens):
+        yield
+
+    runner.worker = types.SimpleNamespace(server_args=types.SimpleNamespace(disable_cuda_graph=disable_cuda_graph),
+                                          draft_worker=draft_worker, _override_worker_state=override)
+    runner._build_context = contextlib.nullcontext
+    runner.on_state = "on"
+    runner._apply = lambda state: None
+    runner.off_state = OffState()
+    runner._init_kv_only()
+    return runner, built, draft_worker
+
+
+def test_without_sglangs_off_draft_extend_graph_the_kv_only_extend_gets_its_own_graph(monkeypatch):
+    monkeypatch.delenv(draft_kv_only.GRAPH_ENV_SWITCH, raising=False)
+    runner, built, draft_worker = standalone_runner(monkeypatch)
+    assert built == [(GraphRunner, 1, draft_worker)]  # SGLang's runner class, fa3's fill value
+    assert isinstance(runner.kv_only, draft_kv_only.KvOnlyRunner) and runner.kv_only.rounding
+    assert isinstance(runner.kv_only.full_runner, draft_kv_only.EagerDraftExtend)
+    assert runner.off_kv_state.cuda_graph_runner_for_draft_extend is runner.kv_only.runner
+    assert runner.off_state.cuda_graph_runner_for_draft_extend is None  # resume steps: the eager full extend
+    assert (runner.off_draft_extend, runner.kv_only.runs) == (draft_kv_only.KV_ONLY, draft_kv_only.CUDA_GRAPH)
+
+
+@pytest.mark.parametrize("why", ["switched off", "no cuda graphs", "capture failed"])
+def test_the_kv_only_extend_runs_eagerly_when_its_own_graph_is_not_built(why, monkeypatch, caplog):
+    monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "0" if why == "switched off" else "1")
+    runner, built, _ = standalone_runner(monkeypatch, disable_cuda_graph=why == "no cuda graphs",
+                                         capture_fails=why == "capture failed")
+    assert isinstance(runner.kv_only, draft_kv_only.EagerKvOnly) and runner.kv_only.runs == draft_kv_only.EAGER
+    assert runner.off_draft_extend == draft_kv_only.KV_ONLY and runner.off_draft_extend_reason is None
+    if why == "capture failed":
+        assert "capture failed on this backend" in caplog.text and "eagerly instead" in caplog.text
