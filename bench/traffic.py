@@ -22,11 +22,13 @@ with SGLang's own ``sglang.bench_serving`` (``--dataset-name random-ids``), agai
 - one JSON line is printed per row as it is measured and the row is appended to the CSV at once
   (a call cut short keeps its rows).
 
-``--profile-row WORKLOAD:LEVEL`` (e.g. ``varied-closed:64``): after that row, its requests are
-sent once more (not recorded: the profiler's overhead and the trace's writing would be in the
-row) and ``--profile-steps`` forward steps of that pass, ``--profile-delay`` seconds in, are
+``--profile-row WORKLOAD:LEVEL`` (e.g. ``varied-closed:64``): after the last row, that row's
+requests are sent once more (not recorded: the profiler's overhead and the trace's writing would be
+in the row) and ``--profile-steps`` forward steps of that pass, ``--profile-delay`` seconds in, are
 recorded with SGLang's torch profiler (:func:`profile_pass`); ``compare-profiles A.json B.json``
 puts two such profiles side by side (:func:`bench.trace_summary.compare_stages`).
+``--cpu-profile-row WORKLOAD:LEVEL``: py-spy samples the scheduler's Python stacks during that row
+itself (:class:`CpuProfile`, ``bench.cpu_profile``; ``python -m bench.cpu_profile compare``).
 
 Configurations (the ``config`` column): ``none`` (no speculation), ``always`` (EAGLE-3, no gate),
 ``gate`` (EAGLE-3 with the gate at threshold N), ``off`` (the gate server forced off: threshold 1,
@@ -54,6 +56,7 @@ import math
 import re
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -477,9 +480,10 @@ def profile_pass_factor(delay_s: float, row_seconds: Optional[float]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class ProfileSpec:
-    """``--profile-row WORKLOAD:LEVEL``: after that row is measured, its requests are sent once more
-    (:data:`PROFILE_PASS_FACTOR` times as many; not recorded) and ``steps`` forward steps of that
-    pass, ``delay_s`` after it starts, are recorded with SGLang's profiler. ``level``: the closed
+    """``--profile-row WORKLOAD:LEVEL``: after the last row, that row's requests are sent once more
+    (up to :data:`PROFILE_PASS_FACTOR` times as many; not recorded) and ``steps`` forward steps of
+    that pass, ``delay_s`` after it starts, are recorded with SGLang's profiler (``--cpu-profile-row``
+    uses it too: ``delay_s`` into the row itself, ``steps`` unused). ``level``: the closed
     loop's max concurrency, or the Poisson rate (requests/s)."""
 
     workload: str
@@ -498,7 +502,7 @@ class ProfileSpec:
         return (f"c{int(self.level)}" if self.workload.endswith("-closed") else f"r{fmt_rate(self.level)}")
 
 
-def parse_profile_row(text: str) -> Tuple[Workload, float]:
+def parse_profile_row(text: str, flag: str = "--profile-row") -> Tuple[Workload, float]:
     """``"varied-closed:64"`` -> (its workload, 64.0); ``"varied-poisson:32"`` -> (..., 32.0).
 
     Raises:
@@ -507,7 +511,7 @@ def parse_profile_row(text: str) -> Tuple[Workload, float]:
     """
     name, sep, level = text.partition(":")
     if not sep:
-        raise ValueError(f"--profile-row {text!r} is not WORKLOAD:LEVEL (e.g. varied-closed:64, varied-poisson:32)")
+        raise ValueError(f"{flag} {text!r} is not WORKLOAD:LEVEL (e.g. varied-closed:64, varied-poisson:32)")
     w = parse_workload(name.strip())
     try:
         value = float(level)
@@ -516,7 +520,7 @@ def parse_profile_row(text: str) -> Tuple[Workload, float]:
     closed = w.arrivals == "closed"
     if not (math.isfinite(value) and value > 0 and (not closed or (value == int(value) and value >= 1))):
         what = "a number of concurrent requests >= 1" if closed else "a request rate > 0 (requests/s)"
-        raise ValueError(f"--profile-row {text!r}: the level of {w.name} is {what}")
+        raise ValueError(f"{flag} {text!r}: the level of {w.name} is {what}")
     return w, value
 
 
@@ -535,6 +539,8 @@ class Plan:
     seed: int
     warmup: List[Tuple[int, int, str]]
     profile: Optional[ProfileSpec] = None
+    #: ``--cpu-profile-row``: the row during which py-spy samples the scheduler (``bench.cpu_profile``)
+    cpu_profile: Optional[ProfileSpec] = None
 
     def levels(self, w: Workload) -> List[Dict[str, Any]]:
         """Per row of ``w``: ``{concurrency | rate, max_concurrency, num_prompts}``."""
@@ -580,10 +586,59 @@ def accept_length_for(config: str, url: str, result: Dict[str, Any]) -> Optional
     return result.get("accept_length")
 
 
+class CpuProfile:
+    """``--cpu-profile-row``: py-spy samples the TP-0 scheduler's Python stacks during the measured row
+    itself (``--nonblocking``: the process is never paused), ``spec.delay_s`` into it for
+    ``bench.cpu_profile.RECORD_SECONDS``, on a thread started here. The server must run on this
+    machine (start mode, or ``--url`` of a local one). :meth:`finish` waits for the recording and
+    writes ``OUT/cpu-profile-...txt`` (raw) and ``.json`` (the summary, tokens estimated from the
+    row's output tok/s); every failure is recorded and printed, never raised."""
+
+    def __init__(self, config: str, p_wrong: Any, facts: Dict[str, Any], spec: ProfileSpec, out: Path):
+        from bench import cpu_profile
+
+        self.cpu_profile = cpu_profile
+        self.name = f"cpu-profile-{config}-{facts['worker']}-p{safe_label(p_wrong)}-{spec.workload}-{spec.level_tag}"
+        self.raw = out / f"{self.name}.txt"
+        self.meta = {"config": config, "worker": facts["worker"], "p_wrong": p_wrong, "workload": spec.workload,
+                     "level": spec.level, "delay_s": spec.delay_s, "seconds": cpu_profile.RECORD_SECONDS}
+        self.result: Dict[str, Any] = {}
+        self.thread = threading.Thread(target=self._record, args=(spec.delay_s,), name="cpu-profile", daemon=True)
+        self.thread.start()
+
+    def _record(self, delay_s: float) -> None:
+        time.sleep(delay_s)
+        pids = self.cpu_profile.scheduler_pids()
+        if not pids:
+            self.result = {"ok": False, "error": f"no {self.cpu_profile.SCHEDULER_TITLE}* process on this machine"}
+            return
+        self.result = {"pid": pids[0], **self.cpu_profile.record(pids[0], self.cpu_profile.RECORD_SECONDS, self.raw)}
+
+    def finish(self, row: Dict[str, Any]) -> Dict[str, Any]:
+        """Wait for the recording; summarize it (``row``: the measured row, for its output tok/s)."""
+        self.thread.join()
+        out = {**self.meta, **self.result, "raw": str(self.raw)}
+        if out.get("ok"):
+            try:
+                doc = self.cpu_profile.profile_row(self.raw, float(row.get("output_tok_s") or 0) or None,
+                                                   self.cpu_profile.RECORD_SECONDS, self.meta)
+                out.update(json=str(self.raw.with_suffix(".json")), samples=doc["samples"],
+                           top=[r["function"] for r in doc["inclusive"][:5]])
+            except (OSError, ValueError) as exc:
+                out.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+        if not out.get("ok"):
+            print(f"warning: cpu profile: {out.get('error')}", file=sys.stderr, flush=True)
+        print(json.dumps({"cpu_profile": self.name, **{k: out.get(k) for k in ("ok", "samples", "top")}}), flush=True)
+        return out
+
+
 def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Plan, csv_path: Path, work: Path,
             meta: Dict[str, Any], save) -> List[Dict[str, Any]]:
     """Warm up (not recorded), then every row of ``plan``: print it as one JSON line, append it to
-    ``csv_path``, note it in ``meta`` and ``save()`` (so a call cut short keeps what it measured)."""
+    ``csv_path``, note it in ``meta`` and ``save()`` (so a call cut short keeps what it measured).
+    The profiled pass of ``plan.profile`` runs after the last row, so that no measured row follows
+    a profiler session (on 2026-12-04 the row after one ran 0.80x of the same row on a server that
+    had none; whether the profiler did it is not known: ``bench/results/h200-2026-12-04/README.md``)."""
     host, port = split_url(url)
     work.mkdir(parents=True, exist_ok=True)
     tag = f"{config}-{facts['worker']}"
@@ -597,8 +652,11 @@ def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Pl
         print(f"warm-up (not recorded): {meta['warmup_output_tok_s']} tok/s", flush=True)
     save()
     rows: List[Dict[str, Any]] = []
+    profiled = None
     for name, argv, path, lv in plan.argvs(host, port, work, tag):
         t0 = time.time()
+        cpu = (CpuProfile(config, p_wrong, facts, plan.cpu_profile, csv_path.parent)
+               if plan.cpu_profile is not None and plan.cpu_profile.matches(name, lv) else None)
         res = run_bench_serving(argv, path)
         row = build_row(config, parse_workload(name), p_wrong, facts, res, num_prompts=lv["num_prompts"],
                         concurrency=lv.get("concurrency"), rate=lv.get("rate"),
@@ -611,12 +669,17 @@ def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Pl
         append_row(csv_path, row)
         rows.append(row)
         meta["rows"].append({**row, "wall_s": round(time.time() - t0, 1)})
+        if cpu is not None:
+            meta["cpu_profile"] = cpu.finish(row)
         save()
-        if plan.profile is not None and plan.profile.matches(name, lv):
-            factor = profile_pass_factor(plan.profile.delay_s, None if plan.num_prompts else plan.row_seconds)
-            meta["profile"] = profile_pass(config, p_wrong, url, facts, plan.profile, argv, path, csv_path.parent,
-                                           tokens_per_verify_for(config, row), factor)
-            save()
+        if plan.profile is not None and plan.profile.matches(name, lv) and profiled is None:
+            profiled = (argv, path, row)
+    if profiled is not None:
+        argv, path, row = profiled
+        factor = profile_pass_factor(plan.profile.delay_s, None if plan.num_prompts else plan.row_seconds)
+        meta["profile"] = profile_pass(config, p_wrong, url, facts, plan.profile, argv, path, csv_path.parent,
+                                       tokens_per_verify_for(config, row), factor)
+        save()
     return rows
 
 
@@ -651,7 +714,6 @@ def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spe
     A diagnostic: every failure is recorded (``errors``) and printed, never raised, except an
     interrupt (KeyboardInterrupt: the device call's SIGTERM).
     """
-    import threading
     import zlib
 
     import httpx
@@ -1100,6 +1162,9 @@ def add_parsers(sub) -> None:
     t.add_argument("--mem-fraction", type=float, default=0.8, metavar="F",
                    help="start mode: fraction of GPU memory for SGLang's static pool, 0-1 (default: 0.8)")
     t.add_argument("--port", type=int, default=30500, help="start mode: server port (default: 30500)")
+    t.add_argument("--cpu-profile-row", metavar="WORKLOAD:LEVEL",
+                   help="sample the scheduler's Python stacks with py-spy during that row itself "
+                        "(bench.cpu_profile; the server on this machine, py-spy installed)")
     t.add_argument("--profile-row", metavar="WORKLOAD:LEVEL",
                    help="after this row (e.g. varied-closed:64, varied-poisson:32) send its requests once more, not "
                         "recorded, and record --profile-steps forward steps of that pass with SGLang's profiler into "
@@ -1202,6 +1267,15 @@ def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             parser.error(str(exc))
         profile = ProfileSpec(w.name, level, a.profile_steps or PROFILE_STEPS,
                               PROFILE_DELAY_S if a.profile_delay is None else a.profile_delay)
+    cpu_profile = None
+    if a.cpu_profile_row is not None:
+        try:
+            w, level = parse_profile_row(a.cpu_profile_row, "--cpu-profile-row")
+        except ValueError as exc:
+            parser.error(str(exc))
+        from bench.cpu_profile import RECORD_DELAY_S
+
+        cpu_profile = ProfileSpec(w.name, level, 0, RECORD_DELAY_S)
     a.plan = Plan(
         workloads=a.workloads or [parse_workload(n) for n in DEFAULT_WORKLOADS],
         concurrency=a.concurrency or (QUICK_CLOSED_LEVELS if a.quick else CLOSED_LEVELS),
@@ -1211,7 +1285,11 @@ def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         num_prompts=a.num_prompts, seed=a.seed,
         warmup=[] if not a.warmup else (QUICK_WARMUP if a.quick else WARMUP),
         profile=profile,
+        cpu_profile=cpu_profile,
     )
+    if cpu_profile is not None and not any(cpu_profile.matches(x.name, lv) for x in a.plan.workloads
+                                           for lv in a.plan.levels(x)):
+        parser.error(f"--cpu-profile-row {a.cpu_profile_row}: no such row in this call")
     if profile is not None:
         w = parse_workload(profile.workload)
         if not any(name == profile.workload and profile.matches(name, lv)

@@ -20,8 +20,9 @@ is replayed on the same batch right after, and the K/V it stores at the batch's 
 equal, bit for bit, what the KV-only graph stored (same kernels on the same shapes). Where SGLang
 captures no full OFF draft-extend graph (v2 on fa3 and every backend but triton:
 ``eagle_worker_v2.py`` ``init_cuda_graphs``, "TODO: support draft extend cuda graph for more
-attention backends") the KV-only graph is captured all the same, since it calls no attention
-(``NoAttentionBackend``), and its reference is SGLang's eager full draft extend
+attention backends") the KV-only graph can be captured all the same with
+``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=1`` (opt-in: not faster on the H200), since it calls no
+attention (``NoAttentionBackend``), and its reference is SGLang's eager full draft extend
 (``EagerDraftExtend``); the two run their GEMMs at different batch sizes (the graph's padded
 one), so cuBLAS may pick other tiles and the K/V may differ by bf16 rounding: that proof accepts
 ``ROUNDING_RTOL``/``ROUNDING_ATOL`` and counts such checks (``inexact``); a wrong cache slot,
@@ -51,8 +52,11 @@ ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY"
 #: 83 sampled checks; forced off 0.92-0.96x of no speculation against 0.85-0.92x with the full extend:
 #: ``bench/results/h200-2026-12-03c/``)
 EAGER_ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER"
-#: "0" runs the KV-only extend eagerly where SGLang captures no full OFF draft-extend graph (v2 on
-#: fa3), instead of on its own CUDA graph
+#: "1" runs the KV-only extend on its own CUDA graph where SGLang captures no full OFF draft-extend
+#: graph (v2 on fa3) instead of eagerly. Opt-in: on the H200 it was not faster (fa3, forced off,
+#: varied lengths: 0.940 / 0.960x of no speculation at 32 / 64 requests against 0.916 / 1.000x
+#: eager; the server is CPU-bound there, and both cost about the same CPU:
+#: ``bench/results/h200-2026-12-04/README.md``); proven bit for bit there (97 checks)
 GRAPH_ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH"
 KV_ONLY = "kv-only"
 FULL = "full"
@@ -245,9 +249,9 @@ class EagerDraftExtend:
 
 
 def graph_enabled_by_env() -> bool:
-    """False when ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=0`` asks for the eager KV-only extend where
-    SGLang captures no full OFF draft-extend graph (the KV-only graph is the default there)."""
-    return os.environ.get(GRAPH_ENV_SWITCH, "1") != "0"
+    """True when ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=1`` asks for the KV-only graph where SGLang
+    captures no full OFF draft-extend graph (the eager KV-only extend is the default there)."""
+    return os.environ.get(GRAPH_ENV_SWITCH, "0") == "1"
 
 
 def enabled_by_env() -> bool:

@@ -24,9 +24,12 @@ Proven on the H200 on v2 at TP 1 (``bench/results/h200-2026-12-03c/``, ``bench.s
 at temperature 48 / top-k 8 / top-p 0.95 the OFF steps' draws and a server without speculation's
 are one distribution (chi-square p = 0.93, 64 cells, 1,000 draws each); at temperature 20 with
 min_p 0.3 both drew only the one token min_p leaves, while SGLang's verify sampling put 45.6% of
-its draws elsewhere (p = 2e-123). So it is the default on ``EAGLEWorkerV2``; on ``EAGLEWorker``
-(v1) it has not been drawn on a GPU yet and stays opt-in. ``SPECCONSOLE_OFF_PLAIN_SAMPLING=1``
-turns it on for both workers, ``=0`` off for both (SGLang's verify sampling). A ``sampling_seed``
+its draws elsewhere (p = 2e-123). The same on v1 topk 1 (``bench/results/h200-2026-12-04/sampling-v1.json``):
+p = 0.60 against a server without speculation at temperature 48; at temperature 20 with min_p 0.3
+only the one token, where the verify sampling put 46.3% elsewhere (p = 7e-126). So it is the
+default on ``EAGLEWorkerV2`` and on ``EAGLEWorker`` with topk 1; v1 with topk > 1 (not drawn on a
+GPU) keeps SGLang's verify sampling. ``SPECCONSOLE_OFF_PLAIN_SAMPLING=1`` turns it on for every
+worker, ``=0`` off for every one (SGLang's verify sampling). A ``sampling_seed``
 is used by SGLang 0.5.12 only with ``--enable-deterministic-inference``
 (``sampling_batch_info.py``), with or without speculation.
 """
@@ -44,14 +47,15 @@ PLAIN = "plain-decode-sampler"
 SPECULATIVE = "speculative-verify"
 
 
-def mode(v2: bool) -> str:
+def mode(v2: bool, topk: int = 1) -> str:
     """How OFF steps of a worker draw non-greedy tokens: :data:`PLAIN` or :data:`SPECULATIVE`.
-    ``SPECCONSOLE_OFF_PLAIN_SAMPLING`` ``1`` / ``0`` decides for both workers; unset, :data:`PLAIN`
-    on v2 (``EAGLEWorkerV2``, proven) and :data:`SPECULATIVE` on v1 (not yet drawn on a GPU)."""
+    ``SPECCONSOLE_OFF_PLAIN_SAMPLING`` ``1`` / ``0`` decides for every worker; unset, :data:`PLAIN`
+    where it was drawn on the H200 (v2, ``EAGLEWorkerV2``; v1, ``EAGLEWorker``, with ``topk`` 1) and
+    :data:`SPECULATIVE` on v1 with ``topk`` > 1 (not drawn on a GPU)."""
     value = os.environ.get(ENV_SWITCH)
     if value in ("0", "1"):
         return PLAIN if value == "1" else SPECULATIVE
-    return PLAIN if v2 else SPECULATIVE
+    return PLAIN if v2 or topk == 1 else SPECULATIVE
 
 
 @dataclasses.dataclass

@@ -185,7 +185,7 @@ class OffStepRunner:
 
     any_rank: Callable[[bool], bool] = bool  # TP 1 (and a runner built without __init__)
     #: how OFF steps draw non-greedy tokens (``server_patch/off_sampling.py``, :func:`off_sampling.mode`):
-    #: the target runner's own Sampler (v2 by default) or SGLang's speculative verify
+    #: the target runner's own Sampler (by default, but on v1 with topk > 1) or SGLang's speculative verify
     off_sampling: str = sampling.SPECULATIVE
 
     def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
@@ -212,7 +212,7 @@ class OffStepRunner:
         self._init_kv_only()
         self._agree_on_kv_only()
         self._init_early_seq_lens()
-        self.off_sampling = sampling.mode(self.v2)
+        self.off_sampling = sampling.mode(self.v2, self.topk)
 
     def _init_kv_only(self) -> None:
         """The KV-only OFF draft extend (``draft_kv_only``): a second OFF state whose draft-extend
@@ -264,11 +264,11 @@ class OffStepRunner:
 
     def _init_standalone_kv_only_graph(self, model: Any) -> bool:
         """Where SGLang captured no OFF draft-extend graph although CUDA graphs are on (v2 on fa3
-        and every backend but triton), the KV-only extend gets its own graph all the same (it calls
-        no attention); its proof's reference is SGLang's eager full draft extend, within bf16
-        rounding (``draft_kv_only`` module docstring). False: not built (graphs off, switched off
-        with ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=0``, or the capture failed: the eager KV-only
-        extend is next)."""
+        and every backend but triton) and ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=1`` asks for it,
+        the KV-only extend gets its own graph all the same (it calls no attention); its proof's
+        reference is SGLang's eager full draft extend, within bf16 rounding (``draft_kv_only``
+        module docstring). False: not built (not asked for, graphs off, or the capture failed:
+        the eager KV-only extend is next)."""
         if getattr(self.worker.server_args, "disable_cuda_graph", False) or not draft_kv_only.graph_enabled_by_env():
             return False
         draft_runner = self.worker.draft_worker.draft_runner if self.v2 else self.worker.draft_model_runner

@@ -986,3 +986,68 @@ def test_dry_run_shows_the_profiled_pass(tmp_path, monkeypatch, capsys):
                                                         (6.0, 20.0, 1), (0.0, 2.0, 2), (6.0, None, 3)])
 def test_the_profiled_pass_sends_enough_requests_to_outlast_its_window_but_no_more(delay, row_seconds, factor):
     assert traffic.profile_pass_factor(delay, row_seconds) == factor
+
+
+def test_the_profiled_pass_runs_after_the_last_row_so_no_measured_row_follows_a_profiler(servers, bench, tmp_path,
+                                                                                         monkeypatch):
+    server = servers("gate")
+    server.on_profile = lambda path, body: write_trace(body["output_dir"])
+    args = [a if a != "varied-closed:64" else "varied-closed:16" for a in PROFILE_ARGS]
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", "off", *args, "--out", tmp_path / "o",
+        "--work-dir", tmp_path / "w")
+    argvs = bench()
+    assert [opt(a, "--max-concurrency") for a in argvs] == ["16", "64", "16"]  # rows 16, 64, then the pass at 16
+    assert opt(argvs[2], "--output-file").endswith("-c16-profile.jsonl")
+
+
+def test_cpu_profile_row_samples_the_scheduler_during_that_row_and_summarizes_it(servers, bench, tmp_path,
+                                                                                 monkeypatch, capsys):
+    from bench import cpu_profile
+
+    raw = Path(__file__).parent / "fixtures" / "pyspy" / "toy-scheduler.txt"
+    recorded = []
+
+    def record(pid, seconds, out, rate=cpu_profile.RATE_HZ):
+        recorded.append((pid, seconds))
+        out.write_text(raw.read_text())
+        return {"ok": True, "argv": cpu_profile.record_argv(pid, seconds, out, rate), "error": None}
+
+    monkeypatch.setattr(cpu_profile, "scheduler_pids", lambda: [4242])
+    monkeypatch.setattr(cpu_profile, "record", record)
+    monkeypatch.setattr(cpu_profile, "RECORD_DELAY_S", 0.0)
+    server = servers("gate")
+    out = tmp_path / "o"
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", "off", "--p-wrong", "0.2", "--workloads",
+        "varied-closed", "--concurrency", "16,64", "--num-prompts", "8", "--no-warmup",
+        "--cpu-profile-row", "varied-closed:64", "--out", out, "--work-dir", tmp_path / "w")
+    assert recorded == [(4242, cpu_profile.RECORD_SECONDS)] and len(bench()) == 2  # no extra pass
+    name = "cpu-profile-off-v2-p0.2-varied-closed-c64"
+    doc = json.loads((out / f"{name}.json").read_text())
+    assert doc["samples"] == 399 and doc["config"] == "off" and doc["output_tokens"] > 0
+    run = json.loads((out / "traffic-off-v2-p0.2.json").read_text())["runs"][0]
+    assert run["cpu_profile"]["ok"] is True and run["cpu_profile"]["pid"] == 4242
+    assert '"cpu_profile": "cpu-profile-off' in capsys.readouterr().out
+
+
+def test_cpu_profile_row_without_a_scheduler_here_keeps_the_rows_and_says_why(servers, bench, tmp_path, monkeypatch,
+                                                                              capsys):
+    from bench import cpu_profile
+
+    monkeypatch.setattr(cpu_profile, "scheduler_pids", lambda: [])
+    monkeypatch.setattr(cpu_profile, "RECORD_DELAY_S", 0.0)
+    server = servers("none")
+    out = tmp_path / "o"
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", "none", "--p-wrong", "0.2", "--workloads",
+        "varied-closed", "--concurrency", "16", "--num-prompts", "8", "--no-warmup",
+        "--cpu-profile-row", "varied-closed:16", "--out", out, "--work-dir", tmp_path / "w")
+    _, rows = read_csv(out / traffic.DEFAULT_CSV)
+    assert len(rows) == 1
+    assert "warning: cpu profile: no sglang::scheduler* process" in capsys.readouterr().err
+
+
+def test_cpu_profile_row_must_name_a_row_of_the_call(monkeypatch, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli(monkeypatch, "traffic", "--url", "http://127.0.0.1:1", "--config", "none", "--p-wrong", "0.2",
+            "--workloads", "varied-closed", "--concurrency", "16", "--cpu-profile-row", "varied-closed:32",
+            "--out", tmp_path)
+    assert "--cpu-profile-row varied-closed:32: no such row in this call" in capsys.readouterr().err

@@ -627,8 +627,8 @@ def standalone_runner(monkeypatch, disable_cuda_graph=False, capture_fails=False
     return runner, built, draft_worker
 
 
-def test_without_sglangs_off_draft_extend_graph_the_kv_only_extend_gets_its_own_graph(monkeypatch):
-    monkeypatch.delenv(draft_kv_only.GRAPH_ENV_SWITCH, raising=False)
+def test_without_sglangs_off_draft_extend_graph_the_kv_only_extend_gets_its_own_graph_when_asked(monkeypatch):
+    monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "1")
     runner, built, draft_worker = standalone_runner(monkeypatch)
     assert built == [(GraphRunner, 1, draft_worker)]  # SGLang's runner class, fa3's fill value
     assert isinstance(runner.kv_only, draft_kv_only.KvOnlyRunner) and runner.kv_only.rounding
@@ -638,9 +638,12 @@ def test_without_sglangs_off_draft_extend_graph_the_kv_only_extend_gets_its_own_
     assert (runner.off_draft_extend, runner.kv_only.runs) == (draft_kv_only.KV_ONLY, draft_kv_only.CUDA_GRAPH)
 
 
-@pytest.mark.parametrize("why", ["switched off", "no cuda graphs", "capture failed"])
+@pytest.mark.parametrize("why", ["not asked for", "switched off", "no cuda graphs", "capture failed"])
 def test_the_kv_only_extend_runs_eagerly_when_its_own_graph_is_not_built(why, monkeypatch, caplog):
-    monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "0" if why == "switched off" else "1")
+    if why == "not asked for":  # the default
+        monkeypatch.delenv(draft_kv_only.GRAPH_ENV_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "0" if why == "switched off" else "1")
     runner, built, _ = standalone_runner(monkeypatch, disable_cuda_graph=why == "no cuda graphs",
                                          capture_fails=why == "capture failed")
     assert isinstance(runner.kv_only, draft_kv_only.EagerKvOnly) and runner.kv_only.runs == draft_kv_only.EAGER

@@ -79,9 +79,10 @@ def test_a_tree_of_more_than_one_node_or_nothing_noted_is_refused():
         osm.sample_root(osm.Noted(), FakeSampler(None))(**_outputs())
 
 
-@pytest.mark.parametrize("env, v2, plain", [(None, True, True), (None, False, False), ("0", True, False),
-                                           ("1", True, True), ("1", False, True), ("0", False, False)])
-def test_the_off_step_draws_in_the_plain_sampling_context_by_default_on_v2_and_when_asked(env, v2, plain, monkeypatch):
+@pytest.mark.parametrize("env, v2, topk, plain", [(None, True, 1, True), (None, False, 1, True), (None, False, 4, False),
+                                                 ("0", True, 1, False), ("1", True, 1, True), ("1", False, 4, True),
+                                                 ("0", False, 1, False)])
+def test_the_off_step_draws_in_the_plain_sampling_context_where_proven_and_when_asked(env, v2, topk, plain, monkeypatch):
     if env is None:
         monkeypatch.delenv(osm.ENV_SWITCH, raising=False)
     else:
@@ -99,7 +100,7 @@ def test_the_off_step_draws_in_the_plain_sampling_context_by_default_on_v2_and_w
     runner._init_early_seq_lens()
     runner.early_seq_lens = False
     runner._no_kv_only("not built in this test")
-    runner.off_sampling = osm.mode(v2)
+    runner.off_sampling = osm.mode(v2, topk)
     runner._draft_owner = types.SimpleNamespace()
     runner.on_state = runner.off_state = "state"
     runner._apply = lambda state: None

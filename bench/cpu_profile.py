@@ -1,0 +1,212 @@
+"""The SGLang scheduler's CPU time by Python function, sampled with py-spy during a measured row.
+
+Why: on variable-length traffic a forced-off gate server does the same GPU work as a server
+without speculation but is CPU-bound where that one is GPU-bound (``bench/results/h200-2026-12-04/``:
+GPU idle 27.7% against 12.5% at 64 requests); the torch profiler shows that the GPU waited, not for
+which Python. py-spy (https://github.com/benfred/py-spy) samples the scheduler process's Python
+stacks from outside, ``--nonblocking`` (it never pauses the process), so it can run during the
+measured row itself.
+
+``bench.throughput traffic --cpu-profile-row WORKLOAD:LEVEL`` records ``RECORD_SECONDS`` of the TP-0
+scheduler (the process SGLang titles ``sglang::scheduler...``), ``RECORD_DELAY_S`` into that row,
+into ``OUT/cpu-profile-CONFIG-WORKER-pP-WORKLOAD-LEVEL.txt`` (py-spy's raw format: one line per
+distinct stack, ``frame;frame;... COUNT``, outermost frame first) and summarizes it next to it
+(``.json``). ``python -m bench.cpu_profile compare A.json B.json`` prints B against A per function in
+ms of scheduler CPU per 1,000 output tokens (the window's tokens estimated from the row's output
+tok/s). Samples where the scheduler thread waits in a call (a CUDA sync inside a Python frame,
+ZMQ polling) count for that frame: py-spy without ``--idle`` leaves out only threads that sleep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+SCHEDULER_TITLE = "sglang::scheduler"
+RATE_HZ = 200  # samples per second
+RECORD_SECONDS = 8
+RECORD_DELAY_S = 4.0
+TOP = 30
+
+Stack = Tuple[str, ...]
+
+
+def scheduler_pids(proc: Path = Path("/proc")) -> List[int]:
+    """PIDs of processes whose command line (SGLang sets it with ``setproctitle``) starts with
+    ``sglang::scheduler``, TP 0 first (``sglang::scheduler_TP0`` sorts first), then by PID."""
+    found = []
+    for entry in proc.iterdir() if proc.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith(SCHEDULER_TITLE):
+            found.append((title, int(entry.name)))
+    return [pid for _, pid in sorted(found)]
+
+
+def record_argv(pid: int, seconds: int, out: Path, rate: int = RATE_HZ) -> List[str]:
+    """The py-spy command line that samples ``pid`` for ``seconds`` at ``rate`` Hz into ``out``."""
+    return ["py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(int(rate)),
+            "--format", "raw", "--nonblocking", "--output", str(out)]
+
+
+def record(pid: int, seconds: int, out: Path, rate: int = RATE_HZ) -> Dict[str, Any]:
+    """Run py-spy on ``pid`` (blocks ``seconds``); ``{"ok", "argv", "error"}``, never raises: a missing
+    py-spy, a process that went away or a refused ptrace is recorded as ``error``."""
+    argv = record_argv(pid, seconds, out, rate)
+    if shutil.which("py-spy") is None:
+        return {"ok": False, "argv": argv, "error": "py-spy is not installed (pip install py-spy)"}
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"ok": False, "argv": argv, "error": f"{type(exc).__name__}: {exc}"}
+    ok = proc.returncode == 0 and out.is_file()
+    return {"ok": ok, "argv": argv, "error": None if ok else (proc.stderr or proc.stdout)[-500:]}
+
+
+def parse_raw(text: str) -> List[Tuple[Stack, int]]:
+    """py-spy's raw lines ``f1 (file:line);f2 (file:line) COUNT`` -> ``[(frames, count)]``, outermost
+    frame first, each frame as ``func (file)`` (line numbers dropped: one function, one row).
+
+    Raises:
+        ValueError: a non-empty line without a trailing integer count.
+    """
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            raise ValueError(f"line {n} is not py-spy raw output (FRAMES COUNT): {line[:120]!r}")
+        out.append((tuple(_frame(f) for f in stack.split(";")), int(count)))
+    return out
+
+
+def _frame(frame: str) -> str:
+    """``name (path/to/file.py:123)`` -> ``name (to/file.py)``: the line and all but the last two
+    path parts dropped (site-packages prefixes differ between machines)."""
+    name, sep, where = frame.partition(" (")
+    if not sep:
+        return frame
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    return f"{name} ({'/'.join(path.split('/')[-2:])})"
+
+
+def summarize(stacks: Iterable[Tuple[Stack, int]], rate: int = RATE_HZ, top: int = TOP) -> Dict[str, Any]:
+    """Per function: ``self_s`` (innermost frame), ``inclusive_s`` (anywhere in the stack, once per
+    sample) and their shares of all samples; the ``top`` by inclusive time, then by self time.
+    ``samples`` / ``seconds`` (samples / ``rate``) of the whole recording."""
+    self_n: Dict[str, int] = {}
+    incl_n: Dict[str, int] = {}
+    total = 0
+    for frames, count in stacks:
+        total += count
+        if not frames:
+            continue
+        self_n[frames[-1]] = self_n.get(frames[-1], 0) + count
+        for f in set(frames):
+            incl_n[f] = incl_n.get(f, 0) + count
+    names = sorted(incl_n, key=lambda f: (-incl_n[f], -self_n.get(f, 0), f))
+    by_self = sorted(self_n, key=lambda f: (-self_n[f], f))
+
+    def row(f: str) -> Dict[str, Any]:
+        return {"function": f, "self_s": round(self_n.get(f, 0) / rate, 4), "inclusive_s": round(incl_n[f] / rate, 4),
+                "self_share": round(self_n.get(f, 0) / max(total, 1), 4),
+                "inclusive_share": round(incl_n[f] / max(total, 1), 4)}
+
+    return {"samples": total, "rate_hz": rate, "seconds": round(total / rate, 3),
+            "inclusive": [row(f) for f in names[:top]], "self": [row(f) for f in by_self[:top]],
+            "all": {f: [self_n.get(f, 0), incl_n[f]] for f in names}}
+
+
+def per_kilotoken(summary: Dict[str, Any], output_tokens: Optional[float]) -> Dict[str, Tuple[float, float]]:
+    """``{function: (self ms, inclusive ms)}`` per 1,000 output tokens of the window (``output_tokens``;
+    None: per second of recording instead)."""
+    rate = summary["rate_hz"]
+    scale = 1e6 / output_tokens if output_tokens else 1e3 / max(summary["seconds"], 1e-9)
+    return {f: (s / rate * scale, i / rate * scale) for f, (s, i) in summary["all"].items()}
+
+
+def compare(a: Dict[str, Any], b: Dict[str, Any], top: int = TOP) -> List[Dict[str, Any]]:
+    """B against A per function, in ms of scheduler CPU per 1,000 output tokens (each summary's
+    ``output_tokens``; per second of recording where one lacks it): the ``top`` functions by
+    ``|B - A|`` of inclusive time."""
+    tokens = (a.get("output_tokens"), b.get("output_tokens"))
+    if not all(tokens):
+        tokens = (None, None)
+    pa, pb = per_kilotoken(a, tokens[0]), per_kilotoken(b, tokens[1])
+    rows = []
+    for f in set(pa) | set(pb):
+        sa, ia = pa.get(f, (0.0, 0.0))
+        sb, ib = pb.get(f, (0.0, 0.0))
+        rows.append({"function": f, "a_inclusive": round(ia, 3), "b_inclusive": round(ib, 3),
+                     "diff_inclusive": round(ib - ia, 3), "a_self": round(sa, 3), "b_self": round(sb, 3),
+                     "diff_self": round(sb - sa, 3)})
+    rows.sort(key=lambda r: (-abs(r["diff_inclusive"]), r["function"]))
+    return rows[:top]
+
+
+def profile_row(raw: Path, output_tok_s: Optional[float], seconds: float, meta: Dict[str, Any]) -> Dict[str, Any]:
+    """Summarize the recording ``raw`` of a row (``output_tok_s``: the row's, so the window's tokens
+    are ``output_tok_s * seconds``) into ``raw.with_suffix('.json')``; returns the summary."""
+    doc = dict(meta)
+    doc.update(summarize(parse_raw(raw.read_text())))
+    doc["output_tokens"] = round(output_tok_s * seconds, 1) if output_tok_s else None
+    raw.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def _table(rows: List[Dict[str, Any]], unit: str) -> str:
+    lines = [f"| function | A {unit} | B {unit} | B - A | A self | B self |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['function']} | {r['a_inclusive']:.2f} | {r['b_inclusive']:.2f} | "
+                     f"{r['diff_inclusive']:+.2f} | {r['a_self']:.2f} | {r['b_self']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu_profile", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("summarize", help="one py-spy raw recording: the top functions")
+    s.add_argument("raw", type=Path)
+    s.add_argument("--rate", type=int, default=RATE_HZ, help=f"the recording's sampling rate, Hz (default {RATE_HZ})")
+    c = sub.add_parser("compare", help="B against A: two summaries (.json) of traffic --cpu-profile-row")
+    c.add_argument("a", type=Path)
+    c.add_argument("b", type=Path)
+    c.add_argument("--top", type=int, default=TOP)
+    a = parser.parse_args(argv)
+    try:
+        if a.cmd == "summarize":
+            doc = summarize(parse_raw(a.raw.read_text()), a.rate)
+            print(f"{doc['samples']} samples, {doc['seconds']} s")
+            for r in doc["inclusive"]:
+                print(f"{r['inclusive_share']:7.1%} {r['self_share']:7.1%}  {r['function']}")
+            return 0
+        docs = [json.loads(p.read_text()) for p in (a.a, a.b)]
+    except (OSError, ValueError) as exc:
+        print(f"python -m bench.cpu_profile: error: {exc}", file=sys.stderr)
+        return 2
+    rows = compare(*docs, top=a.top)
+    unit = "ms/1k tok" if all(d.get("output_tokens") for d in docs) else "ms/s"
+    for name, d in zip("AB", docs):
+        print(f"{name} = {d.get('config', '?')} {d.get('workload', '')} {d.get('level', '')}: {d['samples']} samples "
+              f"in {d['seconds']} s, ~{d.get('output_tokens') or '?'} output tokens")
+    print(_table(rows, unit))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["scheduler_pids", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "compare",
+           "profile_row", "main"]

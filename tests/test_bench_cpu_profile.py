@@ -1,0 +1,94 @@
+"""bench.cpu_profile: py-spy recordings of the scheduler, summarized and compared per function.
+
+The recording read here is a real one (``tests/fixtures/pyspy/``: py-spy 0.4.3 on a toy event loop
+whose ``run_batch`` spins twice as long as ``process_result``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import cpu_profile
+
+RAW = Path(__file__).parent / "fixtures" / "pyspy" / "toy-scheduler.txt"
+
+
+def test_a_real_recording_is_parsed_into_stacks_outermost_first_without_line_numbers():
+    stacks = cpu_profile.parse_raw(RAW.read_text())
+    assert sum(n for _, n in stacks) == 399  # 2 s at 200 Hz
+    frames, _ = stacks[0]
+    assert frames[0] == "<module> (toy_scheduler.py)" and frames[-1] == "spin (toy_scheduler.py)"
+
+
+def test_the_summary_splits_the_time_as_the_loop_spent_it():
+    doc = cpu_profile.summarize(cpu_profile.parse_raw(RAW.read_text()))
+    incl = {r["function"]: r for r in doc["inclusive"]}
+    run, result = incl["run_batch (toy_scheduler.py)"], incl["process_result (toy_scheduler.py)"]
+    assert run["inclusive_s"] / result["inclusive_s"] == pytest.approx(2.0, rel=0.15)  # 4 ms against 2 ms a turn
+    assert incl["event_loop (toy_scheduler.py)"]["inclusive_share"] == 1.0
+    assert doc["self"][0]["function"] == "spin (toy_scheduler.py)" and doc["self"][0]["self_share"] == 1.0
+    assert doc["seconds"] == pytest.approx(2.0, rel=0.01)
+
+
+def test_a_line_that_is_not_py_spy_raw_output_is_refused_with_its_number():
+    with pytest.raises(ValueError, match="line 2 is not py-spy raw output"):
+        cpu_profile.parse_raw("a (x.py:1);b (x.py:2) 3\nnot a stack\n")
+
+
+def _doc(counts, tokens):
+    stacks = [(tuple(f.split(";")), n) for f, n in counts.items()]
+    return {**cpu_profile.summarize(stacks, rate=100), "output_tokens": tokens}
+
+
+def test_compare_puts_b_against_a_in_ms_per_thousand_output_tokens():
+    a = _doc({"loop;decode": 100, "loop;prefill": 50}, tokens=10_000)  # 1.5 s over 10k tokens
+    b = _doc({"loop;decode": 120, "loop;prefill": 100, "loop;verify": 30}, tokens=10_000)
+    rows = {r["function"]: r for r in cpu_profile.compare(a, b)}
+    assert rows["loop"]["a_inclusive"] == pytest.approx(150.0) and rows["loop"]["diff_inclusive"] == pytest.approx(100.0)
+    assert rows["prefill"]["diff_inclusive"] == pytest.approx(50.0) and rows["verify"]["a_inclusive"] == 0.0
+    assert list(rows)[0] == "loop"  # by the size of the difference
+
+
+def test_compare_without_token_counts_falls_back_to_ms_per_second_of_recording():
+    a, b = _doc({"x": 100}, tokens=None), _doc({"x": 50, "y": 50}, tokens=5_000)
+    rows = {r["function"]: r for r in cpu_profile.compare(a, b)}
+    assert rows["x"]["a_inclusive"] == pytest.approx(1000.0) and rows["x"]["b_inclusive"] == pytest.approx(500.0)
+
+
+def test_scheduler_processes_are_found_by_their_title_tp0_first(tmp_path):
+    for pid, title in ((11, b"sglang::scheduler_TP1"), (12, b"sglang::scheduler_TP0"), (13, b"python3\0-m\0x"),
+                       (14, b"sglang::detokenizer")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(title + b"\0")
+    (tmp_path / "self").mkdir()
+    assert cpu_profile.scheduler_pids(tmp_path) == [12, 11]
+    assert cpu_profile.scheduler_pids(tmp_path / "missing") == []
+
+
+def test_a_missing_py_spy_is_an_error_in_the_record_not_an_exception(monkeypatch, tmp_path):
+    monkeypatch.setattr(cpu_profile.shutil, "which", lambda name: None)
+    out = cpu_profile.record(123, 8, tmp_path / "x.txt")
+    assert out["ok"] is False and "py-spy is not installed" in out["error"]
+    assert out["argv"][:3] == ["py-spy", "record", "--pid"] and "--nonblocking" in out["argv"]
+
+
+def test_the_cli_summarizes_and_compares(tmp_path, capsys):
+    assert cpu_profile.main(["summarize", str(RAW)]) == 0
+    assert "run_batch (toy_scheduler.py)" in capsys.readouterr().out
+    meta = {"config": "off", "workload": "varied-closed", "level": 64.0}
+    a = cpu_profile.profile_row(_copy(RAW, tmp_path / "a.txt"), 5000.0, 2, meta)
+    assert a["output_tokens"] == 10_000.0 and (tmp_path / "a.json").is_file()
+    assert cpu_profile.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out
+    assert "ms/1k tok" in out and "| run_batch (toy_scheduler.py) |" in out and "+0.00" in out
+    assert cpu_profile.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "missing.json")]) == 2
+    assert "error" in capsys.readouterr().err
+    json.loads((tmp_path / "a.json").read_text())
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.write_text(src.read_text())
+    return dst
