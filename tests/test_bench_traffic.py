@@ -1000,6 +1000,19 @@ def test_the_profiled_pass_runs_after_the_last_row_so_no_measured_row_follows_a_
     assert opt(argvs[2], "--output-file").endswith("-c16-profile.jsonl")
 
 
+def cpu_profile_call(monkeypatch, server, config, concurrency, row, pids, tmp_path):
+    """``traffic --cpu-profile-row ROW`` against ``server`` with the scheduler PIDs ``pids``; its --out."""
+    from bench import cpu_profile
+
+    monkeypatch.setattr(cpu_profile, "scheduler_pids", lambda: pids)
+    monkeypatch.setattr(cpu_profile, "RECORD_DELAY_S", 0.0)
+    out = tmp_path / "o"
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", config, "--p-wrong", "0.2", "--workloads",
+        "varied-closed", "--concurrency", concurrency, "--num-prompts", "8", "--no-warmup",
+        "--cpu-profile-row", row, "--out", out, "--work-dir", tmp_path / "w")
+    return out
+
+
 def test_cpu_profile_row_samples_the_scheduler_during_that_row_and_summarizes_it(servers, bench, tmp_path,
                                                                                  monkeypatch, capsys):
     from bench import cpu_profile
@@ -1012,14 +1025,8 @@ def test_cpu_profile_row_samples_the_scheduler_during_that_row_and_summarizes_it
         out.write_text(raw.read_text())
         return {"ok": True, "argv": cpu_profile.record_argv(pid, seconds, out, rate), "error": None}
 
-    monkeypatch.setattr(cpu_profile, "scheduler_pids", lambda: [4242])
     monkeypatch.setattr(cpu_profile, "record", record)
-    monkeypatch.setattr(cpu_profile, "RECORD_DELAY_S", 0.0)
-    server = servers("gate")
-    out = tmp_path / "o"
-    cli(monkeypatch, "traffic", "--url", server.url, "--config", "off", "--p-wrong", "0.2", "--workloads",
-        "varied-closed", "--concurrency", "16,64", "--num-prompts", "8", "--no-warmup",
-        "--cpu-profile-row", "varied-closed:64", "--out", out, "--work-dir", tmp_path / "w")
+    out = cpu_profile_call(monkeypatch, servers("gate"), "off", "16,64", "varied-closed:64", [4242], tmp_path)
     assert recorded == [(4242, cpu_profile.RECORD_SECONDS)] and len(bench()) == 2  # no extra pass
     name = "cpu-profile-off-v2-p0.2-varied-closed-c64"
     doc = json.loads((out / f"{name}.json").read_text())
@@ -1031,15 +1038,7 @@ def test_cpu_profile_row_samples_the_scheduler_during_that_row_and_summarizes_it
 
 def test_cpu_profile_row_without_a_scheduler_here_keeps_the_rows_and_says_why(servers, bench, tmp_path, monkeypatch,
                                                                               capsys):
-    from bench import cpu_profile
-
-    monkeypatch.setattr(cpu_profile, "scheduler_pids", lambda: [])
-    monkeypatch.setattr(cpu_profile, "RECORD_DELAY_S", 0.0)
-    server = servers("none")
-    out = tmp_path / "o"
-    cli(monkeypatch, "traffic", "--url", server.url, "--config", "none", "--p-wrong", "0.2", "--workloads",
-        "varied-closed", "--concurrency", "16", "--num-prompts", "8", "--no-warmup",
-        "--cpu-profile-row", "varied-closed:16", "--out", out, "--work-dir", tmp_path / "w")
+    out = cpu_profile_call(monkeypatch, servers("none"), "none", "16", "varied-closed:16", [], tmp_path)
     _, rows = read_csv(out / traffic.DEFAULT_CSV)
     assert len(rows) == 1
     assert "warning: cpu profile: no sglang::scheduler* process" in capsys.readouterr().err
