@@ -332,6 +332,7 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_kv_only_mismatches": "int",
     "off_kv_only_runs": "str",
     "off_kv_only_inexact": "int",
+    "off_kv_only_prefills": "int",
     "off_resume_steps": "int",
     "off_early_seq_lens": "bool",
     "off_early_seq_lens_steps": "int",

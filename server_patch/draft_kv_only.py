@@ -58,6 +58,11 @@ EAGER_ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER"
 #: eager; the server is CPU-bound there, and both cost about the same CPU:
 #: ``bench/results/h200-2026-12-04/README.md``); proven bit for bit there (97 checks)
 GRAPH_ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH"
+#: "1": while the gate is off, a prefill's draft extend over the prompt stores only the draft's K/V
+#: (``OffStepRunner.run_prefill``): a request that arrives while speculation is off pays no draft
+#: attention, MLP or lm_head over its prompt; the decode batch after an off->on switch is the full
+#: OFF step that refreshes what the first speculative step drafts from (as after KV-only OFF steps)
+PREFILL_ENV_SWITCH = "SPECCONSOLE_OFF_PREFILL_KV_ONLY"
 KV_ONLY = "kv-only"
 FULL = "full"
 #: how the KV-only extend runs (``spec_gate.off_kv_only_runs``)
@@ -93,7 +98,7 @@ def unsupported_reason(model: Any) -> Optional[str]:
     return None
 
 
-def kv_only_forward(model: Any, output_cls: Any = None) -> Callable:
+def kv_only_forward(model: Any, output_cls: Any = None, last_of_each_request: bool = False) -> Callable:
     """A replacement for ``model.forward`` (``LlamaForCausalLMEagle3``) that only stores K/V.
 
     Same signature as ``LlamaForCausalLM.forward(input_ids, positions, forward_batch, ...)``.
@@ -107,6 +112,11 @@ def kv_only_forward(model: Any, output_cls: Any = None) -> Callable:
     (``models/llama_eagle3.py``) up to ``self_attn``'s ``qkv_proj`` and rotary embedding, then
     ``set_kv_buffer`` as the triton backend's ``forward_decode`` stores them.
     ``output_cls``: SGLang's ``LogitsProcessorOutput`` unless given (tests).
+
+    ``last_of_each_request``: for a draft *prefill* (EXTEND over R prompts of T tokens in all,
+    ``forward_batch.extend_seq_lens`` (R,)): the output has the R rows a ``CaptureHiddenMode.LAST``
+    forward returns, ``hidden_states`` (R, hidden) the ``fc`` output at each request's last token and
+    ``next_token_logits`` zeros (R, vocab) (never a (T, vocab) tensor: T can be thousands).
     """
     import torch
 
@@ -136,9 +146,13 @@ def kv_only_forward(model: Any, output_cls: Any = None) -> Callable:
             radix.k_scale,
             radix.v_scale,
         )
+        vocab = model.config.draft_vocab_size or model.config.vocab_size
+        if last_of_each_request:
+            hidden = hidden[torch.cumsum(forward_batch.extend_seq_lens, dim=0) - 1]
+            logits = hidden.new_zeros((hidden.shape[0], vocab), dtype=torch.float32)
+            return output_cls(next_token_logits=logits, hidden_states=hidden)
         logits = getattr(forward_batch, "next_token_logits_buffer", None)
         if logits is None:
-            vocab = model.config.draft_vocab_size or model.config.vocab_size
             logits = hidden.new_zeros((hidden.shape[0], vocab), dtype=torch.float32)
         return output_cls(next_token_logits=logits, hidden_states=hidden)
 
@@ -246,6 +260,12 @@ class EagerDraftExtend:
             forward_batch.out_cache_loc = out_cache_loc
             forward_batch.spec_info.hidden_states = hidden
             forward_batch.attn_backend = attn_backend
+
+
+def prefill_enabled_by_env() -> bool:
+    """True when ``SPECCONSOLE_OFF_PREFILL_KV_ONLY=1`` asks for KV-only draft prefills while the
+    gate is off (opt-in until measured on the GPU)."""
+    return os.environ.get(PREFILL_ENV_SWITCH, "0") == "1"
 
 
 def graph_enabled_by_env() -> bool:
@@ -402,10 +422,13 @@ class EagerKvOnly(KvProof):
     runs = EAGER
 
     def __init__(self, model: Any, layer: Any, sampled: Callable[[int], bool],
-                 any_rank: Callable[[bool], bool] = bool, kv_forward: Optional[Callable] = None):
+                 any_rank: Callable[[bool], bool] = bool, kv_forward: Optional[Callable] = None,
+                 what: Optional[str] = None):
         super().__init__(layer, sampled, any_rank)
         self.model = model
         self.kv_forward = kv_forward if kv_forward is not None else kv_only_forward(model)
+        if what is not None:
+            self.what = what
 
     @contextlib.contextmanager
     def installed(self):

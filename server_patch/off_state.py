@@ -211,6 +211,7 @@ class OffStepRunner:
         self._draft_owner = worker.draft_worker if self.v2 else worker
         self._init_kv_only()
         self._agree_on_kv_only()
+        self._init_prefill_kv_only()
         self._init_early_seq_lens()
         self.off_sampling = sampling.mode(self.v2, self.topk)
 
@@ -286,6 +287,40 @@ class OffStepRunner:
         self.kv_only = draft_kv_only.KvOnlyRunner(graph, reference, layer, sampled, self.any_rank, rounding=True)
         self.off_kv_state = dataclasses.replace(self.off_state, cuda_graph_runner_for_draft_extend=graph)
         return True
+
+    def _init_prefill_kv_only(self) -> None:
+        """KV-only draft prefills while the gate is off (``SPECCONSOLE_OFF_PREFILL_KV_ONLY=1``): an
+        :class:`draft_kv_only.EagerKvOnly` over the draft's prefill forward, its output cut to each
+        request's last token (``prefill_kv_only``; None when not asked for or the draft cannot)."""
+        self.prefill_kv_only: Optional[draft_kv_only.EagerKvOnly] = None
+        self.kv_only_prefills = 0  # prefills whose draft extend stored only K/V
+        if not draft_kv_only.prefill_enabled_by_env():
+            return
+        model = self._draft_model()
+        reason = draft_kv_only.unsupported_reason(model)
+        if reason is not None:
+            logger.info("spec_gate: draft prefills stay full while OFF: %s", reason)
+            return
+        layer = model.model.layers[0].self_attn.attn
+        self.prefill_kv_only = draft_kv_only.EagerKvOnly(
+            model, layer, sampled, self.any_rank, what="KV-only draft prefill",
+            kv_forward=draft_kv_only.kv_only_forward(model, last_of_each_request=True))
+
+    def run_prefill(self, forward: Callable, batch: Any):
+        """Run a prefill batch (``forward``: the worker's original ``forward_batch_generation``)
+        while the gate is off: with the KV-only draft prefill where it is built and its proof
+        holds, which leaves the draft stale (the next ON decode batch runs the resume step first);
+        else as SGLang runs it."""
+        kv = getattr(self, "prefill_kv_only", None)
+        if kv is None or not kv.ok:
+            return forward(batch)
+        before = kv.count
+        with kv.installed():
+            result = forward(batch)
+        if kv.count > before:  # the draft's own forward ran (not a graph of it): K/V only
+            self.kv_only_prefills += 1
+            self.draft_stale = True
+        return result
 
     def _agree_on_kv_only(self) -> None:
         """KV-only OFF steps on every TP rank or on none (a capture can fail on one rank only)."""

@@ -100,6 +100,9 @@ class GateRuntime:
 
         def forward_batch_generation(batch, *args, **kwargs):
             if not batch.forward_mode.is_decode():
+                # a prefill while speculation is off: its draft extend may store K/V only
+                if getattr(batch.forward_mode, "name", None) == "EXTEND" and not runtime.gate.spec_enabled:
+                    return runtime.runner.run_prefill(lambda b: forward(b, *args, **kwargs), batch)
                 return forward(batch, *args, **kwargs)
             off = runtime.gate.current_off
             runtime.gate.current_off = False  # one decision, one batch
@@ -190,11 +193,16 @@ class GateRuntime:
 
     @property
     def off_kv_only_checks(self) -> int:
-        return _kv(self.runner, "checks")
+        """Sampled checks of the KV-only OFF draft extend and of the KV-only draft prefill."""
+        return _kv(self.runner, "checks") + _kv(self.runner, "checks", "prefill_kv_only")
 
     @property
     def off_kv_only_mismatches(self) -> int:
-        return _kv(self.runner, "mismatches")
+        return _kv(self.runner, "mismatches") + _kv(self.runner, "mismatches", "prefill_kv_only")
+
+    @property
+    def off_kv_only_prefills(self) -> int:
+        return getattr(self.runner, "kv_only_prefills", 0)
 
     @property
     def off_kv_only_runs(self) -> Optional[str]:
@@ -250,8 +258,8 @@ class _RunnerDefaults:
     off_attention_mismatches = 0
 
 
-def _kv(runner: Any, counter: str) -> int:
-    kv = getattr(runner, "kv_only", None)
+def _kv(runner: Any, counter: str, which: str = "kv_only") -> int:
+    kv = getattr(runner, which, None)
     return getattr(kv, counter, 0) if kv is not None else 0
 
 

@@ -650,3 +650,71 @@ def test_the_kv_only_extend_runs_eagerly_when_its_own_graph_is_not_built(why, mo
     assert runner.off_draft_extend == draft_kv_only.KV_ONLY and runner.off_draft_extend_reason is None
     if why == "capture failed":
         assert "capture failed on this backend" in caplog.text and "eagerly instead" in caplog.text
+
+
+# -- KV-only draft prefills while the gate is off (SPECCONSOLE_OFF_PREFILL_KV_ONLY=1) -----------
+
+
+def test_a_kv_only_prefill_stores_the_full_forwards_kv_and_returns_one_row_per_request():
+    torch.manual_seed(0)
+    model = LlamaForCausalLMEagle3()
+    ids, pos = torch.tensor([1, 7, 3, 30, 2]), torch.tensor([0, 1, 2, 0, 1])  # two prompts: 3 and 2 tokens
+    full_fb, kv_fb = forward_batch(3 * H, logits=False), forward_batch(3 * H, logits=False)
+    kv_fb.extend_seq_lens = torch.tensor([3, 2], dtype=torch.int32)
+    with torch.no_grad():
+        model(ids, pos, full_fb)
+        out = draft_kv_only.kv_only_forward(model, Output, last_of_each_request=True)(ids, pos, kv_fb)
+        every = draft_kv_only.kv_only_forward(model, Output)(ids, pos, forward_batch(3 * H, logits=False))
+    assert torch.equal(kv_fb.token_to_kv_pool.k, full_fb.token_to_kv_pool.k)
+    assert torch.equal(kv_fb.token_to_kv_pool.v, full_fb.token_to_kv_pool.v)
+    # what a CaptureHiddenMode.LAST forward hands the EAGLE worker: one row per request (tokens 2 and 4)
+    assert out.next_token_logits.shape == (2, VOCAB) and not out.next_token_logits.any()
+    assert torch.equal(out.hidden_states, every.hidden_states[[2, 4]])
+
+
+def prefill_runner(monkeypatch, env="1", reason=None):
+    monkeypatch.setenv(draft_kv_only.PREFILL_ENV_SWITCH, env)
+    monkeypatch.setattr(draft_kv_only, "unsupported_reason", lambda model: reason)
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.any_rank = bool
+    runner._no_kv_only("not built in this test")
+    model = EagerModel()
+    model.model = types.SimpleNamespace(layers=[types.SimpleNamespace(self_attn=types.SimpleNamespace(attn=Radix()))])
+    runner._draft_model = lambda: model
+    monkeypatch.setattr(draft_kv_only, "kv_only_forward", lambda m, last_of_each_request=False: _kv_only_stand_in)
+    runner._init_prefill_kv_only()
+    return runner, model
+
+
+def test_a_prefill_while_off_runs_the_kv_only_draft_forward_and_leaves_the_draft_stale(monkeypatch):
+    runner, model = prefill_runner(monkeypatch)
+    seen = []
+
+    def prefill(batch):  # the worker's forward: the target's, then the draft's prefill forward
+        fb = kv_batch()
+        seen.append(model.forward(torch.tensor([1, 2]), None, fb))
+        return "prefill result"
+
+    assert runner.run_prefill(prefill, "batch") == "prefill result"
+    assert seen == ["kv-only output"] and runner.draft_stale and runner.kv_only_prefills == 1
+    assert runner.prefill_kv_only.checks == 1 and runner.prefill_kv_only.ok  # the first prefills are checked
+    assert model.forward.__func__ is EagerModel.forward  # the draft's own forward again afterwards
+
+
+def test_a_prefill_runs_as_sglang_runs_it_when_kv_only_prefills_are_not_asked_for_or_cannot(monkeypatch):
+    for env, reason in (("0", None), ("1", "draft model X is not LlamaForCausalLMEagle3")):
+        runner, model = prefill_runner(monkeypatch, env, reason)
+        assert runner.prefill_kv_only is None
+        assert runner.run_prefill(lambda b: model.forward(torch.tensor([1, 2]), None, kv_batch()), "batch") == "full output"
+        assert not runner.draft_stale and runner.kv_only_prefills == 0
+
+
+def test_a_failed_kv_only_prefill_proof_turns_kv_only_prefills_off(monkeypatch, caplog):
+    runner, model = prefill_runner(monkeypatch)
+    model.full_k = 5.0  # the full draft prefill stores other K/V than the KV-only one
+    runner.run_prefill(lambda b: model.forward(torch.tensor([1, 2]), None, kv_batch()), "batch")
+    assert runner.prefill_kv_only.mismatches == 1 and not runner.prefill_kv_only.ok
+    assert "KV-only draft prefill" in caplog.text
+    runner.draft_stale = False
+    assert runner.run_prefill(lambda b: model.forward(torch.tensor([1, 2]), None, kv_batch()), "batch") == "full output"
+    assert not runner.draft_stale and runner.kv_only_prefills == 1

@@ -18,6 +18,7 @@ from server_patch.gate import SpecGate
 class Mode:
     def __init__(self, decode):
         self.decode = decode
+        self.name = "DECODE" if decode else "EXTEND"  # ForwardMode's enum names
 
     def is_decode(self):
         return self.decode
@@ -69,6 +70,11 @@ class Runner:
         self.kv_only_steps = True  # gated OFF steps leave the draft's top-k stale (KV-only)
         self.draft_stale = False
         self.resume_batches = []
+        self.prefill_batches = []
+
+    def run_prefill(self, forward, batch):
+        self.prefill_batches.append(batch)
+        return forward(batch)
 
     def run_off_step(self, forward, batch, resume=False):
         if resume:
@@ -346,3 +352,17 @@ def test_a_weight_update_that_recaptures_cuda_graphs_is_refused_while_the_gate_r
     assert sh.around_update_weights_from_disk(update, sched, types.SimpleNamespace(recapture_cuda_graph=False)) == "updated"
     plain = types.SimpleNamespace()
     assert sh.around_update_weights_from_disk(update, plain, types.SimpleNamespace(recapture_cuda_graph=True)) == "updated"
+
+
+def test_prefills_while_the_gate_is_off_go_through_the_runners_prefill_path_and_others_do_not():
+    sched, worker, rt = make_scheduler(threshold=4)
+    first = Batch(3, decode=False)
+    worker.forward_batch_generation(first)  # speculation on: SGLang's prefill as it is
+    step(sched, Batch(5))  # the gate turns off
+    second = Batch(2, decode=False)
+    assert isinstance(worker.forward_batch_generation(second), Result)
+    assert rt.runner.prefill_batches == [second] and worker.forwarded[0] is first and worker.forwarded[-1] is second
+    idle = Batch(0, decode=False)
+    idle.forward_mode.name = "IDLE"
+    worker.forward_batch_generation(idle)  # not a prefill
+    assert rt.runner.prefill_batches == [second]
