@@ -129,7 +129,14 @@ def kv_only_forward(model: Any, output_cls: Any = None, last_of_each_request: bo
     radix = attn.attn
 
     def forward(input_ids, positions, forward_batch, *args, **kwargs):
-        embeds = inner.embed_tokens(input_ids)
+        embeds = getattr(forward_batch, "mm_input_embeds", None)
+        if embeds is not None:  # a multimodal prefill, as LlamaModel.forward builds its embeddings
+            mode = forward_batch.forward_mode
+            if (mode.is_extend() and forward_batch.contains_mm_inputs()
+                    and not mode.is_draft_extend(include_v2=True)):
+                embeds = torch.cat([embeds[:-1], inner.embed_tokens(input_ids[-1].unsqueeze(0))])
+        if embeds is None:
+            embeds = inner.embed_tokens(input_ids)
         hidden = forward_batch.spec_info.hidden_states
         if hidden.shape[-1] != embeds.shape[-1]:
             if inner.fc_norm is not None:

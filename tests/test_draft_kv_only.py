@@ -718,3 +718,40 @@ def test_a_failed_kv_only_prefill_proof_turns_kv_only_prefills_off(monkeypatch, 
     runner.draft_stale = False
     assert runner.run_prefill(lambda b: model.forward(torch.tensor([1, 2]), None, kv_batch()), "batch") == "full output"
     assert not runner.draft_stale and runner.kv_only_prefills == 1
+
+
+class MmMode:
+    def __init__(self, extend=True):
+        self.extend = extend
+
+    def is_extend(self):
+        return self.extend
+
+    def is_draft_extend(self, include_v2=False):
+        return not self.extend
+
+
+def test_a_multimodal_prefill_takes_its_embeddings_as_the_draft_model_does():
+    # models/llama_eagle3.py: mm_input_embeds for all but the last token, whose embedding is the token's
+    torch.manual_seed(0)
+    model = LlamaForCausalLMEagle3()
+    ids, pos = torch.tensor([1, 7, 3]), torch.tensor([0, 1, 2])
+    mm = torch.randn(3, H)
+
+    def fb():
+        b = forward_batch(3 * H, tokens=3, logits=False)
+        b.mm_input_embeds, b.forward_mode, b.contains_mm_inputs = mm, MmMode(), lambda: True
+        return b
+
+    plain, with_mm = forward_batch(3 * H, tokens=3, logits=False), fb()
+    with torch.no_grad():
+        draft_kv_only.kv_only_forward(model, Output)(ids, pos, plain)
+        draft_kv_only.kv_only_forward(model, Output)(ids, pos, with_mm)
+        inner = model.model
+        expected = torch.cat([mm[:-1], inner.embed_tokens(ids[-1:])])
+        _, k, _ = inner.layers[0].self_attn.forward_prepare_native(
+            pos, torch.cat([inner.layers[0].input_layernorm(expected),
+                            inner.layers[0].hidden_norm(inner.fc(fb().spec_info.hidden_states))], dim=-1))
+    loc = [3, 9, 4]
+    assert torch.equal(with_mm.token_to_kv_pool.k[loc], k.view(3, KV_HEADS, HEAD_DIM))
+    assert not torch.equal(with_mm.token_to_kv_pool.k[loc], plain.token_to_kv_pool.k[loc])
