@@ -349,7 +349,9 @@ def test_eagle3_draft_structure_the_kv_only_forward_mirrors():
     attention call; a change to either must show here before it shows as wrong draft K/V."""
     classes = _classes(EAGLE3)
     model_fwd = ast.unparse(_methods(classes["LlamaModel"])["forward"])
-    for line in ("embeds = self.embed_tokens(input_ids)",
+    for line in ("embeds = forward_batch.mm_input_embeds",
+                 "embeds = torch.cat([embeds[:-1], self.embed_tokens(input_ids[-1].unsqueeze(0))])",
+                 "embeds = self.embed_tokens(input_ids)",
                  "hidden_states = forward_batch.spec_info.hidden_states",
                  "if hidden_states.shape[-1] != embeds.shape[-1]:",
                  "chunks = hidden_states.chunk(self.num_aux_hidden_states, dim=-1)",
@@ -410,3 +412,24 @@ def test_kv_pool_buffers_the_kv_only_proof_reads():
     pool = _methods(_classes(SRT / "mem_cache" / "memory_pool.py")["MHATokenToKVPool"])
     assert _params(pool["get_key_buffer"]) == ["self", "layer_id"]
     assert _params(pool["get_value_buffer"]) == ["self", "layer_id"]
+
+
+def test_the_draft_prefill_the_kv_only_prefill_replaces_is_the_draft_models_own_forward_at_last_rows():
+    """``OffStepRunner.run_prefill`` swaps the draft model's ``forward`` during a prefill: the EAGLE
+    workers must reach it through the draft runner's forward (not a graph), capture LAST (one row
+    per request) and use its logits only for the top-k and its hidden states as they are."""
+    v2 = ast.unparse(_methods(_classes(SRT / "speculative/eagle_worker_v2.py")["EagleDraftWorker"])["_draft_extend_for_prefill"])
+    for line in ("logits_output = self.draft_runner.forward(forward_batch).logits_output",
+                 "probs = torch.softmax(logits_output.next_token_logits, dim=-1)",
+                 "next_draft_input.hidden_states = logits_output.hidden_states"):
+        assert line in v2, line
+    worker_v2 = ast.unparse(_methods(_classes(SRT / "speculative/eagle_worker_v2.py")["EAGLEWorkerV2"])["forward_batch_generation"])
+    assert "CaptureHiddenMode.LAST" in worker_v2 and "model_worker_batch.capture_hidden_mode = draft_capture_mode" in worker_v2
+    v1 = _methods(_classes(SRT / "speculative/eagle_worker.py")["EAGLEWorker"])
+    extend = ast.unparse(v1["forward_draft_extend"])
+    for line in ("logits_output = self.draft_model_runner.forward(forward_batch).logits_output",
+                 "self.capture_for_decode(logits_output, forward_batch.spec_info)",
+                 "else CaptureHiddenMode.LAST"):
+        assert line in extend, line
+    capture = ast.unparse(v1["capture_for_decode"])
+    assert "draft_input.hidden_states = logits_output.hidden_states" in capture
