@@ -868,6 +868,9 @@ def test_details_say_what_an_off_step_draft_extend_computes():
                                                              off_resume_steps=1)
     assert "OFF draft extend kv-only, 64 checked, 0 wrong, 3 resume steps" in text(
         off_draft_extend="kv-only", off_kv_only_checks=64, off_kv_only_mismatches=0, off_resume_steps=3)
+    assert "OFF draft extend kv-only (eager), 90 checked, 0 wrong, 0 resume steps, 41 KV-only prefills" in text(
+        off_draft_extend="kv-only", off_kv_only_runs="eager", off_kv_only_checks=90, off_kv_only_mismatches=0,
+        off_resume_steps=0, off_kv_only_prefills=41)
     assert "OFF draft extend full (SPECCONSOLE_OFF_DRAFT_KV_ONLY=0)" in text(
         off_draft_extend="full", off_draft_extend_reason="SPECCONSOLE_OFF_DRAFT_KV_ONLY=0")
     assert "draft extend 5 + KV-only 900; ON target" in text(

@@ -305,12 +305,17 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         rows.append([_t(("OFF-step attention ", d["label"]), (kernels, d["value"]), (proof, d["dim"]))])
     if g.off_draft_extend is not None:
         # KV-only: OFF steps store only the draft's K/V; resume steps refresh its top-k (draft_kv_only)
+        value = g.off_draft_extend
         if g.off_draft_extend == "kv-only":
+            if g.off_kv_only_runs == "eager":  # no CUDA graph for it (v2 on fa3, --disable-cuda-graph)
+                value += " (eager)"
             proof = (f", {fmt.num(g.off_kv_only_checks)} checked, {fmt.num(g.off_kv_only_mismatches)} wrong, "
                      f"{fmt.num(g.off_resume_steps)} resume step{'' if g.off_resume_steps == 1 else 's'}")
+            if g.off_kv_only_prefills:  # SPECCONSOLE_OFF_PREFILL_KV_ONLY=1: prompts prefilled while OFF
+                proof += f", {fmt.num(g.off_kv_only_prefills)} KV-only prefills"
         else:
             proof = f" ({g.off_draft_extend_reason})" if g.off_draft_extend_reason else ""
-        rows.append([_t(("OFF draft extend ", d["label"]), (g.off_draft_extend, d["value"]), (proof, d["dim"]))])
+        rows.append([_t(("OFF draft extend ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
     if g.off_early_seq_lens is not None:
         # v2: does the scheduler prepare the next batch while an OFF verify runs (server_patch/off_state.py)
         when = "during the OFF verify" if g.off_early_seq_lens else "after the OFF verify"
