@@ -165,6 +165,24 @@ def profile_row(raw: Path, output_tok_s: Optional[float], seconds: float, meta: 
     return doc
 
 
+def load_summary(path: Path) -> Dict[str, Any]:
+    """A summary written by :func:`profile_row` (``.json``).
+
+    Raises:
+        ValueError: not readable as one, with the file's name and what is missing.
+    """
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    ok = (isinstance(doc, dict) and isinstance(doc.get("all"), dict) and isinstance(doc.get("rate_hz"), int)
+          and doc["rate_hz"] > 0 and isinstance(doc.get("seconds"), (int, float)))
+    if not ok:
+        raise ValueError(f"{path} is not a bench.cpu_profile summary (the .json next to a cpu-profile-*.txt: "
+                         f"needs 'all', 'rate_hz', 'seconds')")
+    return doc
+
+
 def _table(rows: List[Dict[str, Any]], unit: str) -> str:
     lines = [f"| function | A {unit} | B {unit} | B - A | A self | B self |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -186,12 +204,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser.parse_args(argv)
     try:
         if a.cmd == "summarize":
-            doc = summarize(parse_raw(a.raw.read_text()), a.rate)
+            try:
+                text = a.raw.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read {a.raw}: {exc}") from None
+            doc = summarize(parse_raw(text), a.rate)
             print(f"{doc['samples']} samples, {doc['seconds']} s")
             for r in doc["inclusive"]:
                 print(f"{r['inclusive_share']:7.1%} {r['self_share']:7.1%}  {r['function']}")
             return 0
-        docs = [json.loads(p.read_text()) for p in (a.a, a.b)]
+        docs = [load_summary(p) for p in (a.a, a.b)]
     except (OSError, ValueError) as exc:
         print(f"python -m bench.cpu_profile: error: {exc}", file=sys.stderr)
         return 2
@@ -209,4 +231,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["scheduler_pids", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "compare",
-           "profile_row", "main"]
+           "profile_row", "load_summary", "main"]

@@ -15,6 +15,7 @@ failures into growing poll delays.
 from __future__ import annotations
 
 import importlib.util
+import re
 import socket
 import ssl
 import sys
@@ -113,9 +114,21 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
+_BYTES_REPR = re.compile(r"(?:bytearray\()?b(['\"])(.*?)\1\)?")
+
+
 def _first_line(exc: BaseException) -> str:
+    """The exception's first line, with a ``bytearray(b'...')`` / ``b'...'`` repr (h11 quotes what it
+    received so) shown as the text it holds, unprintable bytes as ``?``, at most 60 characters."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+
+    def plain(m: "re.Match[str]") -> str:
+        raw = re.sub(r"\\x[0-9a-fA-F]{2}|\\[rnt0]", "?", m.group(2))
+        return repr(raw[:60] + ("..." if len(raw) > 60 else ""))
+
+    return _BYTES_REPR.sub(plain, text[0])
 
 
 def connect_reason(exc: BaseException) -> str:

@@ -39,6 +39,7 @@ startup line this is a worker mismatch), ``--log-spec-version v1|v2`` (override 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -859,6 +860,18 @@ def install_stop_signals(log: "LogWriter", stop: threading.Event, stubborn: bool
     return on_signal
 
 
+def did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """`` (did you mean --load?)`` for unknown flags close to one the demo simulates (a typo would
+    otherwise pass as an SGLang flag it ignores), else ``""``."""
+    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for flag in (u.split("=", 1)[0] for u in unknown if u.startswith("--")):
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+        if close and close[0] != flag:
+            hints.append(f"{flag} -> {close[0]}")
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the simulated server until SIGTERM/SIGINT (or ``--crash-after``). Returns the exit code."""
     parser = build_parser()
@@ -877,7 +890,8 @@ def main(argv: list[str] | None = None) -> int:
         stop.wait(total * frac)
 
     if unknown:
-        log(f"[demo] ignoring SGLang arguments it does not simulate: {' '.join(unknown)}")
+        log(f"[demo] ignoring SGLang arguments it does not simulate: {' '.join(unknown)}"
+            + did_you_mean(parser, unknown))
     for _ in range(max(1, args.tp_size)):
         children.append(subprocess.Popen([sys.executable, "-c", _SCHEDULER_CODE], stdin=subprocess.DEVNULL))
     _startup_lines(args, sim, log, pause)

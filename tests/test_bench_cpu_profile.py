@@ -92,3 +92,12 @@ def test_the_cli_summarizes_and_compares(tmp_path, capsys):
 def _copy(src: Path, dst: Path) -> Path:
     dst.write_text(src.read_text())
     return dst
+
+
+@pytest.mark.parametrize("content", ['{"a": 1}', "[]", '{"all": {}, "rate_hz": "x", "seconds": 1}', "not json"])
+def test_compare_names_a_file_that_is_not_a_summary_and_does_not_raise(content, tmp_path, capsys):
+    bad = tmp_path / "j.json"
+    bad.write_text(content)
+    assert cpu_profile.main(["compare", str(bad), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "Traceback" not in err

@@ -323,3 +323,11 @@ def test_stubborn_demo_ignores_sigterm_but_not_sigint():
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def test_a_typo_of_a_demo_flag_is_named_with_the_flag_it_resembles():
+    from console import demo_server
+
+    parser = demo_server.build_parser()
+    assert demo_server.did_you_mean(parser, ["--laod", "8,48"]) == " (did you mean --laod -> --load?)"
+    assert demo_server.did_you_mean(parser, ["--mem-fraction-static", "0.8"]) == ""  # a real SGLang flag

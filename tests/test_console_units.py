@@ -1073,7 +1073,9 @@ async def test_tls_and_protocol_errors_are_not_called_connection_refused():
                         (httpx.RemoteProtocolError("Server disconnected without sending a response."),
                          "protocol error: Server disconnected without sending a response."),
                         (httpx.RemoteProtocolError("illegal status line: bytearray(b'SSH-2.0-OpenSSH_9.2p1')"),
-                         "protocol error: illegal status line: bytearray(b'SSH-2.0-OpenSSH_9.2p1') (an SSH server"),
+                         "protocol error: illegal status line: 'SSH-2.0-OpenSSH_9.2p1' (an SSH server"),
+                        (httpx.RemoteProtocolError("illegal status line: bytearray(b'\\x00\\xffGARBAGE')"),
+                         "protocol error: illegal status line: '??GARBAGE' (not an HTTP server"),
                         (httpx.ConnectError("[Errno -2] Name or service not known"), "host not found"),
                         (httpx.ConnectError("[Errno 111] Connection refused"), "connection refused")):
         client = ServerClient("http://x:1", transport=raising(exc))

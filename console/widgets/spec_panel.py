@@ -86,7 +86,7 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
                 f"batch {bs}: on below {low}",
             ], "-off"
         return "SPEC OFF", [f"decode batch {fmt.num(bs)} >= threshold {fmt.num(n)}", f"batch {fmt.num(bs)} >= N {fmt.num(n)}"], "-off"
-    return "SPEC ?", ["spec_gate has no spec_enabled"], "-unknown"
+    return "SPEC ?", ["spec_gate gives no true/false spec_enabled"], "-unknown"
 
 
 def pinned_values(s: st.ConsoleSnapshot) -> str:
