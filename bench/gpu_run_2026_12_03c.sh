@@ -11,6 +11,7 @@
 #                                                        (setsid), then wait
 #   bash bench/gpu_run_2026_12_03c.sh part N SECONDS    (carry .gpuwheels/FN, N = 1..6): FA3's piece N (six ~44 MB pieces: a carry and the 15 MB working tree stay under 64 MiB)
 #   bash bench/gpu_run_2026_12_03c.sh wait SECONDS      $OUT/run.tgz rewritten every 10 s
+#   bash bench/gpu_run_2026_12_03c.sh heartbeat         (from a later chain) the heartbeat log in the background
 set -uo pipefail
 R=/tmp/run
 F=/tmp/fa3parts
@@ -75,6 +76,11 @@ case "$step" in
     tp v1-none --worker v1 --config none --out "$R/v1"
     tp v1-off --worker v1 --config off --out "$R/v1"
     touch "$R/all.done" ;;
+  heartbeat)  # for later chains: date, CPU pressure and load each second into heartbeat.log until all.done
+    (while [ ! -e "$R/all.done" ]; do
+       echo "$(date +%T) cpu $(head -n 1 /proc/pressure/cpu) load $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 1; done) \
+      >"$R/heartbeat.log" 2>&1 &
+    ;;
   wait)
     limit=${1:-500}; t0=$SECONDS
     while [ $((SECONDS - t0)) -lt "$limit" ] && [ ! -e "$R/all.done" ]; do

@@ -11,9 +11,7 @@ export SELF=bench/gpu_run_next.sh
 [ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
 R=/tmp/run
 source .gpuwheels/B/env.sh
-(while [ ! -e "$R/all.done" ]; do
-   echo "$(date +%T) cpu $(head -n 1 /proc/pressure/cpu) load $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 1; done) \
-  >"$R/heartbeat.log" 2>&1 &
+bash bench/gpu_run_2026_12_03c.sh heartbeat
 which py-spy >"$R/pyspy.log" 2>&1 || echo "no py-spy: the rows run, the CPU profiles say why" >>"$R/pyspy.log"
 for t in $(seq 120); do [ -e "$R/models1b.done" ] && break; sleep 1; done
 t0=$SECONDS
