@@ -294,8 +294,8 @@ class OffStepRunner:
         request's last token (``prefill_kv_only``; None when not asked for or the draft cannot)."""
         self.prefill_kv_only: Optional[draft_kv_only.EagerKvOnly] = None
         self.kv_only_prefills = 0  # prefills whose draft extend stored only K/V
-        if not draft_kv_only.prefill_enabled_by_env():
-            return
+        if not draft_kv_only.prefill_enabled_by_env() or not draft_kv_only.enabled_by_env():
+            return  # not asked for, or every KV-only draft forward switched off (the escape hatch)
         model = self._draft_model()
         reason = draft_kv_only.unsupported_reason(model)
         if reason is not None:

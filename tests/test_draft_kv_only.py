@@ -701,8 +701,13 @@ def test_a_prefill_while_off_runs_the_kv_only_draft_forward_and_leaves_the_draft
     assert model.forward.__func__ is EagerModel.forward  # the draft's own forward again afterwards
 
 
-def test_a_prefill_runs_as_sglang_runs_it_when_kv_only_prefills_are_not_asked_for_or_cannot(monkeypatch):
-    for env, reason in (("0", None), ("1", "draft model X is not LlamaForCausalLMEagle3")):
+@pytest.mark.parametrize("kv_only_env", ["1", "0"])
+def test_a_prefill_runs_as_sglang_runs_it_when_kv_only_prefills_are_not_asked_for_or_cannot(kv_only_env, monkeypatch):
+    monkeypatch.setenv(draft_kv_only.ENV_SWITCH, kv_only_env)  # "0": no KV-only draft forward at all
+    cases = (("0", None), ("1", "draft model X is not LlamaForCausalLMEagle3"))
+    if kv_only_env == "0":
+        cases += (("1", None),)
+    for env, reason in cases:
         runner, model = prefill_runner(monkeypatch, env, reason)
         assert runner.prefill_kv_only is None
         assert runner.run_prefill(lambda b: model.forward(torch.tensor([1, 2]), None, kv_batch()), "batch") == "full output"
