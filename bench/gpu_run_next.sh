@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The next GPU run (one H200), prepared on 2026-12-04 from bench/GPU_PLAN.md: issue 16's CPU side by
 # function (py-spy on the scheduler during the 64 row: --cpu-profile-row; carry the py-spy wheel in
-# .gpuwheels/B) and the KV-only draft prefill while OFF (SPECCONSOLE_OFF_PREFILL_KV_ONLY=1, new): its
-# gate-correctness proof on the KV-sensitive pair (v2 topk 1, v1 topk 1; phase G prefills while OFF
-# and resumes), then fa3 none / off / off + KV-only prefill, v1 the same, triton v2 off, each ~3 min.
-# Rename it to its date when run. The steps models / install / part / wait are
-# bench/gpu_run_2026_12_03c.sh's (same carries); only the chain is this run's.
+# .gpuwheels/B) and the OFF path's CPU cuts, opt-in and measured together first ("lean": the KV-only
+# draft prefill while OFF, SPECCONSOLE_OFF_PREFILL_KV_ONLY=1; the lean draft-extend post-processing,
+# SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND=1; on fa3 the KV-only graph, SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=1,
+# which the lean post-processing needs): their gate-correctness proof on the KV-sensitive pair (v2
+# topk 1, v1 topk 1, phases A-G: G prefills while OFF and resumes), then fa3 none / off / off-lean,
+# v1 the same, each ~3 min. Rename it to its date when run. The steps models / install / part /
+# wait are bench/gpu_run_2026_12_03c.sh's (same carries); only the chain is this run's.
 set -uo pipefail
 export SELF=bench/gpu_run_next.sh
 [ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
@@ -13,13 +15,14 @@ R=/tmp/run
 source .gpuwheels/B/env.sh
 bash bench/gpu_run_2026_12_03c.sh heartbeat
 which py-spy >"$R/pyspy.log" 2>&1 || echo "no py-spy: the rows run, the CPU profiles say why" >>"$R/pyspy.log"
+lean() { SPECCONSOLE_OFF_PREFILL_KV_ONLY=1 SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND=1 SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=1 "$@"; }
 for t in $(seq 120); do [ -e "$R/models1b.done" ] && break; sleep 1; done
 t0=$SECONDS
 python3 -m bench.synthetic_models --out /tmp/models/1b/kv-p0.2 --preset 1b --p-wrong 0.2 --kv-sensitive \
   --device cuda >"$R/models-kv.log" 2>&1
-SPECCONSOLE_OFF_PREFILL_KV_ONLY=1 timeout -s INT -k 30 540 python3 -m bench.gate_correctness \
+lean timeout -s INT -k 30 540 python3 -m bench.gate_correctness \
   --models /tmp/models/1b/kv-p0.2 --kv-sensitive --configs v2-topk1,v1-topk1 --skip-auto \
-  --out "$R/gate-correctness-prefill-kv.json" --log-dir "$R/gate-logs" >"$R/gate.log" 2>&1
+  --out "$R/gate-correctness-lean.json" --log-dir "$R/gate-logs" >"$R/gate.log" 2>&1
 echo "gate rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
 pkill -f launch_server; sleep 3; pkill -9 -f launch_server
 for t in $(seq 300); do [ -e "$R/models.done" ] && [ -e "$R/fa3.ready" ] && break; sleep 1; done
@@ -33,10 +36,10 @@ tp() {  # tp NAME ARGS...: one server's varied-closed rows at 32 / 64 / 128, 16 
 if [ -e "$R/fa3.ready" ]; then
   tp fa3-none --attention-backend fa3 --config none --out "$R/fa3"
   tp fa3-off --attention-backend fa3 --config off --out "$R/fa3"
-  SPECCONSOLE_OFF_PREFILL_KV_ONLY=1 tp fa3-off-kvprefill --attention-backend fa3 --config off --out "$R/fa3-kvprefill"
+  lean tp fa3-off-lean --attention-backend fa3 --config off --out "$R/fa3-lean"
 fi
 tp v1-none --worker v1 --config none --out "$R/v1"
 tp v1-off --worker v1 --config off --out "$R/v1"
-SPECCONSOLE_OFF_PREFILL_KV_ONLY=1 tp v1-off-kvprefill --worker v1 --config off --out "$R/v1-kvprefill"
-tp triton-off --attention-backend triton --config off --out "$R/triton"
+lean tp v1-off-lean --worker v1 --config off --out "$R/v1-lean"
+lean tp triton-off-lean --attention-backend triton --config off --out "$R/triton-lean"
 touch "$R/all.done"

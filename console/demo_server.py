@@ -185,6 +185,7 @@ class SimulatedRunner:
     off_kv_only_runs = "cuda-graph"
     off_kv_only_inexact = 0  # the demo's proof is the triton one: against the full graph, bit for bit
     off_kv_only_prefills = 0  # prefills are not simulated (and KV-only prefills are opt-in)
+    off_lean_draft_extend_steps = 0  # opt-in (SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND=1)
     off_sampling = "plain-decode-sampler"  # server_patch's default at topk 1 (off_sampling.PLAIN)
     off_attention_mismatches = off_kv_only_mismatches = off_early_seq_lens_mismatches = 0
     # prefills are not simulated: the target prefill graph is reported as a real server starts it

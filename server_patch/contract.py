@@ -333,6 +333,7 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_kv_only_runs": "str",
     "off_kv_only_inexact": "int",
     "off_kv_only_prefills": "int",
+    "off_lean_draft_extend_steps": "int",
     "off_resume_steps": "int",
     "off_early_seq_lens": "bool",
     "off_early_seq_lens_steps": "int",

@@ -55,6 +55,13 @@ logger = logging.getLogger(__name__)
 OFF_STEPS = 0
 OFF_DRAFT_TOKENS = 1
 
+#: "1": on v2, a KV-only OFF step whose draft extend replays the KV-only graph takes the draft's
+#: top-k and hidden state (stale by design: a resume step refreshes them before any ON step) from
+#: the graph's outputs, which computed that top-k in the graph, instead of SGLang's eager
+#: post-processing of the replay (index select, softmax, top-k: launches on a CPU-bound server,
+#: ``bench/results/h200-2026-12-04/README.md``). Same values; opt-in until measured on the GPU.
+LEAN_DRAFT_EXTEND_ENV = "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND"
+
 #: "0" keeps SGLang's post-verify ``verify_done`` event on OFF results (the scheduler then waits
 #: for the whole OFF verify before preparing the next batch); unset or "1": the early event.
 #: The early ``new_seq_lens`` is compared with SGLang's own on the steps ``contract.sampled``
@@ -213,6 +220,8 @@ class OffStepRunner:
         self._agree_on_kv_only()
         self._init_prefill_kv_only()
         self._init_early_seq_lens()
+        self.lean_draft_extend = self.v2 and os.environ.get(LEAN_DRAFT_EXTEND_ENV, "0") == "1"
+        self.lean_draft_extend_steps = 0  # OFF steps that took the lean post-processing
         self.off_sampling = sampling.mode(self.v2, self.topk)
 
     def _init_kv_only(self) -> None:
@@ -523,11 +532,16 @@ class OffStepRunner:
                  if self.off_sampling == sampling.PLAIN else contextlib.nullcontext())
         eager_kv = (self.kv_only.installed() if kv_only and isinstance(self.kv_only, draft_kv_only.EagerKvOnly)
                     else contextlib.nullcontext())
+        lean = kv_only and getattr(self, "lean_draft_extend", False) and isinstance(self.kv_only, draft_kv_only.KvOnlyRunner)
+        if lean:
+            owner._draft_extend_for_decode = self._lean_draft_extend_v2(type(owner)._draft_extend_for_decode.__get__(owner))
         try:
             with draws, eager_kv:
                 result = forward(batch)
         finally:
             del owner.draft  # back to the class's draft()
+            if lean:
+                del owner._draft_extend_for_decode
             self._apply(self.on_state)
         if resume:
             self.resume_steps += 1
@@ -538,6 +552,39 @@ class OffStepRunner:
         if early is not None:
             self._publish_early_seq_lens(result, *early)
         return result
+
+    def _lean_draft_extend_v2(self, original: Callable) -> Callable:
+        """A replacement for ``EagleDraftWorker._draft_extend_for_decode`` (``eagle_worker_v2.py``
+        in 0.5.12) for a KV-only OFF step: the same preparation and graph replay, then the draft's
+        top-k and hidden state for ``next_draft_input`` straight from the replay's outputs (the
+        graph computed ``fast_topk(softmax(logits))`` of its logits; an OFF step's ``accept_lens``
+        are all 1 and its draft tokens 1, so SGLang's index select is the identity and its eager
+        softmax/top-k recompute the same values). Falls back to ``original`` where the graph cannot
+        take the batch. Shapes: ``topk_p`` / ``topk_index`` (bs, topk), ``hidden_states`` (bs, hidden)."""
+        dw = self.worker.draft_worker
+        runner = self
+
+        def draft_extend_for_decode(batch: Any, batch_result: Any) -> None:
+            graph = dw.cuda_graph_runner_for_draft_extend
+            if not _graph_takes(graph, batch.seq_lens.numel()):
+                return original(batch, batch_result)
+            draft_input = _eagle_draft_input_cls()(hidden_states=batch_result.logits_output.hidden_states,
+                                          num_tokens_per_req=dw.speculative_num_steps + 1,
+                                          num_tokens_for_logprob_per_req=dw.speculative_num_steps + 1)
+            with dw.plan_stream_ctx:
+                forward_batch = draft_input.prepare_for_extend_to_fill_draft_kvcache(
+                    batch, batch_result.next_token_ids, dw.speculative_num_draft_tokens, dw.draft_runner, graph)
+            if dw.plan_stream:
+                torch.get_device_module(dw.device).current_stream().wait_stream(dw.plan_stream)
+            if forward_batch.spec_info.num_correct_drafts is None:
+                forward_batch.spec_info.num_correct_drafts = batch_result.accept_lens - 1
+                forward_batch.spec_info.num_accept_tokens = batch_result.accept_lens
+            out = graph.replay(forward_batch)
+            ndi = batch_result.next_draft_input
+            ndi.topk_p, ndi.topk_index, ndi.hidden_states = out.topk_p, out.topk_index, out.hidden_states
+            runner.lean_draft_extend_steps += 1
+
+        return draft_extend_for_decode
 
     # -- the early next-batch seq_lens (v2; see the module docstring) ------------------
 
@@ -579,6 +626,20 @@ class OffStepRunner:
                 return
         ndi.new_seq_lens = new_seq_lens
         ndi.verify_done = done
+
+
+def _eagle_draft_input_cls() -> type:
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    return EagleDraftInput
+
+
+def _graph_takes(graph: Any, bs: int) -> bool:
+    """Whether SGLang's draft-extend graph runner ``graph`` replays a batch of ``bs`` requests
+    (its ``can_run`` without DP gathering: ``eagle_draft_extend_cuda_graph_runner.py``)."""
+    if graph is None or getattr(graph, "require_mlp_tp_gather", False) or getattr(graph, "require_mlp_sync", False):
+        return False
+    return bs in graph.graphs if graph.disable_padding else bs <= graph.max_bs
 
 
 def snapshot_req_spec_counters(reqs: List[Any]):

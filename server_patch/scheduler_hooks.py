@@ -205,6 +205,10 @@ class GateRuntime:
         return getattr(self.runner, "kv_only_prefills", 0)
 
     @property
+    def off_lean_draft_extend_steps(self) -> int:
+        return getattr(self.runner, "lean_draft_extend_steps", 0)
+
+    @property
     def off_kv_only_runs(self) -> Optional[str]:
         """``cuda-graph`` or ``eager`` (how the KV-only draft extend runs), None without one."""
         kv = getattr(self.runner, "kv_only", None)

@@ -760,3 +760,84 @@ def test_a_multimodal_prefill_takes_its_embeddings_as_the_draft_model_does():
     loc = [3, 9, 4]
     assert torch.equal(with_mm.token_to_kv_pool.k[loc], k.view(3, KV_HEADS, HEAD_DIM))
     assert not torch.equal(with_mm.token_to_kv_pool.k[loc], plain.token_to_kv_pool.k[loc])
+
+
+# -- the lean post-processing of a KV-only OFF step's draft extend (v2, opt-in) -----------------
+
+
+class LeanGraph:
+    """SGLang's draft-extend graph runner as the lean path sees it: can_run's fields and replay."""
+
+    require_mlp_tp_gather = require_mlp_sync = disable_padding = False
+    max_bs = 8
+    graphs = {}
+
+    def __init__(self):
+        self.replayed = []
+
+    def replay(self, fb):
+        self.replayed.append(fb)
+        return types.SimpleNamespace(topk_p="graph topk_p", topk_index="graph topk_index",
+                                     hidden_states="graph hidden")
+
+
+def lean_setup(monkeypatch):
+    calls = []
+
+    class DraftInput:
+        def __init__(self, **kw):
+            self.kw = kw
+
+        def prepare_for_extend_to_fill_draft_kvcache(self, batch, predict, num_draft_tokens, runner, graph):
+            calls.append(("prepare", predict, num_draft_tokens, runner, graph))
+            return types.SimpleNamespace(spec_info=types.SimpleNamespace(num_correct_drafts=None))
+
+    monkeypatch.setattr(off_state, "_eagle_draft_input_cls", lambda: DraftInput)
+    graph = LeanGraph()
+    dw = types.SimpleNamespace(cuda_graph_runner_for_draft_extend=graph, plan_stream=None,
+                               plan_stream_ctx=contextlib.nullcontext(), speculative_num_steps=0,
+                               speculative_num_draft_tokens=1, draft_runner="draft runner")
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.worker = types.SimpleNamespace(draft_worker=dw)
+    runner.lean_draft_extend_steps = 0
+    result = types.SimpleNamespace(logits_output=types.SimpleNamespace(hidden_states="target hidden"),
+                                   next_token_ids="new tokens", accept_lens=torch.ones(3, dtype=torch.int32),
+                                   next_draft_input=types.SimpleNamespace())
+    return runner, graph, calls, result
+
+
+def test_the_lean_draft_extend_takes_the_stale_top_k_from_the_graph_outputs(monkeypatch):
+    runner, graph, calls, result = lean_setup(monkeypatch)
+    originals = []
+    lean = runner._lean_draft_extend_v2(lambda b, r: originals.append(b))
+    lean(types.SimpleNamespace(seq_lens=torch.zeros(3)), result)
+    assert calls == [("prepare", "new tokens", 1, "draft runner", graph)] and len(graph.replayed) == 1
+    fb = graph.replayed[0]
+    assert torch.equal(fb.spec_info.num_correct_drafts, torch.zeros(3, dtype=torch.int32))  # as SGLang sets them
+    ndi = result.next_draft_input
+    assert (ndi.topk_p, ndi.topk_index, ndi.hidden_states) == ("graph topk_p", "graph topk_index", "graph hidden")
+    assert originals == [] and runner.lean_draft_extend_steps == 1
+    # a batch larger than the graphs: SGLang's own draft extend (eager) runs
+    lean(types.SimpleNamespace(seq_lens=torch.zeros(9)), result)
+    assert len(originals) == 1 and runner.lean_draft_extend_steps == 1
+
+
+def test_a_kv_only_off_step_takes_the_lean_draft_extend_only_when_asked_and_on_the_graph(monkeypatch):
+    runner, forward = make_runner()
+    owner = runner._draft_owner = type("DraftWorker", (), {"_draft_extend_for_decode": lambda self, b, r: "sglang's"})()
+    runner.kv_only = draft_kv_only.KvOnlyRunner.__new__(draft_kv_only.KvOnlyRunner)
+    runner.kv_only.count, runner.kv_only.ok = 0, True
+    runner.worker = types.SimpleNamespace(draft_worker=owner)
+    seen = []
+
+    def step(batch):
+        seen.append(owner._draft_extend_for_decode.__name__ if hasattr(owner._draft_extend_for_decode, "__name__") else "?")
+        return forward(batch)
+
+    runner.lean_draft_extend = True
+    runner.run_off_step(step, "b1")
+    runner.run_off_step(step, "b2", resume=True)  # the resume step: SGLang's full path
+    runner.lean_draft_extend = False
+    runner.run_off_step(step, "b3")
+    assert seen == ["draft_extend_for_decode", "<lambda>", "<lambda>"]
+    assert "_draft_extend_for_decode" not in vars(owner)  # the class's method again

@@ -433,3 +433,31 @@ def test_the_draft_prefill_the_kv_only_prefill_replaces_is_the_draft_models_own_
         assert line in extend, line
     capture = ast.unparse(v1["capture_for_decode"])
     assert "draft_input.hidden_states = logits_output.hidden_states" in capture
+
+
+def test_the_draft_extend_post_processing_the_lean_off_step_skips_recomputes_what_the_graph_computed():
+    """``OffStepRunner._lean_draft_extend_v2`` repeats ``_draft_extend_for_decode`` up to the replay
+    and takes the top-k the graph computed of the same logits: SGLang's index select is
+    ``arange * num_draft_tokens + accept_lens - 1`` (the identity for an OFF step) and its top-k is
+    ``fast_topk(softmax(logits))``, as the graph's own."""
+    ext = ast.unparse(_methods(_classes(SRT / "speculative/eagle_worker_v2.py")["EagleDraftWorker"])["_draft_extend_for_decode"])
+    for line in ("draft_input = EagleDraftInput(hidden_states=batch_result.logits_output.hidden_states, "
+                 "num_tokens_per_req=self.speculative_num_steps + 1, num_tokens_for_logprob_per_req=self.speculative_num_steps + 1)",
+                 "forward_batch = draft_input.prepare_for_extend_to_fill_draft_kvcache(batch, batch_result.next_token_ids, "
+                 "self.speculative_num_draft_tokens, self.draft_runner, self.cuda_graph_runner_for_draft_extend)",
+                 "torch.get_device_module(self.device).current_stream().wait_stream(self.plan_stream)",
+                 "forward_batch.spec_info.num_correct_drafts = batch_result.accept_lens - 1",
+                 "select_index = torch.arange(len(batch.seq_lens), device=self.device) * self.speculative_num_draft_tokens "
+                 "+ batch_result.accept_lens - 1",
+                 "probs = torch.softmax(draft_logits_output.next_token_logits, dim=-1)",
+                 "ret_topk_p, ret_topk_index = fast_topk(probs, self.topk, dim=-1)",
+                 "next_draft_input = batch_result.next_draft_input"):
+        assert line in ext, line
+    runner = _methods(_classes(SRT / "speculative/eagle_draft_extend_cuda_graph_runner.py")["EAGLEDraftExtendCudaGraphRunner"])
+    capture = ast.unparse(runner["capture_one_batch_size"])
+    assert "probs = torch.softmax(ret.next_token_logits, dim=-1)" in capture
+    assert "ret.topk_p, ret.topk_index = fast_topk(probs, self.topk, dim=-1)" in capture
+    replay = ast.unparse(runner["replay"])
+    assert "unpadding_bs = num_tokens" in replay and "out.topk_p = out_copy.topk_p[:unpadding_bs]" in replay
+    can_run = ast.unparse(runner["can_run"])
+    assert "cuda_graph_bs in self.graphs if self.disable_padding else cuda_graph_bs <= self.max_bs" in can_run
