@@ -284,6 +284,11 @@ class OffStepRunner:
         draft_runner = self.worker.draft_worker.draft_runner if self.v2 else self.worker.draft_model_runner
         graph = self._capture_kv_only_graph(draft_kv_only.sglang_draft_extend_runner_cls(),
                                             draft_runner.attn_backend.get_cuda_graph_seq_len_fill_value(), model)
+        # the graph on every TP rank or on none: a graph replay and an eager forward issue their
+        # collectives differently (every rank gets here alike: same env, arguments, backends)
+        if self.any_rank(graph is None) and graph is not None:
+            logger.warning("spec_gate: the KV-only graph was not captured on another TP rank")
+            graph = None
         if graph is None:
             logger.warning("spec_gate: OFF steps run the KV-only draft extend eagerly instead")
             self.off_draft_extend_reason = None

@@ -590,7 +590,7 @@ class OffState:
     cuda_graph_runner_for_draft_extend: object = None
 
 
-def standalone_runner(monkeypatch, disable_cuda_graph=False, capture_fails=False):
+def standalone_runner(monkeypatch, disable_cuda_graph=False, capture_fails=False, any_rank=bool):
     """An OffStepRunner for v2 without SGLang's OFF draft-extend graph, capture stubbed."""
     monkeypatch.setattr(draft_kv_only, "unsupported_reason", lambda model: None)
     monkeypatch.setattr(draft_kv_only, "kv_only_forward", lambda m: _kv_only_stand_in)
@@ -606,7 +606,7 @@ def standalone_runner(monkeypatch, disable_cuda_graph=False, capture_fails=False
     monkeypatch.setattr(draft_kv_only, "build_kv_only_graph_runner", build)
     runner = OffStepRunner.__new__(OffStepRunner)
     runner.v2 = True
-    runner.any_rank = bool
+    runner.any_rank = any_rank
     layer0 = types.SimpleNamespace(self_attn=types.SimpleNamespace(attn=Radix()))
     model = types.SimpleNamespace(model=types.SimpleNamespace(layers=[layer0]), forward=lambda *a: None)
     runner._draft_model = lambda: model
@@ -841,3 +841,43 @@ def test_a_kv_only_off_step_takes_the_lean_draft_extend_only_when_asked_and_on_t
     runner.run_off_step(step, "b3")
     assert seen == ["draft_extend_for_decode", "<lambda>", "<lambda>"]
     assert "_draft_extend_for_decode" not in vars(owner)  # the class's method again
+
+
+def test_embeddings_the_runner_passes_are_used_as_the_draft_model_uses_them():
+    # requests sent as input_embeds (or with embedding overrides): ModelRunner.forward_extend passes
+    # input_embeds and LlamaModel.forward takes them instead of embedding the (made-up) token ids
+    torch.manual_seed(0)
+    model = LlamaForCausalLMEagle3()
+    ids, pos = torch.tensor([1, 7, 3]), torch.tensor([0, 1, 2])
+    given = torch.randn(3, H)
+    by_kw, by_pos, by_ids = (forward_batch(3 * H, tokens=3, logits=False) for _ in range(3))
+    other_ids = forward_batch(3 * H, tokens=3, logits=False)
+    with torch.no_grad():
+        fwd = draft_kv_only.kv_only_forward(model, Output)
+        fwd(ids, pos, by_kw, input_embeds=given)
+        fwd(ids, pos, by_pos, given)
+        fwd(ids, pos, by_ids)
+        fwd(torch.tensor([0, 0, 0]), pos, other_ids, input_embeds=given)
+    loc = [3, 9, 4]
+    assert torch.equal(by_kw.token_to_kv_pool.k[loc], by_pos.token_to_kv_pool.k[loc])
+    assert torch.equal(by_kw.token_to_kv_pool.k[loc], other_ids.token_to_kv_pool.k[loc])  # the ids do not matter
+    assert not torch.equal(by_kw.token_to_kv_pool.k[loc], by_ids.token_to_kv_pool.k[loc])
+
+
+def test_the_rounding_tolerance_scales_with_each_tokens_largest_entry():
+    proof = draft_kv_only.KvProof(Radix(), lambda n: True, rounding=True)
+    ref = torch.tensor([[[20.0, 0.0]], [[1.0, 0.5]]])  # (tokens, heads, dims)
+    near = ref.clone()
+    near[0, 0, 1] = 0.08  # a near-zero entry of a large row carries the row's rounding: passes
+    assert proof._agree((near, ref), (ref, ref)) and proof.inexact == 1
+    wrong = ref.clone()
+    wrong[1, 0, 1] = 1.5  # 1.0 off in a row whose largest entry is 1: fails
+    assert not proof._agree((wrong, ref), (ref, ref))
+
+
+def test_the_kv_only_graph_is_dropped_when_another_tp_rank_could_not_capture_it(monkeypatch, caplog):
+    monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "1")
+    runner, built, _ = standalone_runner(monkeypatch, any_rank=lambda flag: True)  # some rank says "failed"
+    assert len(built) == 1  # captured here ...
+    assert isinstance(runner.kv_only, draft_kv_only.EagerKvOnly)  # ... but every rank runs it eagerly
+    assert "not captured on another TP rank" in caplog.text

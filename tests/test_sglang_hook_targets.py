@@ -349,7 +349,14 @@ def test_eagle3_draft_structure_the_kv_only_forward_mirrors():
     attention call; a change to either must show here before it shows as wrong draft K/V."""
     classes = _classes(EAGLE3)
     model_fwd = ast.unparse(_methods(classes["LlamaModel"])["forward"])
-    for line in ("embeds = forward_batch.mm_input_embeds",
+    assert _params(_methods(classes["LlamaModel"])["forward"])[:5] == [
+        "self", "input_ids", "positions", "forward_batch", "input_embeds"]
+    # the draft model's own forward (inherited): input_embeds is the first argument after the batch
+    assert "forward" not in _methods(classes["LlamaForCausalLMEagle3"])
+    assert _params(_methods(_classes(SRT / "models" / "llama.py")["LlamaForCausalLM"])["forward"])[:5] == [
+        "self", "input_ids", "positions", "forward_batch", "input_embeds"]
+    for line in ("if input_embeds is None:", "embeds = input_embeds",
+                 "embeds = forward_batch.mm_input_embeds",
                  "embeds = torch.cat([embeds[:-1], self.embed_tokens(input_ids[-1].unsqueeze(0))])",
                  "embeds = self.embed_tokens(input_ids)",
                  "hidden_states = forward_batch.spec_info.hidden_states",
