@@ -598,7 +598,7 @@ class CpuProfile:
         from bench import cpu_profile
 
         self.cpu_profile = cpu_profile
-        self.name = f"cpu-profile-{config}-{facts['worker']}-p{safe_label(p_wrong)}-{spec.workload}-{spec.level_tag}"
+        self.name = profile_name(config, facts["worker"], p_wrong, spec, kind="cpu-profile")
         self.raw = out / f"{self.name}.txt"
         self.meta = {"config": config, "worker": facts["worker"], "p_wrong": p_wrong, "workload": spec.workload,
                      "level": spec.level, "delay_s": spec.delay_s, "seconds": cpu_profile.RECORD_SECONDS}
@@ -694,10 +694,10 @@ def tokens_per_verify_for(config: str, row: Dict[str, Any]) -> Optional[float]:
     return float(value) if config != "none" and isinstance(value, (int, float)) else None
 
 
-def profile_name(config: str, worker: str, p_wrong: Any, spec: ProfileSpec) -> str:
-    """``profile-traffic-CONFIG-WORKER-pP-WORKLOAD-LEVEL``: the trace directory and (+ ``.json``)
-    the summary of one profile in ``--out``."""
-    return f"profile-traffic-{config}-{worker}-p{safe_label(p_wrong)}-{spec.workload}-{spec.level_tag}"
+def profile_name(config: str, worker: str, p_wrong: Any, spec: ProfileSpec, kind: str = "profile-traffic") -> str:
+    """``KIND-CONFIG-WORKER-pP-WORKLOAD-LEVEL``: the trace directory and (+ ``.json``) the summary of
+    one profile in ``--out`` (``kind`` ``cpu-profile``: a ``--cpu-profile-row`` recording)."""
+    return f"{kind}-{config}-{worker}-p{safe_label(p_wrong)}-{spec.workload}-{spec.level_tag}"
 
 
 def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spec: ProfileSpec, argv: List[str],
@@ -1287,17 +1287,16 @@ def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         profile=profile,
         cpu_profile=cpu_profile,
     )
-    if cpu_profile is not None and not any(cpu_profile.matches(x.name, lv) for x in a.plan.workloads
-                                           for lv in a.plan.levels(x)):
-        parser.error(f"--cpu-profile-row {a.cpu_profile_row}: no such row in this call")
+    for flag, text, spec in (("--cpu-profile-row", a.cpu_profile_row, cpu_profile),
+                             ("--profile-row", a.profile_row, profile)):
+        if spec is not None and not any(spec.matches(x.name, lv) for x in a.plan.workloads for lv in a.plan.levels(x)):
+            arrivals = parse_workload(spec.workload).arrivals
+            levels = a.plan.concurrency if arrivals == "closed" else [fmt_rate(r) for r in a.plan.rates]
+            parser.error(f"{flag} {text}: no such row in this call (workloads "
+                         f"{','.join(x.name for x in a.plan.workloads)}; {arrivals} levels "
+                         f"{','.join(map(str, levels))})")
     if profile is not None:
         w = parse_workload(profile.workload)
-        if not any(name == profile.workload and profile.matches(name, lv)
-                   for name, lv in ((x.name, lv) for x in a.plan.workloads for lv in a.plan.levels(x))):
-            levels = a.plan.concurrency if w.arrivals == "closed" else [fmt_rate(r) for r in a.plan.rates]
-            parser.error(f"--profile-row {a.profile_row}: no such row in this call (workloads "
-                         f"{','.join(x.name for x in a.plan.workloads)}; {w.arrivals} levels "
-                         f"{','.join(map(str, levels))})")
         lv = next(lv for lv in a.plan.levels(w) if profile.matches(w.name, lv))
         est = row_seconds_estimate(w, lv)
         if profile.delay_s > est / 2:

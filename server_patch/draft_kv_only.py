@@ -128,6 +128,7 @@ def kv_only_forward(model: Any, output_cls: Any = None, last_of_each_request: bo
     layer = inner.layers[0]
     attn = layer.self_attn
     radix = attn.attn
+    vocab = model.config.draft_vocab_size or model.config.vocab_size
 
     def forward(input_ids, positions, forward_batch, *args, **kwargs):
         # LlamaForCausalLM.forward(input_ids, positions, forward_batch, input_embeds=None, ...): the
@@ -159,7 +160,6 @@ def kv_only_forward(model: Any, output_cls: Any = None, last_of_each_request: bo
             radix.k_scale,
             radix.v_scale,
         )
-        vocab = model.config.draft_vocab_size or model.config.vocab_size
         if last_of_each_request:
             hidden = hidden[torch.cumsum(forward_batch.extend_seq_lens, dim=0) - 1]
             logits = hidden.new_zeros((hidden.shape[0], vocab), dtype=torch.float32)
@@ -217,7 +217,6 @@ def build_kv_only_graph_runner(runner_cls: type, seq_len_fill_value: int, worker
         RuntimeError: the capture never called the KV-only forward (its graphs would be the
             full draft's), or what SGLang's capture raises.
     """
-    fill = seq_len_fill_value
     kv_forward = kv_only_forward(model)
     calls = [0]
 
@@ -228,7 +227,7 @@ def build_kv_only_graph_runner(runner_cls: type, seq_len_fill_value: int, worker
     with _model_forward(model, counted):
         runner = runner_cls(
             worker_for_runner,
-            draft_extend_attn_backend=NoAttentionBackend(fill),
+            draft_extend_attn_backend=NoAttentionBackend(seq_len_fill_value),
             speculative_num_steps=0,
         )
     if calls[0] == 0:  # the graphs would be the full draft's: never report them as KV-only
@@ -359,10 +358,9 @@ class KvProof:
             return True
         if not self.rounding:
             return False
-        close = all(bool((a.float() - b.float()).abs().le(_row_tolerance(b)).all())
-                    for a, b in zip(kv_only, reference))
-        diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(kv_only, reference))
-        self.max_abs_diff = max(self.max_abs_diff, diff)
+        diffs = [(a.float() - b.float()).abs() for a, b in zip(kv_only, reference)]
+        close = all(bool(d.le(_row_tolerance(b)).all()) for d, b in zip(diffs, reference))
+        self.max_abs_diff = max([self.max_abs_diff] + [float(d.max()) for d in diffs])
         if close:
             self.inexact += 1
         return close

@@ -211,8 +211,7 @@ class GateRuntime:
     @property
     def off_kv_only_runs(self) -> Optional[str]:
         """``cuda-graph`` or ``eager`` (how the KV-only draft extend runs), None without one."""
-        kv = getattr(self.runner, "kv_only", None)
-        return getattr(kv, "runs", None) if kv is not None else None
+        return _kv(self.runner, "runs", default=None)
 
     @property
     def off_kv_only_inexact(self) -> int:
@@ -262,9 +261,10 @@ class _RunnerDefaults:
     off_attention_mismatches = 0
 
 
-def _kv(runner: Any, counter: str, which: str = "kv_only") -> int:
+def _kv(runner: Any, counter: str, which: str = "kv_only", default: Any = 0) -> Any:
+    """``runner.<which>.<counter>`` (a KvProof's field), ``default`` without that proof."""
     kv = getattr(runner, which, None)
-    return getattr(kv, counter, 0) if kv is not None else 0
+    return getattr(kv, counter, default) if kv is not None else default
 
 
 def _runtime(scheduler: Any) -> Optional[GateRuntime]:
