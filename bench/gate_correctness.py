@@ -156,7 +156,7 @@ def server_variant(extra: Sequence[str]) -> Dict[str, Any]:
 #: the plugin's switch variables: a run with one of them set (either way) is another variant of its entry
 OPT_IN_ENV = ("SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER", "SPECCONSOLE_OFF_PLAIN_SAMPLING",
               "SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH", "SPECCONSOLE_OFF_PREFILL_KV_ONLY",
-              "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND")
+              "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND", "SPECCONSOLE_OFF_LEAN_V1")
 
 
 def opt_in_env() -> Dict[str, str]:
@@ -357,6 +357,10 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     rec["off_resume_steps"] = [x.get("off_resume_steps", 0) for x in g["ranks"]]
     rec["off_kv_only_prefills"] = g.get("off_kv_only_prefills", 0)  # KV-only draft prefills while OFF
     rec["off_lean_draft_extend_steps"] = g.get("off_lean_draft_extend_steps", 0)
+    # v1 lean OFF steps: the draft K/V's slots, seq_lens and greedy tokens checked on sampled steps
+    rec["off_lean_v1"] = g.get("off_lean_v1")
+    rec["off_lean_v1_steps"] = g.get("off_lean_v1_steps", 0)
+    _rank_proof(rec, g, "off_lean_v1", active=g.get("off_lean_v1") == "on" and g.get("off_lean_v1_steps", 0) > 0)
     _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
                 and "off_draft_extend" in g)
     # target prefills on the piecewise CUDA graph agreed with the eager forward on every sampled one

@@ -186,6 +186,10 @@ class SimulatedRunner:
     off_kv_only_inexact = 0  # the demo's proof is the triton one: against the full graph, bit for bit
     off_kv_only_prefills = 0  # prefills are not simulated (and KV-only prefills are opt-in)
     off_lean_draft_extend_steps = 0  # opt-in (SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND=1)
+    off_lean_v1 = None  # opt-in (SPECCONSOLE_OFF_LEAN_V1=1), v1 only
+    off_lean_v1_steps = 0
+    off_lean_v1_checks = 0
+    off_lean_v1_mismatches = 0
     off_sampling = "plain-decode-sampler"  # server_patch's default at topk 1 (off_sampling.PLAIN)
     off_attention_mismatches = off_kv_only_mismatches = off_early_seq_lens_mismatches = 0
     # prefills are not simulated: the target prefill graph is reported as a real server starts it

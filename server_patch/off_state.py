@@ -46,7 +46,7 @@ from typing import Any, Callable, List, Optional
 
 import torch
 
-from server_patch import draft_kv_only, off_attention
+from server_patch import draft_kv_only, off_attention, off_step_v1
 from server_patch import off_sampling as sampling
 from server_patch.contract import sampled
 
@@ -194,6 +194,9 @@ class OffStepRunner:
     #: how OFF steps draw non-greedy tokens (``server_patch/off_sampling.py``, :func:`off_sampling.mode`):
     #: the target runner's own Sampler (by default, but on v1 with topk > 1) or SGLang's speculative verify
     off_sampling: str = sampling.SPECULATIVE
+    #: the lean v1 OFF step (``off_step_v1``) and its spec_gate status (None: not asked for)
+    lean_v1: Optional[off_step_v1.LeanOffStepV1] = None
+    off_lean_v1: Optional[str] = None
 
     def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
         self.worker = worker
@@ -223,6 +226,40 @@ class OffStepRunner:
         self.lean_draft_extend = self.v2 and os.environ.get(LEAN_DRAFT_EXTEND_ENV, "0") == "1"
         self.lean_draft_extend_steps = 0  # OFF steps that took the lean post-processing
         self.off_sampling = sampling.mode(self.v2, self.topk)
+        self._init_lean_v1()
+
+    def _init_lean_v1(self) -> None:
+        """The lean v1 OFF step (``off_step_v1``, ``SPECCONSOLE_OFF_LEAN_V1=1``): ``lean_v1`` (None
+        when not built) and ``off_lean_v1`` (``on``, or why not; None when not asked for)."""
+        self.lean_v1: Optional[off_step_v1.LeanOffStepV1] = None
+        self.off_lean_v1: Optional[str] = None
+        if self.v2 or not off_step_v1.enabled_by_env():
+            return
+        reason = off_step_v1.server_reason(self.worker)
+        if reason is None and not isinstance(self.kv_only, draft_kv_only.KvOnlyRunner):
+            reason = "no KV-only draft-extend CUDA graph"
+        if reason is None and self.off_sampling != sampling.PLAIN:
+            reason = "OFF steps draw with SGLang's verify sampling"
+        if reason is not None:
+            self.off_lean_v1 = reason
+            logger.info("spec_gate: no lean v1 OFF steps: %s", reason)
+            return
+        graph = self.off_kv_state.cuda_graph_runner_for_draft_extend
+        self.lean_v1 = off_step_v1.LeanOffStepV1(self.worker, graph, lambda bs: _graph_takes(graph, bs),
+                                                 self._build_context, sampled, self.any_rank)
+        self.off_lean_v1 = "on"
+
+    @property
+    def off_lean_v1_steps(self) -> int:
+        return self.lean_v1.steps if self.lean_v1 is not None else 0
+
+    @property
+    def off_lean_v1_checks(self) -> int:
+        return self.lean_v1.checks if self.lean_v1 is not None else 0
+
+    @property
+    def off_lean_v1_mismatches(self) -> int:
+        return self.lean_v1.mismatches if self.lean_v1 is not None else 0
 
     def _init_kv_only(self) -> None:
         """The KV-only OFF draft extend (``draft_kv_only``): a second OFF state whose draft-extend
@@ -530,6 +567,8 @@ class OffStepRunner:
         early = self._early_seq_lens(batch) if self.early_seq_lens else None
         kv_only = not resume and self.off_draft_extend == draft_kv_only.KV_ONLY
         kv_replays = self.kv_only.count if self.kv_only is not None else 0
+        if kv_only and self.lean_v1 is not None and self.lean_v1.reason(batch) is None:
+            return self._run_lean_v1(batch, kv_replays)
         self._apply(self.off_kv_state if kv_only else self.off_state)
         owner.draft = self._off_draft_v2 if self.v2 else self._off_draft_v1
         replays_before = self.off_target_graph.count
@@ -556,6 +595,19 @@ class OffStepRunner:
         self.draft_stale = kv_only and self.kv_only.count > kv_replays
         if early is not None:
             self._publish_early_seq_lens(result, *early)
+        return result
+
+    def _run_lean_v1(self, batch: Any, kv_replays: int):
+        """One lean v1 OFF step (``off_step_v1``) under the KV-only OFF state."""
+        replays_before = self.off_target_graph.count
+        self._apply(self.off_kv_state)
+        try:
+            result = self.lean_v1.run(batch, _trivial_verify_input)
+        finally:
+            self._apply(self.on_state)
+        if self.off_target_graph.count > replays_before:
+            self.off_steps_cuda_graph += 1
+        self.draft_stale = self.kv_only.count > kv_replays
         return result
 
     def _lean_draft_extend_v2(self, original: Callable) -> Callable:

@@ -259,6 +259,10 @@ class _RunnerDefaults:
     off_sampling = "speculative-verify"
     off_attention_checks = 0
     off_attention_mismatches = 0
+    off_lean_v1 = None  # v2, or v1 without SPECCONSOLE_OFF_LEAN_V1=1
+    off_lean_v1_steps = 0
+    off_lean_v1_checks = 0
+    off_lean_v1_mismatches = 0
 
 
 def _kv(runner: Any, counter: str, which: str = "kv_only", default: Any = 0) -> Any:

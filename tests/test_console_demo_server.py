@@ -30,7 +30,7 @@ def _doc_gate_keys() -> set[str]:
     """The keys named in the first column of docs/contract.md's ``spec_gate`` table."""
     keys: set[str] = set()
     for line in _doc_gate_rows():
-        keys.update(re.findall(r"`([a-z_]+)`", line.split("|")[1]))
+        keys.update(re.findall(r"`([a-z0-9_]+)`", line.split("|")[1]))
     return keys
 
 
@@ -39,7 +39,7 @@ def test_contract_doc_lists_exactly_the_contract_fields():
     per-rank subset, the same /set_internal_state answer keys."""
     assert _doc_gate_keys() == set(contract.SPEC_GATE_FIELDS)
     (ranks_row,) = [line for line in _doc_gate_rows() if line.split("|")[1].strip() == "`ranks`"]
-    listed = re.search(r"`\{([a-z_, ]+)\}`", ranks_row).group(1)
+    listed = re.search(r"`\{([a-z0-9_, ]+)\}`", ranks_row).group(1)
     assert [k.strip() for k in listed.split(",")] == list(contract.RANK_FIELDS)
     text = CONTRACT_DOC.read_text()
     example = re.search(r'`(\{"updated": true[^`]*\})`', text).group(1)
@@ -71,7 +71,8 @@ def test_server_info_has_spec_gate_per_contract(server):
                                      "decode_steps_on", "decode_steps_off", "off_attention_checks",
                                      "off_attention_mismatches", "off_early_seq_lens_checks",
                                      "off_early_seq_lens_mismatches", "off_kv_only_checks",
-                                     "off_kv_only_mismatches", "off_resume_steps", "target_prefill_checks",
+                                     "off_kv_only_mismatches", "off_lean_v1_checks", "off_lean_v1_mismatches",
+                                     "off_resume_steps", "target_prefill_checks",
                                          "target_prefill_mismatches", "mode", "decisions_digest",
                                      "host", "node_rank", "gpu"}
 

@@ -468,3 +468,53 @@ def test_the_draft_extend_post_processing_the_lean_off_step_skips_recomputes_wha
     assert "unpadding_bs = num_tokens" in replay and "out.topk_p = out_copy.topk_p[:unpadding_bs]" in replay
     can_run = ast.unparse(runner["can_run"])
     assert "cuda_graph_bs in self.graphs if self.disable_padding else cuda_graph_bs <= self.max_bs" in can_run
+
+
+def _forward_batch_reads(fn) -> set:
+    """``X`` of every ``forward_batch.X`` (and ``forward_batch.spec_info.X``) that ``fn`` reads."""
+    reads = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "forward_batch":
+            reads.add(node.attr)
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == "forward_batch"
+                and node.value.attr == "spec_info" and isinstance(node.ctx, ast.Load)):
+            reads.add("spec_info." + node.attr)
+    return reads
+
+
+def test_the_lean_v1_off_step_repeats_sglangs_verify_and_draft_extend_for_a_one_token_accept():
+    """``off_step_v1.LeanOffStepV1.run`` repeats ``EAGLEWorker.verify`` up to the target forward, the
+    per-request loop of ``EagleVerifyInput.verify`` for one accepted token, the positions
+    ``create_extend_after_decode_spec_info`` writes (``seq_len - accept_len + i``: the old seq_len for
+    one token) and the next ``EagleDraftInput``; its hand-made forward batch has every field the
+    draft-extend graph runner's ``replay`` reads."""
+    worker = _methods(_classes(SRT / "speculative/eagle_worker.py")["EAGLEWorker"])
+    verify = ast.unparse(worker["verify"])
+    for line in ("spec_info.prepare_for_verify(batch, self.page_size)",
+                 "spec_info.num_tokens_per_req = self.speculative_num_steps + 1",
+                 "model_worker_batch = batch.get_model_worker_batch(seq_lens_cpu_cache=spec_info.seq_lens_cpu)",
+                 "batch_result = self.target_worker.forward_batch_generation(model_worker_batch, is_verify=True)"):
+        assert line in verify, line
+    extend = ast.unparse(worker["forward_draft_extend_after_decode"])
+    assert "next_draft_input = EagleDraftInput(bonus_tokens=draft_extend_input.bonus_tokens" in extend
+    preprocess = ast.unparse(worker["_draft_preprocess_decode"])
+    for line in ("req.decode_batch_idx += 1", "batch.maybe_evict_swa()",
+                 "batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(spec_info.bonus_tokens.to(torch.int64))"):
+        assert line in preprocess, line
+    loop = ast.unparse(_methods(_classes(SRT / "speculative/eagle_info.py")["EagleVerifyInput"])["verify"])
+    for line in ("req.output_ids.append(id)", "req.update_reasoning_tokens(id, think_end_id)",
+                 "req.check_finished()", "req.kv_committed_len += num_accept_tokens",
+                 "req.kv_allocated_len = req.kv_committed_len", "batch.seq_lens.add_(num_correct_drafts + 1)",
+                 "batch.seq_lens_cpu.add_(num_accept_tokens_cpu)"):
+        assert line in loop, line
+    kernel = (SRT / "speculative/spec_utils.py").read_text()
+    assert "tl.store(positions_ptr + offsets, seq_length - accept_len + offsets, mask)" in kernel
+    sample = ast.unparse(_methods(_classes(SRT / "model_executor/model_runner.py")["ModelRunner"])["sample"])
+    assert "self._preprocess_logits(logits_output, forward_batch.sampling_info)" in sample
+    assert "next_token_ids = self.sampler(logits_output, forward_batch.sampling_info, forward_batch.return_logprob" in sample
+    replay = _methods(_classes(SRT / "speculative/eagle_draft_extend_cuda_graph_runner.py")["EAGLEDraftExtendCudaGraphRunner"])["replay"]
+    given = {"batch_size", "input_ids", "seq_lens", "seq_lens_cpu", "seq_lens_sum", "extend_seq_lens",
+             "extend_seq_lens_cpu", "out_cache_loc", "positions", "req_pool_indices", "global_num_tokens_cpu",
+             "spec_info", "spec_info.hidden_states", "spec_info.num_correct_drafts", "spec_info.num_accept_tokens"}
+    assert _forward_batch_reads(replay) <= given, _forward_batch_reads(replay) - given

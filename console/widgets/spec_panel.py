@@ -316,6 +316,15 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         else:
             proof = f" ({g.off_draft_extend_reason})" if g.off_draft_extend_reason else ""
         rows.append([_t(("OFF draft extend ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
+    if g.off_lean_v1 is not None:
+        # v1, SPECCONSOLE_OFF_LEAN_V1=1: OFF steps without SGLang's mid-step syncs (server_patch/off_step_v1.py)
+        if g.off_lean_v1 == "on":
+            value = "lean"
+            proof = (f", {fmt.num(g.off_lean_v1_steps)} steps, {fmt.num(g.off_lean_v1_checks)} checked, "
+                     f"{fmt.num(g.off_lean_v1_mismatches)} wrong")
+        else:
+            value, proof = "SGLang's verify path", f" ({g.off_lean_v1})"
+        rows.append([_t(("OFF step path ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
     if g.off_early_seq_lens is not None:
         # v2: does the scheduler prepare the next batch while an OFF verify runs (server_patch/off_state.py)
         when = "during the OFF verify" if g.off_early_seq_lens else "after the OFF verify"

@@ -1,0 +1,267 @@
+"""A lean OFF decode step for SGLang 0.5.12's ``EAGLEWorker`` (v1, no overlap scheduler), opt-in.
+
+Why: on v1 an OFF step runs SGLang's whole speculative decode path for a 1-node tree
+(``EAGLEWorker.forward_batch_generation``: ``verify`` then ``forward_draft_extend_after_decode``,
+``speculative/eagle_worker.py`` and ``eagle_info.py`` in 0.5.12). That path waits for the GPU three
+times in the middle of the step (``accept_index.tolist()``, a boolean-mask index, ``.cpu()``), then
+builds the draft extend's ``ForwardBatch`` and runs ``prepare_extend_after_decode`` while the GPU
+idles, and a v1 server has no overlap scheduler to hide any of it: on the H200 an OFF step cost
+12.49 ms against a plain decode step's 11.01 at 64 requests, +1.3 ms of it GPU idle
+(``bench/results/h200-2026-12-04/README.md``).
+
+What this step does instead, for a batch where nothing else is asked of it (:func:`batch_reason`):
+
+1. the bookkeeping of SGLang's ``_draft_preprocess_decode`` (as ``OffStepRunner._off_draft_v1``),
+   with ``seq_lens_sum`` from ``seq_lens_cpu`` (no sync);
+2. SGLang's own verify preparation and target forward (``prepare_for_verify``,
+   ``get_model_worker_batch``, ``forward_batch_generation(..., is_verify=True)``: the OFF target
+   graph);
+3. the token drawn by the target runner's own ``Sampler`` as a server without speculation draws
+   (``ModelRunner._preprocess_logits`` then ``sampler``: penalties, logit bias, custom processors,
+   min_p, seeds; argmax when all greedy, as SGLang's greedy verify); at TP > 1 a non-greedy draw is
+   broadcast from rank 0 as SGLang's verify broadcasts its own;
+4. the draft's K/V for the new token on the KV-only draft-extend graph, launched right away with the
+   inputs SGLang's draft extend would build (token = the draw, position = the old ``seq_lens``,
+   cache slot = the verify's, hidden state = the target's at that position), through the
+   ``KvOnlyRunner`` wrapper, so its sampled proof against the full draft extend still runs;
+5. one wait for the GPU (``tolist`` of the tokens), then the per-request loop of SGLang's
+   ``EagleVerifyInput.verify`` for a 1-token accept (``output_ids``, reasoning tokens,
+   ``check_finished``, ``kv_committed_len``), with nothing to free: a 1-node tree's one slot is
+   always accepted.
+
+The next ``spec_info`` carries the draw as its bonus token and the previous step's top-k and hidden
+state, stale, as after every KV-only OFF step (the resume step refreshes them before any ON step).
+Per-request speculative counters are not touched (SGLang's verify would add a verify to them).
+
+Proof at run time (new state: the draft extend's inputs are assembled here, not by SGLang): on the
+steps ``contract.sampled`` picks, the request-to-token map at each request's position must hold the
+slot the draft's K/V went to (what the request's later attention reads), ``seq_lens`` and its CPU
+copy (both advanced here, not by SGLang) must agree, and an all-greedy batch's tokens must be the
+argmax of the target's logits (after penalties and logit bias).
+A failure on any TP rank turns lean steps off for the server's life (logged as an error).
+
+Falls back to the SGLang path (``OffStepRunner.run_off_step`` as before) for: logprobs, grammar,
+hidden states asked for, an idle batch, no KV-only graph for the batch size or its proof failed;
+and for the whole server: topk > 1, page size > 1, DP attention, pipeline parallelism, a
+hybrid/Mamba target, SGLang's adaptive speculation.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import types
+from typing import Any, Callable, Dict, Optional
+
+logger = logging.getLogger("server_patch.spec_gate")
+
+#: "1": v1 OFF steps take the lean path where they can (opt-in until measured on the GPU)
+ENV_SWITCH = "SPECCONSOLE_OFF_LEAN_V1"
+
+
+def enabled_by_env() -> bool:
+    return os.environ.get(ENV_SWITCH, "0") == "1"
+
+
+def server_reason(worker: Any) -> Optional[str]:
+    """Why a v1 worker (``EAGLEWorker``) can never take a lean OFF step, or None if it can."""
+    if worker.topk != 1:
+        return "topk > 1"
+    if getattr(worker, "page_size", 1) != 1:
+        return "page size > 1"
+    sa = worker.server_args
+    if getattr(sa, "enable_dp_attention", False):
+        return "DP attention"
+    if getattr(sa, "pp_size", 1) != 1:
+        return "pipeline parallelism"
+    extra = getattr(sa, "enable_mamba_extra_buffer", None)
+    if callable(extra) and extra():
+        return "Mamba extra buffer"
+    target = worker.target_worker.model_runner
+    if any(getattr(target, n, None) is not None for n in ("hybrid_gdn_config", "mamba2_config", "hybrid_lightning_config")):
+        return "hybrid / Mamba target model"
+    if getattr(worker, "adaptive_controller", None) is not None:
+        return "SGLang's adaptive speculation"
+    return None
+
+
+def batch_reason(batch: Any) -> Optional[str]:
+    """Why this decode batch takes SGLang's OFF path instead of the lean one, or None."""
+    if not batch.forward_mode.is_decode():
+        return "not a decode batch"
+    if batch.return_logprob:
+        return "logprobs"
+    if batch.has_grammar:
+        return "grammar"
+    if batch.return_hidden_states or any(getattr(r, "return_hidden_states", False) for r in batch.reqs):
+        return "hidden states"
+    spec = batch.spec_info
+    if spec is None or getattr(spec, "bonus_tokens", None) is None or getattr(spec, "topk_p", None) is None:
+        return "no draft input"
+    return None
+
+
+def _sglang() -> types.SimpleNamespace:
+    """The SGLang names a lean step uses (imported on the GPU machine only; tests replace this)."""
+    from sglang.srt.distributed import get_tp_group
+    from sglang.srt.managers.scheduler import GenerationBatchResult
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    return types.SimpleNamespace(get_tp_group=get_tp_group, GenerationBatchResult=GenerationBatchResult,
+                                 CaptureHiddenMode=CaptureHiddenMode, ForwardMode=ForwardMode,
+                                 EagleDraftInput=EagleDraftInput)
+
+
+class LeanOffStepV1:
+    """Runs lean v1 OFF steps (module docstring) and keeps their counters: ``steps``, ``checks``,
+    ``mismatches`` (this rank's), ``fallbacks`` (per reason), ``ok`` (False after a failed proof on
+    any rank).
+
+    Args:
+        worker: the live ``EAGLEWorker``.
+        draft_extend: the KV-only draft-extend graph runner (its ``replay`` wrapped by
+            ``draft_kv_only.KvOnlyRunner``), as the OFF state's ``cuda_graph_runner_for_draft_extend``.
+        graph_takes: ``graph_takes(bs)``: whether ``draft_extend`` replays a batch of ``bs``.
+        context: a fresh context manager per call for the draft's TP/MoE contexts (SGLang enters
+            them around its draft extend).
+        sampled, any_rank: as ``OffStepRunner`` (``contract.sampled``; all-reduce of a flag).
+    """
+
+    def __init__(self, worker: Any, draft_extend: Any, graph_takes: Callable[[int], bool],
+                 context: Callable[[], Any], sampled: Callable[[int], bool],
+                 any_rank: Callable[[bool], bool] = bool):
+        self.worker = worker
+        self.draft_extend = draft_extend
+        self.graph_takes = graph_takes
+        self.context = context
+        self.sampled = sampled
+        self.any_rank = any_rank
+        self.steps = 0
+        self.checks = 0
+        self.mismatches = 0
+        self.fallbacks: Dict[str, int] = collections.Counter()
+        self.ok = True
+        self._zeros = self._ones = None  # (max bs,) int32, sliced per step
+
+    def reason(self, batch: Any) -> Optional[str]:
+        """Why ``batch`` cannot take the lean step now (counted in ``fallbacks``), or None."""
+        why = "proof failed" if not self.ok else batch_reason(batch)
+        if why is None and not self.graph_takes(batch.batch_size()):
+            why = "batch size beyond the KV-only graph"
+        if why is not None:
+            self.fallbacks[why] += 1
+        return why
+
+    def _accepts(self, bs: int, device: Any):
+        """``(num_correct_drafts, num_accept_tokens)`` of a 1-token accept: zeros and ones, (bs,) int32."""
+        import torch
+
+        if self._zeros is None or self._zeros.numel() < bs or self._zeros.device != device:
+            n = max(bs, 256)
+            self._zeros = torch.zeros(n, dtype=torch.int32, device=device)
+            self._ones = torch.ones(n, dtype=torch.int32, device=device)
+        return self._zeros[:bs], self._ones[:bs]
+
+    def run(self, batch: Any, trivial_verify_input: Callable[..., Any]):
+        """One lean OFF step of the decode ``batch`` (the OFF runtime state with the KV-only graph is
+        applied by the caller); returns SGLang's ``GenerationBatchResult``. ``trivial_verify_input``:
+        ``off_state._trivial_verify_input``. Shapes: tokens (bs,) int64, hidden (bs, 3 * hidden)."""
+        import torch
+
+        sgl = _sglang()
+        w = self.worker
+        old = batch.spec_info
+        bs = batch.batch_size()
+        # 1. _draft_preprocess_decode's bookkeeping, without its seq_lens sync
+        batch.maybe_evict_swa()
+        for req in batch.reqs:
+            req.decode_batch_idx += 1
+        sampling_info = batch.sampling_info
+        if sampling_info.penalizer_orchestrator.is_required:
+            sampling_info.penalizer_orchestrator.cumulate_output_tokens(old.bonus_tokens.to(torch.int64))
+        batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+        batch.return_hidden_states = False
+        verify = trivial_verify_input(old.bonus_tokens, batch.seq_lens, batch.seq_lens_sum, w.topk, None,
+                                      batch.seq_lens_cpu)
+        batch.spec_info = verify
+        # 2. EAGLEWorker.verify up to the target forward
+        verify.prepare_for_verify(batch, w.page_size)
+        verify.num_tokens_per_req = w.speculative_num_steps + 1
+        batch.forward_mode = sgl.ForwardMode.TARGET_VERIFY
+        model_worker_batch = batch.get_model_worker_batch(seq_lens_cpu_cache=verify.seq_lens_cpu)
+        target = w.target_worker.forward_batch_generation(model_worker_batch, is_verify=True)
+        logits_output = target.logits_output
+        # the verify's positions alias seq_lens (int64 .to is the identity), which grow below
+        positions = batch.seq_lens.clone()
+        # 3. the draw of a server without speculation
+        runner = w.target_worker.model_runner
+        check = self.sampled(self.steps + 1)
+        greedy = bool(sampling_info.is_all_greedy)
+        runner._preprocess_logits(logits_output, sampling_info)
+        argmax = torch.argmax(logits_output.next_token_logits, dim=-1) if check and greedy else None
+        tokens = runner.sampler(logits_output, sampling_info, False, None, None, positions)
+        if not greedy:
+            group = sgl.get_tp_group()
+            if group.world_size > 1:
+                group.broadcast(tokens, src=0)
+        # 4. the draft's K/V for the new token (inputs as prepare_extend_after_decode builds them)
+        batch.seq_lens.add_(1)
+        batch.seq_lens_cpu.add_(1)
+        correct, accepted = self._accepts(bs, tokens.device)
+        draft_runner = w.draft_model_runner
+        forward_batch = types.SimpleNamespace(
+            batch_size=bs, input_ids=tokens, seq_lens=batch.seq_lens, seq_lens_cpu=batch.seq_lens_cpu,
+            seq_lens_sum=batch.seq_lens_sum + bs, extend_seq_lens=None, extend_seq_lens_cpu=None,
+            out_cache_loc=batch.out_cache_loc, positions=positions,
+            req_pool_indices=batch.req_pool_indices, token_to_kv_pool=draft_runner.token_to_kv_pool,
+            global_num_tokens_cpu=None,
+            spec_info=types.SimpleNamespace(hidden_states=logits_output.hidden_states,
+                                            num_correct_drafts=correct, num_accept_tokens=accepted,
+                                            positions=positions))
+        with self.context():
+            self.draft_extend.replay(forward_batch)
+        # 5. one wait, then verify()'s per-request loop for a 1-token accept
+        tokens_cpu = tokens.tolist()
+        think_end_id = batch.model_config.think_end_id
+        for req, token in zip(batch.reqs, tokens_cpu):
+            req.output_ids.append(token)
+            if req.require_reasoning and think_end_id is not None:
+                req.update_reasoning_tokens(token, think_end_id)
+            req.check_finished()
+            req.kv_committed_len += 1
+            req.kv_allocated_len = req.kv_committed_len
+        batch.forward_mode = sgl.ForwardMode.DECODE
+        batch.spec_info = sgl.EagleDraftInput(bonus_tokens=tokens.to(torch.int32), hidden_states=old.hidden_states,
+                                              topk_p=old.topk_p, topk_index=old.topk_index,
+                                              capture_hidden_mode=sgl.CaptureHiddenMode.LAST)
+        self.steps += 1
+        if check:
+            self._prove(batch, positions, tokens, argmax)
+        return sgl.GenerationBatchResult(logits_output=logits_output, next_token_ids=tokens, num_correct_drafts=0,
+                                         num_correct_drafts_per_req_cpu=[0] * bs,
+                                         can_run_cuda_graph=target.can_run_cuda_graph)
+
+    def _prove(self, batch: Any, positions: Any, tokens: Any, argmax: Any) -> None:
+        """The sampled check of one lean step (module docstring); waits for the GPU."""
+        import torch
+
+        slots = batch.req_to_token_pool.req_to_token[batch.req_pool_indices, positions]
+        bad = []
+        if not torch.equal(slots.to(torch.int64), batch.out_cache_loc.to(torch.int64)):
+            bad.append("the draft K/V's cache slots are not the request's slots at its position")
+        if not torch.equal(batch.seq_lens.cpu(), batch.seq_lens_cpu.to(batch.seq_lens.dtype)):
+            bad.append("seq_lens on the GPU and its CPU copy differ")
+        if argmax is not None and not torch.equal(tokens.to(torch.int64), argmax.to(torch.int64)):
+            bad.append("a greedy token is not the argmax of the target's logits")
+        self.checks += 1
+        if bad:
+            self.mismatches += 1
+            logger.error("spec_gate: lean v1 OFF step %d: %s; OFF steps take SGLang's path from now on, "
+                         "on every TP rank", self.steps, "; ".join(bad))
+        if self.any_rank(bool(bad)) and self.ok:
+            self.ok = False
+            if not bad:
+                logger.error("spec_gate: another TP rank's lean v1 OFF step check failed; OFF steps take "
+                             "SGLang's path from now on")
