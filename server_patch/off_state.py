@@ -238,6 +238,10 @@ class OffStepRunner:
         reason = off_step_v1.server_reason(self.worker)
         if reason is None and not isinstance(self.kv_only, draft_kv_only.KvOnlyRunner):
             reason = "no KV-only draft-extend CUDA graph"
+        if reason is None and isinstance(self.kv_only.full_runner, draft_kv_only.EagerDraftExtend):
+            reason = "no full OFF draft-extend CUDA graph to prove against"
+        if reason is None:
+            reason = off_step_v1.backend_reason(self.off_state.draft_extend_attn_backend)
         if reason is None and self.off_sampling != sampling.PLAIN:
             reason = "OFF steps draw with SGLang's verify sampling"
         if reason is not None:

@@ -34,16 +34,21 @@ state, stale, as after every KV-only OFF step (the resume step refreshes them be
 Per-request speculative counters are not touched (SGLang's verify would add a verify to them).
 
 Proof at run time (new state: the draft extend's inputs are assembled here, not by SGLang): on the
-steps ``contract.sampled`` picks, the request-to-token map at each request's position must hold the
-slot the draft's K/V went to (what the request's later attention reads), ``seq_lens`` and its CPU
-copy (both advanced here, not by SGLang) must agree, and an all-greedy batch's tokens must be the
-argmax of the target's logits (after penalties and logit bias).
+steps ``contract.sampled`` picks, the draft's positions and token must be what SGLang's own kernel
+for ``prepare_extend_after_decode`` computes from the step's tokens and new ``seq_lens``, the
+request-to-token map at each request's position must hold the slot the draft's K/V went to (what the
+request's later attention reads), ``seq_lens`` and its CPU copy (both advanced here, not by SGLang)
+must agree, and an all-greedy batch's tokens must be the argmax of the target's logits (after
+penalties and logit bias; not checked where the Sampler applies custom logit processors).
 A failure on any TP rank turns lean steps off for the server's life (logged as an error).
 
 Falls back to the SGLang path (``OffStepRunner.run_off_step`` as before) for: logprobs, grammar,
 hidden states asked for, an idle batch, no KV-only graph for the batch size or its proof failed;
 and for the whole server: topk > 1, page size > 1, DP attention, pipeline parallelism, a
-hybrid/Mamba target, SGLang's adaptive speculation.
+hybrid/Mamba target, SGLang's adaptive speculation, a draft-extend attention backend other than
+triton (the only one this was written against), no full OFF draft-extend graph to prove against.
+A request that finishes on the step drops out of the next draft input, as SGLang's verify drops it
+(the scheduler's ``filter_batch(v1_spec_info_filtered=True)`` expects exactly the unfinished rows).
 """
 
 from __future__ import annotations
@@ -86,6 +91,16 @@ def server_reason(worker: Any) -> Optional[str]:
     return None
 
 
+def backend_reason(draft_extend_backend: Any) -> Optional[str]:
+    """Why the OFF draft extend's attention backend rules lean steps out, or None: proven with the
+    triton backend only (its draft-extend replay reads nothing of ``spec_info``; fa3's reads
+    ``num_accept_tokens_cpu``, flashinfer's calls ``generate_attn_arg_prefill``: untested here)."""
+    names = [c.__name__ for c in type(draft_extend_backend).__mro__]
+    if "TritonAttnBackend" not in names:
+        return f"draft-extend attention {type(draft_extend_backend).__name__} (lean steps proven on triton only)"
+    return None
+
+
 def batch_reason(batch: Any) -> Optional[str]:
     """Why this decode batch takes SGLang's OFF path instead of the lean one, or None."""
     if not batch.forward_mode.is_decode():
@@ -107,11 +122,24 @@ def _sglang() -> types.SimpleNamespace:
     from sglang.srt.distributed import get_tp_group
     from sglang.srt.managers.scheduler import GenerationBatchResult
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-    from sglang.srt.speculative.eagle_info import EagleDraftInput
+    from sglang.srt.speculative.eagle_info import EagleDraftExtendInput, EagleDraftInput
+    from sglang.srt.speculative.spec_utils import create_extend_after_decode_spec_info
+    from sglang.srt.utils import next_power_of_2
+
+    def extend_after_decode(accept_tokens, seq_lens, accept_lens):
+        """What ``EagleDraftExtendInput.prepare_extend_after_decode`` computes: ``(positions, bonus_tokens)``."""
+        import torch
+
+        positions = torch.empty_like(accept_tokens, dtype=torch.long)
+        bonus = torch.empty_like(accept_lens, dtype=torch.int32)
+        create_extend_after_decode_spec_info[(len(seq_lens),)](
+            accept_tokens, seq_lens, accept_lens, positions, bonus, next_power_of_2(max(1, len(seq_lens))))
+        return positions, bonus
 
     return types.SimpleNamespace(get_tp_group=get_tp_group, GenerationBatchResult=GenerationBatchResult,
                                  CaptureHiddenMode=CaptureHiddenMode, ForwardMode=ForwardMode,
-                                 EagleDraftInput=EagleDraftInput)
+                                 EagleDraftInput=EagleDraftInput, EagleDraftExtendInput=EagleDraftExtendInput,
+                                 extend_after_decode=extend_after_decode)
 
 
 class LeanOffStepV1:
@@ -200,7 +228,10 @@ class LeanOffStepV1:
         check = self.sampled(self.steps + 1)
         greedy = bool(sampling_info.is_all_greedy)
         runner._preprocess_logits(logits_output, sampling_info)
-        argmax = torch.argmax(logits_output.next_token_logits, dim=-1) if check and greedy else None
+        # the Sampler applies custom logit processors (and NaN replacement) itself, after this
+        plain = not (getattr(sampling_info, "has_custom_logit_processor", False)
+                     or getattr(runner.sampler, "use_nan_detection", False))
+        argmax = torch.argmax(logits_output.next_token_logits, dim=-1) if check and greedy and plain else None
         tokens = runner.sampler(logits_output, sampling_info, False, None, None, positions)
         if not greedy:
             group = sgl.get_tp_group()
@@ -217,9 +248,11 @@ class LeanOffStepV1:
             out_cache_loc=batch.out_cache_loc, positions=positions,
             req_pool_indices=batch.req_pool_indices, token_to_kv_pool=draft_runner.token_to_kv_pool,
             global_num_tokens_cpu=None,
-            spec_info=types.SimpleNamespace(hidden_states=logits_output.hidden_states,
-                                            num_correct_drafts=correct, num_accept_tokens=accepted,
-                                            positions=positions))
+            spec_info=sgl.EagleDraftExtendInput(
+                hidden_states=logits_output.hidden_states, num_correct_drafts=correct, num_accept_tokens=accepted,
+                num_accept_tokens_cpu=[1] * bs, input_ids=tokens, seq_lens=batch.seq_lens,
+                seq_lens_cpu=batch.seq_lens_cpu, req_pool_indices=batch.req_pool_indices, positions=positions,
+                capture_hidden_mode=sgl.CaptureHiddenMode.LAST))
         with self.context():
             self.draft_extend.replay(forward_batch)
         # 5. one wait, then verify()'s per-request loop for a 1-token accept
@@ -233,17 +266,33 @@ class LeanOffStepV1:
             req.kv_committed_len += 1
             req.kv_allocated_len = req.kv_committed_len
         batch.forward_mode = sgl.ForwardMode.DECODE
-        batch.spec_info = sgl.EagleDraftInput(bonus_tokens=tokens.to(torch.int32), hidden_states=old.hidden_states,
-                                              topk_p=old.topk_p, topk_index=old.topk_index,
-                                              capture_hidden_mode=sgl.CaptureHiddenMode.LAST)
+        self._next_draft_input(batch, old, tokens, sgl)
         self.steps += 1
         if check:
-            self._prove(batch, positions, tokens, argmax)
+            self._prove(batch, positions, tokens, argmax, sgl)
         return sgl.GenerationBatchResult(logits_output=logits_output, next_token_ids=tokens, num_correct_drafts=0,
                                          num_correct_drafts_per_req_cpu=[0] * bs,
                                          can_run_cuda_graph=target.can_run_cuda_graph)
 
-    def _prove(self, batch: Any, positions: Any, tokens: Any, argmax: Any) -> None:
+    def _next_draft_input(self, batch: Any, old: Any, tokens: Any, sgl: Any) -> None:
+        """``batch.spec_info`` for the next step: the draw as bonus token, the rest stale. Only the
+        unfinished requests' rows, in order, as SGLang's verify leaves it (the scheduler's
+        ``filter_batch(v1_spec_info_filtered=True)`` counts on that); none left: SGLang's idle input."""
+        import torch
+
+        keep = [i for i, req in enumerate(batch.reqs) if not req.finished()]
+        if not keep:
+            self.worker._draft_preprocess_idle(batch)
+            return
+        bonus, hidden, topk_p, topk_index = tokens.to(torch.int32), old.hidden_states, old.topk_p, old.topk_index
+        if len(keep) < len(batch.reqs):
+            rows = torch.tensor(keep, dtype=torch.int64, device=tokens.device)
+            bonus, topk_p, topk_index = bonus[rows], topk_p[rows], topk_index[rows]
+            hidden = hidden[rows] if hidden is not None else None
+        batch.spec_info = sgl.EagleDraftInput(bonus_tokens=bonus, hidden_states=hidden, topk_p=topk_p,
+                                              topk_index=topk_index, capture_hidden_mode=sgl.CaptureHiddenMode.LAST)
+
+    def _prove(self, batch: Any, positions: Any, tokens: Any, argmax: Any, sgl: Any) -> None:
         """The sampled check of one lean step (module docstring); waits for the GPU."""
         import torch
 
@@ -253,6 +302,11 @@ class LeanOffStepV1:
             bad.append("the draft K/V's cache slots are not the request's slots at its position")
         if not torch.equal(batch.seq_lens.cpu(), batch.seq_lens_cpu.to(batch.seq_lens.dtype)):
             bad.append("seq_lens on the GPU and its CPU copy differ")
+        ones = torch.ones_like(batch.seq_lens, dtype=torch.int32)
+        want_positions, want_bonus = sgl.extend_after_decode(tokens, batch.seq_lens, ones)
+        if not (torch.equal(want_positions, positions.to(want_positions.dtype))
+                and torch.equal(want_bonus, tokens.to(want_bonus.dtype))):
+            bad.append("the draft's positions or token are not what SGLang's prepare_extend_after_decode computes")
         if argmax is not None and not torch.equal(tokens.to(torch.int64), argmax.to(torch.int64)):
             bad.append("a greedy token is not the argmax of the target's logits")
         self.checks += 1

@@ -28,12 +28,20 @@ class Mode:
         return self.name == "DECODE"
 
 
+def extend_after_decode(accept_tokens, seq_lens, accept_lens):
+    """``create_extend_after_decode_spec_info`` for one accepted token per request (its CUDA kernel:
+    position ``seq_len - accept_len + i``, bonus = the last accepted token)."""
+    return (seq_lens - accept_lens).to(torch.long), accept_tokens.to(torch.int32)
+
+
 SGL = types.SimpleNamespace(
     ForwardMode=types.SimpleNamespace(TARGET_VERIFY=Mode("TARGET_VERIFY"), DECODE=Mode("DECODE")),
     CaptureHiddenMode=types.SimpleNamespace(LAST="LAST"),
     EagleDraftInput=lambda **kw: types.SimpleNamespace(**kw),
+    EagleDraftExtendInput=lambda **kw: types.SimpleNamespace(**kw),
     GenerationBatchResult=lambda **kw: types.SimpleNamespace(**kw),
     get_tp_group=lambda: types.SimpleNamespace(world_size=1),
+    extend_after_decode=extend_after_decode,
 )
 
 
@@ -49,6 +57,9 @@ class Req:
     def check_finished(self):
         if len(self.output_ids) >= self.max_new:
             self.finished_reason = "length"
+
+    def finished(self):
+        return self.finished_reason is not None
 
 
 class VerifyInput:
@@ -71,7 +82,9 @@ def make_batch(bs=3, seq=(5, 9, 7)):
     reqs = [Req(max_new=2 if i == 0 else 99) for i in range(bs)]
     info = types.SimpleNamespace(penalizer_orchestrator=types.SimpleNamespace(is_required=False), is_all_greedy=True)
     spec = types.SimpleNamespace(bonus_tokens=torch.tensor([4, 5, 6], dtype=torch.int32)[:bs],
-                                 topk_p="stale topk_p", topk_index="stale topk_index", hidden_states="stale hidden")
+                                 topk_p=torch.tensor([[0.1], [0.2], [0.3]])[:bs],
+                                 topk_index=torch.tensor([[11], [12], [13]])[:bs],
+                                 hidden_states=torch.arange(bs * 2, dtype=torch.float32).view(bs, 2))
     batch = types.SimpleNamespace(
         reqs=reqs, seq_lens=torch.tensor(seq[:bs], dtype=torch.int64), seq_lens_cpu=torch.tensor(seq[:bs]),
         sampling_info=info, return_logprob=False, has_grammar=False, return_hidden_states=False,
@@ -94,6 +107,8 @@ class Graph:
         self.replayed.append({k: getattr(fb, k) for k in ("batch_size", "input_ids", "positions", "out_cache_loc",
                                                           "seq_lens", "seq_lens_sum", "req_pool_indices")}
                              | {"hidden": fb.spec_info.hidden_states, "pool": fb.token_to_kv_pool,
+                                "accept_cpu": fb.spec_info.num_accept_tokens_cpu,
+                                "accept": fb.spec_info.num_accept_tokens.tolist(),
                                 "seq_lens_cpu": fb.seq_lens_cpu.clone(), "positions": fb.positions.clone()})
 
 
@@ -108,7 +123,10 @@ def make_worker(logits, seen):
         _preprocess_logits=lambda out, info: seen.append("preprocess"),
         sampler=lambda out, info, rl, tl, ti, positions: (seen.append(("sample", positions.clone())),
                                                           torch.argmax(out.next_token_logits, -1))[1])
-    return types.SimpleNamespace(topk=1, page_size=1, speculative_num_steps=0,
+    def idle(batch):
+        batch.spec_info = "idle draft input"
+
+    return types.SimpleNamespace(topk=1, page_size=1, speculative_num_steps=0, _draft_preprocess_idle=idle,
                                  target_worker=types.SimpleNamespace(forward_batch_generation=forward, model_runner=runner),
                                  draft_model_runner=types.SimpleNamespace(token_to_kv_pool="draft pool"))
 
@@ -139,6 +157,7 @@ def test_a_lean_step_draws_stores_the_draft_kv_at_the_verify_slot_and_does_the_v
     assert fb["out_cache_loc"].tolist() == [100, 101, 102] and fb["hidden"] == "target hidden"
     assert fb["seq_lens"].tolist() == [6, 10, 8] and fb["seq_lens_cpu"].tolist() == [6, 10, 8]
     assert fb["seq_lens_sum"] == 24 and fb["pool"] == "draft pool" and fb["batch_size"] == 3
+    assert fb["accept_cpu"] == [1, 1, 1] and fb["accept"] == [1, 1, 1]  # what fa3 / flashinfer metadata read
     # verify()'s bookkeeping for a 1-token accept
     assert [r.output_ids for r in batch.reqs] == [[7], [2], [9]]
     assert [r.kv_committed_len for r in batch.reqs] == [1, 1, 1] == [r.kv_allocated_len for r in batch.reqs]
@@ -148,19 +167,42 @@ def test_a_lean_step_draws_stores_the_draft_kv_at_the_verify_slot_and_does_the_v
     # the next draft input: the draw as bonus token, the rest stale (a resume step refreshes it)
     spec = batch.spec_info
     assert spec.bonus_tokens.dtype == torch.int32 and spec.bonus_tokens.tolist() == [7, 2, 9]
-    assert (spec.topk_p, spec.topk_index, spec.hidden_states) == ("stale topk_p", "stale topk_index", "stale hidden")
+    assert spec.topk_index.tolist() == [[11], [12], [13]] and spec.hidden_states.tolist() == [[0, 1], [2, 3], [4, 5]]
     assert result.num_correct_drafts == 0 and result.num_correct_drafts_per_req_cpu == [0, 0, 0]
     assert result.next_token_ids.tolist() == [7, 2, 9] and result.can_run_cuda_graph is True
     assert (step.steps, step.checks, step.mismatches, step.ok) == (1, 1, 0, True)
 
 
-def test_a_request_finishes_on_its_last_token_and_its_kv_is_still_committed(monkeypatch):
+def filter_v1(batch):
+    """The scheduler's ``filter_batch(v1_spec_info_filtered=True)``: the draft input must already
+    hold exactly the unfinished requests' rows (``EagleDraftInput.filter_batch`` raises otherwise)."""
+    keep = [i for i, r in enumerate(batch.reqs) if not r.finished()]
+    if len(keep) != len(batch.spec_info.topk_p):
+        raise ValueError(f"length of new_indices: {len(keep)} != length of topk_p: {len(batch.spec_info.topk_p)}")
+    batch.reqs = [batch.reqs[i] for i in keep]
+
+
+def test_a_request_that_finishes_leaves_the_draft_input_of_the_others_in_order(monkeypatch):
     step, _, _ = lean(monkeypatch, logits_for([7, 2, 9]))
     batch = make_batch()
-    batch.reqs[0].output_ids = [1]  # one token left
+    batch.reqs[1].max_new = 1  # the middle request finishes on this token
     step.run(batch, VerifyInput)
-    assert batch.reqs[0].finished_reason == "length" and batch.reqs[1].finished_reason is None
-    assert batch.reqs[0].kv_committed_len == 1  # the slot is the request's; freed when it is released
+    assert [r.finished() for r in batch.reqs] == [False, True, False]
+    assert batch.reqs[1].kv_committed_len == 1  # its slot is still its own; freed when it is released
+    spec = batch.spec_info
+    assert spec.bonus_tokens.tolist() == [7, 9] and spec.topk_index.tolist() == [[11], [13]]
+    assert spec.hidden_states.tolist() == [[0, 1], [4, 5]]
+    filter_v1(batch)
+    assert len(batch.reqs) == 2
+
+
+def test_when_every_request_finishes_the_draft_input_is_sglangs_idle_one(monkeypatch):
+    step, _, _ = lean(monkeypatch, logits_for([7, 2, 9]))
+    batch = make_batch()
+    for r in batch.reqs:
+        r.max_new = 1
+    step.run(batch, VerifyInput)
+    assert batch.spec_info == "idle draft input"
 
 
 def test_a_draft_kv_slot_that_is_not_the_requests_fails_the_proof_and_turns_lean_steps_off(monkeypatch, caplog):
@@ -169,6 +211,23 @@ def test_a_draft_kv_slot_that_is_not_the_requests_fails_the_proof_and_turns_lean
     assert (step.checks, step.mismatches, step.ok) == (1, 1, False)
     assert "cache slots are not the request's" in caplog.text
     assert step.reason(make_batch()) == "proof failed" and step.fallbacks["proof failed"] == 1
+
+
+def test_draft_positions_other_than_sglangs_fail_the_proof(monkeypatch, caplog):
+    step, _, _ = lean(monkeypatch, logits_for([7, 2, 9]))
+    monkeypatch.setattr(off_step_v1, "_sglang", lambda: types.SimpleNamespace(
+        **{**vars(SGL), "extend_after_decode": lambda t, s, a: (s.to(torch.long), t.to(torch.int32))}))
+    step.run(make_batch(), VerifyInput)
+    assert step.mismatches == 1 and "prepare_extend_after_decode" in caplog.text
+
+
+def test_custom_logit_processors_skip_the_argmax_check_instead_of_failing_a_correct_step(monkeypatch):
+    step, _, _ = lean(monkeypatch, logits_for([7, 2, 9]))
+    step.worker.target_worker.model_runner.sampler = lambda *a: torch.tensor([7, 2, 8])  # the processor's pick
+    batch = make_batch()
+    batch.sampling_info.has_custom_logit_processor = True
+    step.run(batch, VerifyInput)
+    assert (step.checks, step.mismatches) == (1, 0)
 
 
 def test_a_greedy_token_that_is_not_the_argmax_fails_the_proof(monkeypatch, caplog):
@@ -296,7 +355,20 @@ def test_without_kv_only_off_steps_no_lean_step_runs():
     assert calls == ["sglang"]
 
 
-def init_runner(monkeypatch, env, v2=False, kv_only_cls=draft_kv_only.KvOnlyRunner, sampling_mode="plain-decode-sampler"):
+class TritonAttnBackend:
+    pass
+
+
+class OffDecodeKernelBackend(TritonAttnBackend):
+    """Like off_attention's subclass of SGLang's triton backend."""
+
+
+class FlashAttentionBackend:
+    pass
+
+
+def init_runner(monkeypatch, env, v2=False, kv_only_cls=draft_kv_only.KvOnlyRunner, sampling_mode="plain-decode-sampler",
+                backend=OffDecodeKernelBackend, reference="full graph"):
     if env is None:
         monkeypatch.delenv(off_step_v1.ENV_SWITCH, raising=False)
     else:
@@ -305,7 +377,10 @@ def init_runner(monkeypatch, env, v2=False, kv_only_cls=draft_kv_only.KvOnlyRunn
     runner.v2 = v2
     runner.worker = worker_for_reasons()
     runner.kv_only = kv_only_cls.__new__(kv_only_cls) if kv_only_cls else None
+    if runner.kv_only is not None:
+        runner.kv_only.full_runner = reference
     runner.off_kv_state = types.SimpleNamespace(cuda_graph_runner_for_draft_extend="kv graph")
+    runner.off_state = types.SimpleNamespace(draft_extend_attn_backend=backend())
     runner.off_sampling = sampling_mode
     runner.any_rank = bool
     runner._init_lean_v1()
@@ -323,3 +398,7 @@ def test_lean_v1_steps_are_built_only_when_asked_for_on_v1_with_the_kv_only_grap
     assert eager.lean_v1 is None and eager.off_lean_v1 == "no KV-only draft-extend CUDA graph"
     speculative = init_runner(monkeypatch, "1", sampling_mode="speculative-verify")
     assert speculative.off_lean_v1 == "OFF steps draw with SGLang's verify sampling"
+    fa3 = init_runner(monkeypatch, "1", backend=FlashAttentionBackend)
+    assert fa3.lean_v1 is None and "proven on triton only" in fa3.off_lean_v1
+    eager_reference = init_runner(monkeypatch, "1", reference=draft_kv_only.EagerDraftExtend.__new__(draft_kv_only.EagerDraftExtend))
+    assert eager_reference.off_lean_v1 == "no full OFF draft-extend CUDA graph to prove against"

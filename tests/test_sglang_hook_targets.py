@@ -518,3 +518,19 @@ def test_the_lean_v1_off_step_repeats_sglangs_verify_and_draft_extend_for_a_one_
              "extend_seq_lens_cpu", "out_cache_loc", "positions", "req_pool_indices", "global_num_tokens_cpu",
              "spec_info", "spec_info.hidden_states", "spec_info.num_correct_drafts", "spec_info.num_accept_tokens"}
     assert _forward_batch_reads(replay) <= given, _forward_batch_reads(replay) - given
+
+
+def test_what_the_lean_v1_off_step_builds_of_sglangs_classes_and_kernels_exists():
+    """The fields of ``EagleDraftExtendInput`` it fills, the positions kernel it re-runs in its proof,
+    the idle draft input and the filter that needs the draft input cut to the unfinished rows."""
+    info = _classes(SRT / "speculative/eagle_info.py")
+    fields = {n.target.id for n in info["EagleDraftExtendInput"].body if isinstance(n, ast.AnnAssign)}
+    assert {"hidden_states", "num_correct_drafts", "num_accept_tokens", "num_accept_tokens_cpu", "input_ids",
+            "seq_lens", "seq_lens_cpu", "req_pool_indices", "positions", "capture_hidden_mode"} <= fields
+    kernel = {n.name: n for n in ast.parse((SRT / "speculative/spec_utils.py").read_text()).body
+              if isinstance(n, ast.FunctionDef)}["create_extend_after_decode_spec_info"]
+    assert _params(kernel) == ["accept_tokens", "seq_lens", "accept_lens", "positions", "bonus_tokens_ptr", "bs_upper"]
+    assert "_draft_preprocess_idle" in _methods(_classes(SRT / "speculative/eagle_worker.py")["EAGLEWorker"])
+    draft_filter = ast.unparse(_methods(info["EagleDraftInput"])["filter_batch"])
+    assert "if len(new_indices) != len(self.topk_p):" in draft_filter
+    assert "batch.filter_batch(v1_spec_info_filtered=True)" in (SRT / "managers/scheduler.py").read_text()
