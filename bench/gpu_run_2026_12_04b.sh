@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next GPU run (one H200), prepared on 2026-12-04 from bench/GPU_PLAN.md: issue 16's CPU side by
+# The second GPU run of 2026-12-04 (one H200), prepared the same day from bench/GPU_PLAN.md: issue 16's CPU side by
 # function (py-spy on the scheduler during the 64 row: --cpu-profile-row; carry the py-spy wheel in
 # .gpuwheels/B) and the OFF path's CPU cuts, opt-in and measured together first ("lean": the KV-only
 # draft prefill while OFF, SPECCONSOLE_OFF_PREFILL_KV_ONLY=1; the lean draft-extend post-processing,
@@ -7,10 +7,10 @@
 # which the lean post-processing needs; on v1 the lean OFF step, SPECCONSOLE_OFF_LEAN_V1=1): their
 # gate-correctness proof on the KV-sensitive pair (v2 topk 1, v1 topk 1, phases A-G: G prefills while
 # OFF and resumes), then fa3 none / off-lean, v1 none / off-lean, fa3 and v1 off as before, triton
-# off-lean, each ~3 min. Rename it to its date when run. The steps models / install / part /
+# off-lean, each ~3 min. The steps models / install / part /
 # wait are bench/gpu_run_2026_12_03c.sh's (same carries); only the chain is this run's.
 set -uo pipefail
-export SELF=bench/gpu_run_next.sh
+export SELF=bench/gpu_run_2026_12_04b.sh
 [ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
 R=/tmp/run
 source .gpuwheels/B/env.sh
