@@ -20,6 +20,7 @@ ZMQ polling) count for that frame: py-spy without ``--idle`` leaves out only thr
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import subprocess
@@ -76,6 +77,9 @@ def parse_raw(text: str) -> List[Tuple[Stack, int]]:
     """py-spy's raw lines ``f1 (file:line);f2 (file:line) COUNT`` -> ``[(frames, count)]``, outermost
     frame first, each frame as ``func (file)`` (line numbers dropped: one function, one row).
 
+    A line that is only a count (py-spy 0.4.3 on the H200 wrote a few per recording, right after a
+    complete line: a stack whose last frame name ended in a line break) adds to the line before it.
+
     Raises:
         ValueError: a non-empty line without a trailing integer count.
     """
@@ -83,6 +87,9 @@ def parse_raw(text: str) -> List[Tuple[Stack, int]]:
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line:
+            continue
+        if line.isdigit() and out:
+            out[-1] = (out[-1][0], out[-1][1] + int(line))
             continue
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -155,14 +162,56 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], top: int = TOP) -> List[Dict[s
     return rows[:top]
 
 
+def read_raw(raw: Path) -> str:
+    """The text of a raw recording, ``.txt`` or gzipped ``.txt.gz`` (how results are committed)."""
+    if raw.suffix == ".gz":
+        with gzip.open(raw, "rt") as f:
+            return f.read()
+    return raw.read_text()
+
+
+def summary_path(raw: Path) -> Path:
+    """``cpu-profile-X.txt`` (or ``.txt.gz``) -> ``cpu-profile-X.json``."""
+    return (raw.with_suffix("") if raw.suffix == ".gz" else raw).with_suffix(".json")
+
+
 def profile_row(raw: Path, output_tok_s: Optional[float], seconds: float, meta: Dict[str, Any]) -> Dict[str, Any]:
     """Summarize the recording ``raw`` of a row (``output_tok_s``: the row's, so the window's tokens
-    are ``output_tok_s * seconds``) into ``raw.with_suffix('.json')``; returns the summary."""
+    are ``output_tok_s * seconds``) into :func:`summary_path` of it; returns the summary."""
     doc = dict(meta)
-    doc.update(summarize(parse_raw(raw.read_text())))
+    doc.update(summarize(parse_raw(read_raw(raw))))
     doc["output_tokens"] = round(output_tok_s * seconds, 1) if output_tok_s else None
-    raw.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    summary_path(raw).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
+
+
+def resummarize(traffic_json: Path) -> Dict[str, Any]:
+    """Summarize again the recording a ``traffic`` run (``traffic-*.json``) made with
+    ``--cpu-profile-row``, from the raw file next to that JSON (e.g. after a parser fix); writes the
+    ``.json`` summary beside it as :func:`profile_row` does and returns it.
+
+    Raises:
+        ValueError: the run has no CPU profile, its raw recording is not beside the JSON, or its row
+            is missing.
+    """
+    try:
+        run = json.loads(traffic_json.read_text())["runs"][-1]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"cannot read a traffic run from {traffic_json}: {exc}") from None
+    prof = run.get("cpu_profile")
+    if not isinstance(prof, dict) or not prof.get("raw"):
+        raise ValueError(f"{traffic_json}: the run has no CPU profile (traffic --cpu-profile-row)")
+    raw = traffic_json.parent / Path(prof["raw"]).name
+    if not raw.is_file() and raw.with_name(raw.name + ".gz").is_file():
+        raw = raw.with_name(raw.name + ".gz")
+    if not raw.is_file():
+        raise ValueError(f"{traffic_json}: its recording {raw.name} is not beside it")
+    rows = [r for r in run.get("rows", []) if r.get("workload") == prof.get("workload")
+            and float(r.get("concurrency") or r.get("request_rate") or -1) == float(prof.get("level"))]
+    if not rows:
+        raise ValueError(f"{traffic_json}: no {prof.get('workload')} row at {prof.get('level')}")
+    meta = {k: prof[k] for k in ("config", "worker", "p_wrong", "workload", "level", "delay_s") if k in prof}
+    return profile_row(raw, rows[0].get("output_tok_s"), float(prof.get("seconds", 0)), meta)
 
 
 def load_summary(path: Path) -> Dict[str, Any]:
@@ -197,6 +246,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     s = sub.add_parser("summarize", help="one py-spy raw recording: the top functions")
     s.add_argument("raw", type=Path)
     s.add_argument("--rate", type=int, default=RATE_HZ, help=f"the recording's sampling rate, Hz (default {RATE_HZ})")
+    r = sub.add_parser("resummarize", help="the summary of a traffic run's recording again, from the raw file "
+                                           "beside its traffic-*.json")
+    r.add_argument("traffic_json", type=Path)
     c = sub.add_parser("compare", help="B against A: two summaries (.json) of traffic --cpu-profile-row")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
@@ -205,13 +257,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if a.cmd == "summarize":
             try:
-                text = a.raw.read_text()
+                text = read_raw(a.raw)
             except (OSError, UnicodeDecodeError) as exc:
                 raise ValueError(f"cannot read {a.raw}: {exc}") from None
             doc = summarize(parse_raw(text), a.rate)
             print(f"{doc['samples']} samples, {doc['seconds']} s")
             for r in doc["inclusive"]:
                 print(f"{r['inclusive_share']:7.1%} {r['self_share']:7.1%}  {r['function']}")
+            return 0
+        if a.cmd == "resummarize":
+            doc = resummarize(a.traffic_json)
+            print(f"{doc['samples']} samples, {doc['seconds']} s, ~{doc.get('output_tokens')} output tokens")
             return 0
         docs = [load_summary(p) for p in (a.a, a.b)]
     except (OSError, ValueError) as exc:
@@ -231,4 +287,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["scheduler_pids", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "compare",
-           "profile_row", "load_summary", "main"]
+           "read_raw", "summary_path", "profile_row", "resummarize", "load_summary", "main"]

@@ -20,8 +20,8 @@ is replayed on the same batch right after, and the K/V it stores at the batch's 
 equal, bit for bit, what the KV-only graph stored (same kernels on the same shapes). Where SGLang
 captures no full OFF draft-extend graph (v2 on fa3 and every backend but triton:
 ``eagle_worker_v2.py`` ``init_cuda_graphs``, "TODO: support draft extend cuda graph for more
-attention backends") the KV-only graph can be captured all the same with
-``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=1`` (opt-in: not faster on the H200), since it calls no
+attention backends") the KV-only graph is captured all the same on v2 (``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH``:
+``0`` runs it eagerly; ``1`` asks for it on v1), since it calls no
 attention (``NoAttentionBackend``), and its reference is SGLang's eager full draft extend
 (``EagerDraftExtend``); the two run their GEMMs at different batch sizes (the graph's padded
 one), so cuBLAS may pick other tiles and the K/V may differ by bf16 rounding: that proof accepts
@@ -53,12 +53,14 @@ ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY"
 #: ``bench/results/h200-2026-12-03c/``)
 EAGER_ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER"
 #: "1" runs the KV-only extend on its own CUDA graph where SGLang captures no full OFF draft-extend
-#: graph (v2 on fa3) instead of eagerly. Opt-in: on the H200 it was not faster (fa3, forced off,
-#: varied lengths: 0.940 / 0.960x of no speculation at 32 / 64 requests against 0.916 / 1.000x
-#: eager; the server is CPU-bound there, and both cost about the same CPU:
-#: ``bench/results/h200-2026-12-04/README.md``); proven bit for bit there (97 checks)
+#: graph (v2 on fa3) instead of eagerly; "0" eagerly; unset: on for v2. Alone it was not faster on
+#: the H200 (``bench/results/h200-2026-12-04/README.md``); with the lean draft-extend post-processing
+#: it needs and the KV-only prefill, forced off on fa3 ran 0.934 / 0.960 / 0.945x of no speculation at
+#: 32 / 64 / 128 requests against 0.933 / 0.901 / 0.928x without them, same run
+#: (``bench/results/h200-2026-12-04b/``); proven bit for bit (97 + 156 checks)
 GRAPH_ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH"
-#: "1": while the gate is off, a prefill's draft extend over the prompt stores only the draft's K/V
+#: "1" (unset: on for v2, off for v1 until proven there): while the gate is off, a prefill's draft
+#: extend over the prompt stores only the draft's K/V
 #: (``OffStepRunner.run_prefill``): a request that arrives while speculation is off pays no draft
 #: attention, MLP or lm_head over its prompt; the decode batch after an off->on switch is the full
 #: OFF step that refreshes what the first speculative step drafts from (as after KV-only OFF steps)
@@ -274,16 +276,23 @@ class EagerDraftExtend:
             forward_batch.attn_backend = attn_backend
 
 
-def prefill_enabled_by_env() -> bool:
-    """True when ``SPECCONSOLE_OFF_PREFILL_KV_ONLY=1`` asks for KV-only draft prefills while the
-    gate is off (opt-in until measured on the GPU)."""
-    return os.environ.get(PREFILL_ENV_SWITCH, "0") == "1"
+def _switch(name: str, v2: bool) -> bool:
+    """``name`` ``1`` / ``0`` decides; unset: on for v2 (``EAGLEWorkerV2``), where the H200 proved it
+    oracle-exact (``bench/results/h200-2026-12-04b/``), off for v1 until proven there."""
+    value = os.environ.get(name)
+    return value == "1" if value in ("0", "1") else v2
 
 
-def graph_enabled_by_env() -> bool:
-    """True when ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=1`` asks for the KV-only graph where SGLang
-    captures no full OFF draft-extend graph (the eager KV-only extend is the default there)."""
-    return os.environ.get(GRAPH_ENV_SWITCH, "0") == "1"
+def prefill_enabled_by_env(v2: bool = False) -> bool:
+    """KV-only draft prefills while the gate is off (``SPECCONSOLE_OFF_PREFILL_KV_ONLY``; unset: on
+    for v2, off for v1: :func:`_switch`)."""
+    return _switch(PREFILL_ENV_SWITCH, v2)
+
+
+def graph_enabled_by_env(v2: bool = False) -> bool:
+    """The KV-only graph where SGLang captures no full OFF draft-extend graph, v2 on fa3
+    (``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH``; unset: on for v2, off for v1: :func:`_switch`)."""
+    return _switch(GRAPH_ENV_SWITCH, v2)
 
 
 def enabled_by_env() -> bool:

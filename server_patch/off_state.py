@@ -55,11 +55,12 @@ logger = logging.getLogger(__name__)
 OFF_STEPS = 0
 OFF_DRAFT_TOKENS = 1
 
-#: "1": on v2, a KV-only OFF step whose draft extend replays the KV-only graph takes the draft's
+#: "1" (the default; "0" turns it off): on v2, a KV-only OFF step whose draft extend replays the KV-only graph takes the draft's
 #: top-k and hidden state (stale by design: a resume step refreshes them before any ON step) from
 #: the graph's outputs, which computed that top-k in the graph, instead of SGLang's eager
 #: post-processing of the replay (index select, softmax, top-k: launches on a CPU-bound server,
-#: ``bench/results/h200-2026-12-04/README.md``). Same values; opt-in until measured on the GPU.
+#: ``bench/results/h200-2026-12-04/README.md``). Same values; proven oracle-exact on the H200 with the
+#: KV-sensitive pair (``bench/results/h200-2026-12-04b/gate-correctness-lean.json``).
 LEAN_DRAFT_EXTEND_ENV = "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND"
 
 #: "0" keeps SGLang's post-verify ``verify_done`` event on OFF results (the scheduler then waits
@@ -223,7 +224,7 @@ class OffStepRunner:
         self._agree_on_kv_only()
         self._init_prefill_kv_only()
         self._init_early_seq_lens()
-        self.lean_draft_extend = self.v2 and os.environ.get(LEAN_DRAFT_EXTEND_ENV, "0") == "1"
+        self.lean_draft_extend = self.v2 and os.environ.get(LEAN_DRAFT_EXTEND_ENV, "1") == "1"
         self.lean_draft_extend_steps = 0  # OFF steps that took the lean post-processing
         self.off_sampling = sampling.mode(self.v2, self.topk)
         self._init_lean_v1()
@@ -315,12 +316,12 @@ class OffStepRunner:
 
     def _init_standalone_kv_only_graph(self, model: Any) -> bool:
         """Where SGLang captured no OFF draft-extend graph although CUDA graphs are on (v2 on fa3
-        and every backend but triton) and ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH=1`` asks for it,
+        and every backend but triton) and ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH`` asks for it (unset: v2),
         the KV-only extend gets its own graph all the same (it calls no attention); its proof's
         reference is SGLang's eager full draft extend, within bf16 rounding (``draft_kv_only``
         module docstring). False: not built (not asked for, graphs off, or the capture failed:
         the eager KV-only extend is next)."""
-        if getattr(self.worker.server_args, "disable_cuda_graph", False) or not draft_kv_only.graph_enabled_by_env():
+        if getattr(self.worker.server_args, "disable_cuda_graph", False) or not draft_kv_only.graph_enabled_by_env(self.v2):
             return False
         draft_runner = self.worker.draft_worker.draft_runner if self.v2 else self.worker.draft_model_runner
         graph = self._capture_kv_only_graph(draft_kv_only.sglang_draft_extend_runner_cls(),
@@ -344,12 +345,12 @@ class OffStepRunner:
         return True
 
     def _init_prefill_kv_only(self) -> None:
-        """KV-only draft prefills while the gate is off (``SPECCONSOLE_OFF_PREFILL_KV_ONLY=1``): an
+        """KV-only draft prefills while the gate is off (``SPECCONSOLE_OFF_PREFILL_KV_ONLY``, unset: v2 only): an
         :class:`draft_kv_only.EagerKvOnly` over the draft's prefill forward, its output cut to each
         request's last token (``prefill_kv_only``; None when not asked for or the draft cannot)."""
         self.prefill_kv_only: Optional[draft_kv_only.EagerKvOnly] = None
         self.kv_only_prefills = 0  # prefills whose draft extend stored only K/V
-        if not draft_kv_only.prefill_enabled_by_env() or not draft_kv_only.enabled_by_env():
+        if not draft_kv_only.prefill_enabled_by_env(self.v2) or not draft_kv_only.enabled_by_env():
             return  # not asked for, or every KV-only draft forward switched off (the escape hatch)
         model = self._draft_model()
         reason = draft_kv_only.unsupported_reason(model)

@@ -33,6 +33,15 @@ def test_the_summary_splits_the_time_as_the_loop_spent_it():
     assert doc["seconds"] == pytest.approx(2.0, rel=0.01)
 
 
+def test_a_count_on_a_line_of_its_own_adds_to_the_stack_before_it():
+    """py-spy 0.4.3 on the H200 wrote such lines (a real excerpt)."""
+    text = (Path(__file__).parent / "fixtures" / "pyspy" / "h200-count-line.txt").read_text()
+    assert [line.strip() for line in text.splitlines()][2] == "1"
+    stacks = cpu_profile.parse_raw(text)
+    assert len(stacks) == 2 and stacks[-1][1] == 2
+    assert stacks[-1][0][-1] == "TritonAttnBackend.forward_extend (triton_backend.py)"
+
+
 def test_a_line_that_is_not_py_spy_raw_output_is_refused_with_its_number():
     with pytest.raises(ValueError, match="line 2 is not py-spy raw output"):
         cpu_profile.parse_raw("a (x.py:1);b (x.py:2) 3\nnot a stack\n")
@@ -101,3 +110,23 @@ def test_compare_names_a_file_that_is_not_a_summary_and_does_not_raise(content, 
     assert cpu_profile.main(["compare", str(bad), str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "Traceback" not in err
+
+
+def test_a_traffic_runs_recording_is_summarized_again_from_its_gzipped_raw_file(tmp_path):
+    import gzip
+
+    raw = tmp_path / "cpu-profile-off-v1-p0.2-varied-closed-c64.txt.gz"
+    with gzip.open(raw, "wt") as f:
+        f.write(RAW.read_text())
+    prof = {"config": "off", "worker": "v1", "p_wrong": 0.2, "workload": "varied-closed", "level": 64.0,
+            "delay_s": 4.0, "seconds": 2, "ok": False, "raw": "/tmp/run/v1/cpu-profile-off-v1-p0.2-varied-closed-c64.txt"}
+    rows = [{"workload": "varied-closed", "concurrency": 32, "output_tok_s": 1.0},
+            {"workload": "varied-closed", "concurrency": 64, "output_tok_s": 1000.0}]
+    traffic = tmp_path / "traffic-off-v1-p0.2.json"
+    traffic.write_text(json.dumps({"runs": [{"cpu_profile": prof, "rows": rows}]}))
+    doc = cpu_profile.resummarize(traffic)
+    assert doc["output_tokens"] == 2000.0 and doc["samples"] == 399 and doc["worker"] == "v1"
+    assert cpu_profile.load_summary(tmp_path / "cpu-profile-off-v1-p0.2-varied-closed-c64.json")["samples"] == 399
+    traffic.write_text(json.dumps({"runs": [{"cpu_profile": None, "rows": rows}]}))
+    with pytest.raises(ValueError, match="has no CPU profile"):
+        cpu_profile.resummarize(traffic)

@@ -887,6 +887,13 @@ def test_details_say_how_the_targets_prefills_run_and_what_v1_gives_up():
         target_prefill="eager", target_prefill_reason="SPECCONSOLE_TARGET_PREFILL_GRAPH=0")
     assert "without the overlap scheduler" in text(spec_version="v1", overlap=False)
     assert "without the overlap scheduler" not in text(spec_version="v2", overlap=True)
+    assert "expect ~2/3" in text(spec_version="v1", overlap=False) and "SPECCONSOLE_OFF_LEAN_V1=1 gives ~3/4" in text(
+        spec_version="v1", overlap=False)
+    lean = text(spec_version="v1", overlap=False, off_lean_v1="on", off_lean_v1_steps=6754, off_lean_v1_checks=90,
+                off_lean_v1_mismatches=0)
+    assert "expect ~3/4" in lean and "OFF step path lean, 6,754 steps, 90 checked, 0 wrong" in lean
+    assert "OFF step path SGLang's verify path (topk > 1)" in text(spec_version="v1", off_lean_v1="topk > 1")
+    assert "OFF step path" not in text(spec_version="v2")
 
 
 def test_stale_values_while_the_server_is_down():

@@ -638,12 +638,18 @@ def test_without_sglangs_off_draft_extend_graph_the_kv_only_extend_gets_its_own_
     assert (runner.off_draft_extend, runner.kv_only.runs) == (draft_kv_only.KV_ONLY, draft_kv_only.CUDA_GRAPH)
 
 
-@pytest.mark.parametrize("why", ["not asked for", "switched off", "no cuda graphs", "capture failed"])
+def test_on_v2_the_kv_only_graph_is_the_default_and_v1_asks_for_it(monkeypatch):
+    monkeypatch.delenv(draft_kv_only.GRAPH_ENV_SWITCH, raising=False)
+    runner, built, _ = standalone_runner(monkeypatch)
+    assert runner.kv_only.runs == draft_kv_only.CUDA_GRAPH and len(built) == 1
+    assert draft_kv_only.graph_enabled_by_env(v2=True) and not draft_kv_only.graph_enabled_by_env(v2=False)
+    monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "1")
+    assert draft_kv_only.graph_enabled_by_env(v2=False)
+
+
+@pytest.mark.parametrize("why", ["switched off", "no cuda graphs", "capture failed"])
 def test_the_kv_only_extend_runs_eagerly_when_its_own_graph_is_not_built(why, monkeypatch, caplog):
-    if why == "not asked for":  # the default
-        monkeypatch.delenv(draft_kv_only.GRAPH_ENV_SWITCH, raising=False)
-    else:
-        monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "0" if why == "switched off" else "1")
+    monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "0" if why == "switched off" else "1")
     runner, built, _ = standalone_runner(monkeypatch, disable_cuda_graph=why == "no cuda graphs",
                                          capture_fails=why == "capture failed")
     assert isinstance(runner.kv_only, draft_kv_only.EagerKvOnly) and runner.kv_only.runs == draft_kv_only.EAGER
@@ -672,10 +678,14 @@ def test_a_kv_only_prefill_stores_the_full_forwards_kv_and_returns_one_row_per_r
     assert torch.equal(out.hidden_states, every.hidden_states[[2, 4]])
 
 
-def prefill_runner(monkeypatch, env="1", reason=None):
-    monkeypatch.setenv(draft_kv_only.PREFILL_ENV_SWITCH, env)
+def prefill_runner(monkeypatch, env="1", reason=None, v2=True):
+    if env is None:
+        monkeypatch.delenv(draft_kv_only.PREFILL_ENV_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(draft_kv_only.PREFILL_ENV_SWITCH, env)
     monkeypatch.setattr(draft_kv_only, "unsupported_reason", lambda model: reason)
     runner = OffStepRunner.__new__(OffStepRunner)
+    runner.v2 = v2
     runner.any_rank = bool
     runner._no_kv_only("not built in this test")
     model = EagerModel()
@@ -684,6 +694,13 @@ def prefill_runner(monkeypatch, env="1", reason=None):
     monkeypatch.setattr(draft_kv_only, "kv_only_forward", lambda m, last_of_each_request=False: _kv_only_stand_in)
     runner._init_prefill_kv_only()
     return runner, model
+
+
+def test_kv_only_prefills_are_the_default_on_v2_and_asked_for_on_v1(monkeypatch):
+    assert prefill_runner(monkeypatch, None)[0].prefill_kv_only is not None
+    assert prefill_runner(monkeypatch, None, v2=False)[0].prefill_kv_only is None
+    assert prefill_runner(monkeypatch, "1", v2=False)[0].prefill_kv_only is not None
+    assert prefill_runner(monkeypatch, "0")[0].prefill_kv_only is None
 
 
 def test_a_prefill_while_off_runs_the_kv_only_draft_forward_and_leaves_the_draft_stale(monkeypatch):
