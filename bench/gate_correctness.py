@@ -156,7 +156,7 @@ def server_variant(extra: Sequence[str]) -> Dict[str, Any]:
 #: the plugin's switch variables: a run with one of them set (either way) is another variant of its entry
 OPT_IN_ENV = ("SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER", "SPECCONSOLE_OFF_PLAIN_SAMPLING",
               "SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH", "SPECCONSOLE_OFF_PREFILL_KV_ONLY",
-              "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND", "SPECCONSOLE_OFF_LEAN_V1")
+              "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND", "SPECCONSOLE_OFF_LEAN_V1", "SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY")
 
 
 def opt_in_env() -> Dict[str, str]:

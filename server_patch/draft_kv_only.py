@@ -38,6 +38,7 @@ other draft keeps the full OFF draft extend, and the startup log line says which
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
@@ -234,7 +235,68 @@ def build_kv_only_graph_runner(runner_cls: type, seq_len_fill_value: int, worker
         )
     if calls[0] == 0:  # the graphs would be the full draft's: never report them as KV-only
         raise RuntimeError("the draft-extend capture did not call the KV-only forward")
+    if lean_replay_enabled_by_env():
+        runner.replay = lean_replay(runner)
     return runner
+
+
+#: "1": the KV-only graph replays with :func:`lean_replay` (opt-in until measured on the GPU); unset
+#: or "0": SGLang's own replay (all of its input buffers copied)
+LEAN_REPLAY_ENV_SWITCH = "SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY"
+
+
+def lean_replay_enabled_by_env() -> bool:
+    return os.environ.get(LEAN_REPLAY_ENV_SWITCH, "0") == "1"
+
+
+def lean_replay(runner: Any) -> Callable:
+    """``replay`` for a KV-only draft-extend graph runner: the steps of SGLang's
+    ``EAGLEDraftExtendCudaGraphRunner.replay`` (0.5.12) for the four input buffers the KV-only graph
+    reads (``input_ids``, ``positions``, ``out_cache_loc``, ``hidden_states``: what
+    :func:`kv_only_forward` and the capture's top-k read), without the copies of the seven the graph
+    never reads (``seq_lens``, ``seq_lens_cpu``, ``extend_seq_lens``, ``num_correct_drafts``,
+    ``num_accept_tokens``, ``req_pool_indices``, the CPU ``extend_seq_lens``) and the attention
+    backend's replay metadata (``NoAttentionBackend``: nothing). A padded batch zeroes
+    ``out_cache_loc`` and ``positions`` first, as SGLang does, so padded rows write only the dummy
+    slot 0. Same output as SGLang's replay (unpadded to the raw batch). DP attention (gathered
+    buffers): SGLang's replay.
+
+    Why: a CPU-bound OFF step pays each launch (``bench/results/h200-2026-12-04b/README.md``: the
+    replay's copies were +2.3 / +3.0 ms of CPU per 1,000 tokens on v1 / fa3)."""
+    original = runner.replay
+
+    def replay(forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(runner, "require_mlp_tp_gather", False) or getattr(runner, "require_gathered_buffer", False):
+            return original(forward_batch, *args, **kwargs)
+        runner.deepep_adapter.replay()
+        buffers = runner.buffers
+        raw_bs = forward_batch.batch_size
+        num_tokens = forward_batch.input_ids.shape[0]
+        bs = runner.capture_bs[bisect.bisect_left(runner.capture_bs, raw_bs)]
+        if bs * runner.num_tokens_per_bs != num_tokens:
+            buffers.out_cache_loc.zero_()
+            buffers.positions.zero_()
+        buffers.input_ids[:num_tokens].copy_(forward_batch.input_ids)
+        buffers.out_cache_loc[:num_tokens].copy_(forward_batch.out_cache_loc)
+        buffers.positions[:num_tokens].copy_(forward_batch.positions)
+        hidden = forward_batch.spec_info.hidden_states
+        if buffers.hidden_states is not None and hidden is not None and hidden.shape[1] == buffers.hidden_states.shape[1]:
+            buffers.hidden_states[:num_tokens].copy_(hidden)
+        runner.raw_bs, runner.bs = raw_bs, bs
+        runner._replay(forward_batch)
+        out = runner.output_buffers[bs]
+        if getattr(runner.forward_mode, "name", None) == "DRAFT_EXTEND_V2":
+            unpadding_bs = num_tokens
+        else:
+            unpadding_bs = raw_bs if bs != raw_bs else None
+        if unpadding_bs is None:
+            return out
+        sliced = type(out)(next_token_logits=out.next_token_logits[:unpadding_bs],
+                           hidden_states=out.hidden_states[:unpadding_bs])
+        sliced.topk_p, sliced.topk_index = out.topk_p[:unpadding_bs], out.topk_index[:unpadding_bs]
+        return sliced
+
+    return replay
 
 
 def sglang_draft_extend_runner_cls() -> type:

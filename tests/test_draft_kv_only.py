@@ -898,3 +898,76 @@ def test_the_kv_only_graph_is_dropped_when_another_tp_rank_could_not_capture_it(
     assert len(built) == 1  # captured here ...
     assert isinstance(runner.kv_only, draft_kv_only.EagerKvOnly)  # ... but every rank runs it eagerly
     assert "not captured on another TP rank" in caplog.text
+
+
+# -- the lean replay of the KV-only graph (draft_kv_only.lean_replay) ---------------------------
+
+
+class LeanReplayRunner:
+    """SGLang's draft-extend graph runner as lean_replay sees it: buffers, capture sizes, outputs."""
+
+    def __init__(self, mode="DRAFT_EXTEND", gather=False):
+        n = 8
+        self.buffers = types.SimpleNamespace(
+            input_ids=torch.full((n,), 7), out_cache_loc=torch.full((n,), 55), positions=torch.full((n,), 9),
+            hidden_states=torch.zeros(n, 6), seq_lens=torch.full((n,), 3), req_pool_indices=torch.full((n,), 4))
+        self.capture_bs, self.num_tokens_per_bs = [1, 2, 4, 8], 1
+        self.forward_mode = types.SimpleNamespace(name=mode)
+        self.require_mlp_tp_gather = gather
+        self.deepep_adapter = types.SimpleNamespace(replay=lambda: None)
+        self.output_buffers = {bs: Output(next_token_logits=torch.arange(bs * 2.0).view(bs, 2),
+                                          hidden_states=torch.arange(bs * 3.0).view(bs, 3)) for bs in self.capture_bs}
+        for out in self.output_buffers.values():
+            out.topk_p, out.topk_index = out.hidden_states[:, :1], out.hidden_states[:, 1:2]
+        self.replayed = []
+        self.sglang_replays = 0
+
+    def _replay(self, fb):
+        self.replayed.append((self.bs, self.buffers.input_ids.clone(), self.buffers.out_cache_loc.clone(),
+                              self.buffers.positions.clone()))
+
+    def replay(self, fb):  # SGLang's own (DP attention keeps it)
+        self.sglang_replays += 1
+        return "sglang's replay"
+
+
+def lean_fb(bs):
+    return types.SimpleNamespace(batch_size=bs, input_ids=torch.arange(bs) + 100, out_cache_loc=torch.arange(bs) + 20,
+                                 positions=torch.arange(bs) + 40,
+                                 spec_info=types.SimpleNamespace(hidden_states=torch.ones(bs, 6)))
+
+
+def test_the_lean_replay_fills_only_the_buffers_the_kv_only_graph_reads_and_zeroes_padded_slots():
+    runner = LeanReplayRunner()
+    out = draft_kv_only.lean_replay(runner)(lean_fb(3))  # padded to the graph of 4
+    bs, ids, loc, pos = runner.replayed[0]
+    assert bs == 4 and ids[:3].tolist() == [100, 101, 102] and loc.tolist()[:4] == [20, 21, 22, 0]
+    assert pos.tolist()[:4] == [40, 41, 42, 0]  # the padded row writes the dummy slot 0 only
+    assert runner.buffers.hidden_states[:3].eq(1).all() and runner.buffers.hidden_states[3:].eq(0).all()
+    assert runner.buffers.seq_lens.eq(3).all() and runner.buffers.req_pool_indices.eq(4).all()  # untouched
+    assert out.hidden_states.shape == (3, 3) and out.topk_p.shape == (3, 1) and out.next_token_logits.shape == (3, 2)
+    fresh = LeanReplayRunner()
+    full = draft_kv_only.lean_replay(fresh)(lean_fb(4))  # no padding: the graph's own output, nothing zeroed
+    assert full is fresh.output_buffers[4] and fresh.replayed[0][2].tolist()[4:] == [55] * 4
+
+
+def test_the_lean_replay_unpads_by_tokens_on_v2_and_leaves_dp_attention_to_sglang():
+    v2 = LeanReplayRunner(mode="DRAFT_EXTEND_V2")
+    assert draft_kv_only.lean_replay(v2)(lean_fb(3)).hidden_states.shape == (3, 3)
+    dp = LeanReplayRunner(gather=True)
+    assert draft_kv_only.lean_replay(dp)(lean_fb(3)) == "sglang's replay" and dp.replayed == []
+
+
+def test_the_kv_only_graph_gets_the_lean_replay_when_asked_for(monkeypatch):
+    class Runner(LeanReplayRunner):
+        def __init__(self, worker, draft_extend_attn_backend, speculative_num_steps):
+            super().__init__()
+            worker.model.forward(None, None, None)  # the capture calls the (KV-only) model forward
+
+    model = types.SimpleNamespace(forward=None)
+    monkeypatch.setattr(draft_kv_only, "kv_only_forward", lambda m: (lambda *a: None))
+    worker = types.SimpleNamespace(model=model)
+    monkeypatch.delenv(draft_kv_only.LEAN_REPLAY_ENV_SWITCH, raising=False)
+    assert draft_kv_only.build_kv_only_graph_runner(Runner, 1, worker, model).replay.__func__ is LeanReplayRunner.replay
+    monkeypatch.setenv(draft_kv_only.LEAN_REPLAY_ENV_SWITCH, "1")
+    assert "lean_replay" in draft_kv_only.build_kv_only_graph_runner(Runner, 1, worker, model).replay.__qualname__

@@ -534,3 +534,25 @@ def test_what_the_lean_v1_off_step_builds_of_sglangs_classes_and_kernels_exists(
     draft_filter = ast.unparse(_methods(info["EagleDraftInput"])["filter_batch"])
     assert "if len(new_indices) != len(self.topk_p):" in draft_filter
     assert "batch.filter_batch(v1_spec_info_filtered=True)" in (SRT / "managers/scheduler.py").read_text()
+
+
+def test_the_lean_replay_of_the_kv_only_graph_repeats_sglangs_replay_for_the_buffers_the_graph_reads():
+    """``draft_kv_only.lean_replay``: the capture's forward reads ``input_ids``, ``positions`` and the
+    forward batch (whose ``out_cache_loc`` / ``spec_info.hidden_states`` are the buffers' slices); the
+    replay's padding, graph choice, output and unpadding lines are the ones it repeats."""
+    runner = _methods(_classes(SRT / "speculative/eagle_draft_extend_cuda_graph_runner.py")["EAGLEDraftExtendCudaGraphRunner"])
+    capture = ast.unparse(runner["capture_one_batch_size"])
+    for line in ("ret = self.model_runner.model.forward(forward_batch.input_ids, forward_batch.positions, forward_batch)",
+                 "out_cache_loc = buffers.out_cache_loc[:num_tokens]", "positions = buffers.positions[:num_tokens]",
+                 "input_ids = buffers.input_ids[:num_tokens]"):
+        assert line in capture, line
+    replay = ast.unparse(runner["replay"])
+    for line in ("self.deepep_adapter.replay()", "index = bisect.bisect_left(self.capture_bs, raw_bs)",
+                 "if bs * self.num_tokens_per_bs != num_tokens:", "buffers.out_cache_loc.zero_()",
+                 "buffers.positions.zero_()", "buffers.input_ids[:num_tokens].copy_(forward_batch.input_ids)",
+                 "buffers.out_cache_loc[:num_tokens].copy_(forward_batch.out_cache_loc)",
+                 "buffers.positions[:num_tokens].copy_(forward_batch.positions)",
+                 "buffers.hidden_states[:num_tokens].copy_(forward_batch.spec_info.hidden_states)",
+                 "self._replay(forward_batch)", "out = self.output_buffers[bs]", "unpadding_bs = num_tokens",
+                 "unpadding_bs = raw_bs", "out.topk_p = out_copy.topk_p[:unpadding_bs]"):
+        assert line in replay, line
