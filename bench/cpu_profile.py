@@ -25,6 +25,7 @@ import json
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -73,12 +74,17 @@ def record(pid: int, seconds: int, out: Path, rate: int = RATE_HZ) -> Dict[str, 
     return {"ok": ok, "argv": argv, "error": None if ok else (proc.stderr or proc.stdout)[-500:]}
 
 
+#: what a row's summary carries besides the profile (``bench.traffic.CpuProfile`` writes them)
+META_KEYS = ("config", "worker", "p_wrong", "workload", "level", "delay_s", "seconds")
+
+
 def parse_raw(text: str) -> List[Tuple[Stack, int]]:
     """py-spy's raw lines ``f1 (file:line);f2 (file:line) COUNT`` -> ``[(frames, count)]``, outermost
     frame first, each frame as ``func (file)`` (line numbers dropped: one function, one row).
 
-    A line that is only a count (py-spy 0.4.3 on the H200 wrote a few per recording, right after a
-    complete line: a stack whose last frame name ended in a line break) adds to the line before it.
+    A line that is only a count (py-spy 0.4.3 on the H200 wrote a few per recording, each right after
+    a complete line; what they sampled is not known) counts as the stack ``("(unknown)",)``: in the
+    totals, in no function.
 
     Raises:
         ValueError: a non-empty line without a trailing integer count.
@@ -88,8 +94,8 @@ def parse_raw(text: str) -> List[Tuple[Stack, int]]:
         line = line.strip()
         if not line:
             continue
-        if line.isdigit() and out:
-            out[-1] = (out[-1][0], out[-1][1] + int(line))
+        if line.isdigit():
+            out.append((("(unknown)",), int(line)))
             continue
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -163,11 +169,27 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], top: int = TOP) -> List[Dict[s
 
 
 def read_raw(raw: Path) -> str:
-    """The text of a raw recording, ``.txt`` or gzipped ``.txt.gz`` (how results are committed)."""
-    if raw.suffix == ".gz":
-        with gzip.open(raw, "rt") as f:
-            return f.read()
-    return raw.read_text()
+    """The text of a raw recording, ``.txt`` or gzipped ``.txt.gz`` (how results are committed).
+
+    Raises:
+        ValueError: unreadable, not text, or a broken gzip file; the message names the file.
+    """
+    try:
+        if raw.suffix == ".gz":
+            with gzip.open(raw, "rt") as f:
+                return f.read()
+        return raw.read_text()
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:
+        raise ValueError(f"cannot read {raw}: {exc}") from None
+
+
+def parse_file(raw: Path) -> List[Tuple[Stack, int]]:
+    """:func:`parse_raw` of a recording file (:func:`read_raw`); errors name the file."""
+    text = read_raw(raw)
+    try:
+        return parse_raw(text)
+    except ValueError as exc:
+        raise ValueError(f"{raw}: {exc}") from None
 
 
 def summary_path(raw: Path) -> Path:
@@ -179,7 +201,7 @@ def profile_row(raw: Path, output_tok_s: Optional[float], seconds: float, meta: 
     """Summarize the recording ``raw`` of a row (``output_tok_s``: the row's, so the window's tokens
     are ``output_tok_s * seconds``) into :func:`summary_path` of it; returns the summary."""
     doc = dict(meta)
-    doc.update(summarize(parse_raw(read_raw(raw))))
+    doc.update(summarize(parse_file(raw)))
     doc["output_tokens"] = round(output_tok_s * seconds, 1) if output_tok_s else None
     summary_path(raw).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
@@ -195,23 +217,38 @@ def resummarize(traffic_json: Path) -> Dict[str, Any]:
             is missing.
     """
     try:
-        run = json.loads(traffic_json.read_text())["runs"][-1]
+        runs = json.loads(traffic_json.read_text())["runs"]
+        run = runs[-1]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-        raise ValueError(f"cannot read a traffic run from {traffic_json}: {exc}") from None
-    prof = run.get("cpu_profile")
-    if not isinstance(prof, dict) or not prof.get("raw"):
+        raise ValueError(f"cannot read a traffic run from {traffic_json}: {type(exc).__name__}: {exc}") from None
+    prof = run.get("cpu_profile") if isinstance(run, dict) else None
+    if not isinstance(prof, dict) or not isinstance(prof.get("raw"), str):
         raise ValueError(f"{traffic_json}: the run has no CPU profile (traffic --cpu-profile-row)")
+    level, seconds = prof.get("level"), prof.get("seconds")
+    if not isinstance(prof.get("workload"), str) or not all(isinstance(v, (int, float)) for v in (level, seconds)):
+        raise ValueError(f"{traffic_json}: its CPU profile lacks a workload, level or seconds")
     raw = traffic_json.parent / Path(prof["raw"]).name
     if not raw.is_file() and raw.with_name(raw.name + ".gz").is_file():
         raw = raw.with_name(raw.name + ".gz")
     if not raw.is_file():
         raise ValueError(f"{traffic_json}: its recording {raw.name} is not beside it")
-    rows = [r for r in run.get("rows", []) if r.get("workload") == prof.get("workload")
-            and float(r.get("concurrency") or r.get("request_rate") or -1) == float(prof.get("level"))]
+    rows = [r for r in run.get("rows") or [] if _is_row(r, prof["workload"], float(level))]
     if not rows:
-        raise ValueError(f"{traffic_json}: no {prof.get('workload')} row at {prof.get('level')}")
-    meta = {k: prof[k] for k in ("config", "worker", "p_wrong", "workload", "level", "delay_s") if k in prof}
-    return profile_row(raw, rows[0].get("output_tok_s"), float(prof.get("seconds", 0)), meta)
+        raise ValueError(f"{traffic_json}: no {prof['workload']} row at {level}")
+    meta = {k: prof[k] for k in META_KEYS if k in prof}
+    return profile_row(raw, rows[0].get("output_tok_s"), float(seconds), meta)
+
+
+def _is_row(row: Any, workload: str, level: float) -> bool:
+    """Whether a ``real-traffic.csv``-shaped row is the one at ``workload`` / ``level`` (its
+    ``concurrency``, or its ``request_rate`` for an open-loop workload)."""
+    if not isinstance(row, dict) or row.get("workload") != workload:
+        return False
+    value = row.get("concurrency") if row.get("concurrency") not in (None, "") else row.get("request_rate")
+    try:
+        return value not in (None, "") and float(value) == level
+    except (TypeError, ValueError):
+        return False
 
 
 def load_summary(path: Path) -> Dict[str, Any]:
@@ -256,11 +293,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser.parse_args(argv)
     try:
         if a.cmd == "summarize":
-            try:
-                text = read_raw(a.raw)
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ValueError(f"cannot read {a.raw}: {exc}") from None
-            doc = summarize(parse_raw(text), a.rate)
+            doc = summarize(parse_file(a.raw), a.rate)
             print(f"{doc['samples']} samples, {doc['seconds']} s")
             for r in doc["inclusive"]:
                 print(f"{r['inclusive_share']:7.1%} {r['self_share']:7.1%}  {r['function']}")
@@ -287,4 +320,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["scheduler_pids", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "compare",
-           "read_raw", "summary_path", "profile_row", "resummarize", "load_summary", "main"]
+           "META_KEYS", "read_raw", "parse_file", "summary_path", "profile_row", "resummarize", "load_summary", "main"]

@@ -71,6 +71,7 @@ from bench.server_harness import (
     wait_ready,
     write_json,
 )
+from server_patch import options
 from server_patch.contract import AUTO, MODE_AUTO, THRESHOLD_FLAG
 from server_patch.off_attention import DECODE_KERNEL
 
@@ -153,15 +154,14 @@ def server_variant(extra: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
-#: the plugin's switch variables: a run with one of them set (either way) is another variant of its entry
-OPT_IN_ENV = ("SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER", "SPECCONSOLE_OFF_PLAIN_SAMPLING",
-              "SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH", "SPECCONSOLE_OFF_PREFILL_KV_ONLY",
-              "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND", "SPECCONSOLE_OFF_LEAN_V1", "SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY")
+#: the plugin's switch variables (one list, ``server_patch.options``): a run with one of them set
+#: (either way) is another variant of its entry
+SWITCH_ENV = options.SWITCH_ENV
 
 
 def opt_in_env() -> Dict[str, str]:
-    """The :data:`OPT_IN_ENV` variables set in this process's environment (the servers inherit them)."""
-    return {k: os.environ[k] for k in OPT_IN_ENV if k in os.environ}
+    """The :data:`SWITCH_ENV` variables set in this process's environment (the servers inherit them)."""
+    return {k: os.environ[k] for k in SWITCH_ENV if k in os.environ}
 
 
 def run_on_config_server(kind: str, name: str, models: Path, oracle: Any, port: int, log_dir: Path, *,
@@ -360,7 +360,11 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     # v1 lean OFF steps: the draft K/V's slots, seq_lens and greedy tokens checked on sampled steps
     rec["off_lean_v1"] = g.get("off_lean_v1")
     rec["off_lean_v1_steps"] = g.get("off_lean_v1_steps", 0)
-    _rank_proof(rec, g, "off_lean_v1", active=g.get("off_lean_v1") == "on" and g.get("off_lean_v1_steps", 0) > 0)
+    # what the OFF path ran (the plugin's defaults change between versions: part of an entry's identity)
+    rec["off_path"] = {"kv_only_runs": g.get("off_kv_only_runs"), "kv_only_prefills": rec["off_kv_only_prefills"] > 0,
+                       "lean_draft_extend": rec["off_lean_draft_extend_steps"] > 0, "lean_v1": rec["off_lean_v1"]}
+    # built (on) or run: it must have run and been checked, and never failed (no pass with 0 lean steps)
+    _rank_proof(rec, g, "off_lean_v1", active=g.get("off_lean_v1") == "on" or g.get("off_lean_v1_steps", 0) > 0)
     _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
                 and "off_draft_extend" in g)
     # target prefills on the piecewise CUDA graph agreed with the eager forward on every sampled one
@@ -675,8 +679,8 @@ def load_pair(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Any:
 #: the keys of a run's JSON line (phases A-F)
 LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "switches", "ranks_agree",
              "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
-             "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok",
-             "target_prefill", "target_prefill_proof_ok", "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
+             "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok", "off_lean_v1",
+             "off_lean_v1_proof_ok", "target_prefill", "target_prefill_proof_ok", "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
              "recovery_matches_oracle", "forced_on_verify_ct_matches_oracle", "varied_lengths_ok", "error")
 
 
@@ -733,12 +737,14 @@ def merge_result(out: Path, rec: Dict[str, Any], keys: Optional[Sequence[str]] =
 
 def _same_run(entry: Any, rec: Dict[str, Any]) -> bool:
     """``entry`` is a run of ``rec``'s configuration, TP size, kind of pair, extra server
-    arguments and ``server_env`` (the plugin's opt-in variables it ran with; entries without
-    them are the harness's defaults: triton, CUDA graphs on, no opt-in)."""
+    arguments, ``server_env`` (the plugin's switch variables it ran with; entries without them are
+    the harness's defaults: triton, CUDA graphs on, no switch set) and ``off_path`` (what the OFF
+    path ran, from ``spec_gate``: a run under other plugin defaults is another entry)."""
     return (isinstance(entry, dict) and (entry.get("config"), entry.get("tp")) == (rec["config"], rec["tp"])
             and bool(entry.get("kv_sensitive")) == bool(rec.get("kv_sensitive"))
             and list(entry.get("extra_server_args") or []) == list(rec.get("extra_server_args") or [])
-            and dict(entry.get("server_env") or {}) == dict(rec.get("server_env") or {}))
+            and dict(entry.get("server_env") or {}) == dict(rec.get("server_env") or {})
+            and entry.get("off_path") == rec.get("off_path"))
 
 
 def variant_label(variant: Dict[str, Any]) -> str:

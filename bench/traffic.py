@@ -600,8 +600,8 @@ class CpuProfile:
         self.cpu_profile = cpu_profile
         self.name = profile_name(config, facts["worker"], p_wrong, spec, kind="cpu-profile")
         self.raw = out / f"{self.name}.txt"
-        self.meta = {"config": config, "worker": facts["worker"], "p_wrong": p_wrong, "workload": spec.workload,
-                     "level": spec.level, "delay_s": spec.delay_s, "seconds": cpu_profile.RECORD_SECONDS}
+        self.meta = dict(zip(cpu_profile.META_KEYS, (config, facts["worker"], p_wrong, spec.workload, spec.level,
+                                                     spec.delay_s, cpu_profile.RECORD_SECONDS)))
         self.result: Dict[str, Any] = {}
         self.thread = threading.Thread(target=self._record, args=(spec.delay_s,), name="cpu-profile", daemon=True)
         self.thread.start()
@@ -622,7 +622,7 @@ class CpuProfile:
             try:
                 doc = self.cpu_profile.profile_row(self.raw, float(row.get("output_tok_s") or 0) or None,
                                                    self.cpu_profile.RECORD_SECONDS, self.meta)
-                out.update(json=str(self.raw.with_suffix(".json")), samples=doc["samples"],
+                out.update(json=str(self.cpu_profile.summary_path(self.raw)), samples=doc["samples"],
                            top=[r["function"] for r in doc["inclusive"][:5]])
             except (OSError, ValueError) as exc:
                 out.update(ok=False, error=f"{type(exc).__name__}: {exc}")

@@ -184,7 +184,7 @@ class SimulatedRunner:
     off_draft_extend_reason = None
     off_kv_only_runs = "cuda-graph"
     off_kv_only_inexact = 0  # the demo's proof is the triton one: against the full graph, bit for bit
-    off_kv_only_prefills = 0  # prefills are not simulated (and KV-only prefills are opt-in)
+    off_kv_only_prefills = 0  # prefills are not simulated
     off_lean_draft_extend_steps = 0  # not simulated (needs the KV-only graph's outputs)
     off_lean_v1 = None  # opt-in (SPECCONSOLE_OFF_LEAN_V1=1), v1 only
     off_lean_v1_steps = 0

@@ -41,17 +41,18 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-import os
 from typing import Any, Callable, Optional
+
+from server_patch import options
 
 logger = logging.getLogger("server_patch.spec_gate")
 
 #: "0" keeps the full 1-token draft extend on every OFF step (escape hatch; costs OFF-step speed)
 ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY"
 #: "0" keeps the full eager draft extend where SGLang has no OFF draft-extend CUDA graph (v2 + fa3,
-#: ``--disable-cuda-graph``); by default the KV-only extend runs there eagerly (proven on v2 + fa3,
-#: 83 sampled checks; forced off 0.92-0.96x of no speculation against 0.85-0.92x with the full extend:
-#: ``bench/results/h200-2026-12-03c/``)
+#: ``--disable-cuda-graph``); by default the KV-only extend runs there eagerly where it gets no graph of
+#: its own (:data:`GRAPH_ENV_SWITCH`; proven on v2 + fa3, 83 sampled checks; forced off 0.92-0.96x of
+#: no speculation against 0.85-0.92x with the full extend: ``bench/results/h200-2026-12-03c/``)
 EAGER_ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER"
 #: "1" runs the KV-only extend on its own CUDA graph where SGLang captures no full OFF draft-extend
 #: graph (v2 on fa3) instead of eagerly; "0" eagerly; unset: on for v2. Alone it was not faster on
@@ -246,7 +247,7 @@ LEAN_REPLAY_ENV_SWITCH = "SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY"
 
 
 def lean_replay_enabled_by_env() -> bool:
-    return os.environ.get(LEAN_REPLAY_ENV_SWITCH, "0") == "1"
+    return options.switch(LEAN_REPLAY_ENV_SWITCH, False)
 
 
 def lean_replay(runner: Any) -> Callable:
@@ -338,34 +339,29 @@ class EagerDraftExtend:
             forward_batch.attn_backend = attn_backend
 
 
-def _switch(name: str, v2: bool) -> bool:
-    """``name`` ``1`` / ``0`` decides; unset: on for v2 (``EAGLEWorkerV2``), where the H200 proved it
-    oracle-exact (``bench/results/h200-2026-12-04b/``), off for v1 until proven there."""
-    value = os.environ.get(name)
-    return value == "1" if value in ("0", "1") else v2
+def prefill_enabled_by_env(default: bool = False) -> bool:
+    """KV-only draft prefills while the gate is off (``SPECCONSOLE_OFF_PREFILL_KV_ONLY`` 1 / 0;
+    unset: ``default``, which the runner makes True on v2, where the H200 proved it oracle-exact on
+    triton and bit for bit on fa3 (``bench/results/h200-2026-12-04b/``), and on v1 only with the
+    lean v1 step it was measured with)."""
+    return options.switch(PREFILL_ENV_SWITCH, default)
 
 
-def prefill_enabled_by_env(v2: bool = False) -> bool:
-    """KV-only draft prefills while the gate is off (``SPECCONSOLE_OFF_PREFILL_KV_ONLY``; unset: on
-    for v2, off for v1: :func:`_switch`)."""
-    return _switch(PREFILL_ENV_SWITCH, v2)
-
-
-def graph_enabled_by_env(v2: bool = False) -> bool:
+def graph_enabled_by_env(default: bool = False) -> bool:
     """The KV-only graph where SGLang captures no full OFF draft-extend graph, v2 on fa3
-    (``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH``; unset: on for v2, off for v1: :func:`_switch`)."""
-    return _switch(GRAPH_ENV_SWITCH, v2)
+    (``SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH`` 1 / 0; unset: ``default``, True on v2)."""
+    return options.switch(GRAPH_ENV_SWITCH, default)
 
 
 def enabled_by_env() -> bool:
     """False when ``SPECCONSOLE_OFF_DRAFT_KV_ONLY=0`` asks for the full OFF draft extend."""
-    return os.environ.get(ENV_SWITCH, "1") != "0"
+    return options.switch(ENV_SWITCH, True)
 
 
 def eager_enabled_by_env() -> bool:
     """False when ``SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER=0`` asks for the full eager draft extend
     where no OFF draft-extend CUDA graph exists (the eager KV-only extend is the default)."""
-    return os.environ.get(EAGER_ENV_SWITCH, "1") != "0"
+    return options.switch(EAGER_ENV_SWITCH, True)
 
 
 #: ``spec_info`` fields that a draft-extend graph replay reassigns (0.5.12

@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from typing import Any, Callable, Iterator, Optional
+
+from server_patch import options
 
 ENV_SWITCH = "SPECCONSOLE_OFF_PLAIN_SAMPLING"
 KERNEL_NAME = "tree_speculative_sampling_target_only"
@@ -52,10 +53,7 @@ def mode(v2: bool, topk: int = 1) -> str:
     ``SPECCONSOLE_OFF_PLAIN_SAMPLING`` ``1`` / ``0`` decides for every worker; unset, :data:`PLAIN`
     where it was drawn on the H200 (v2, ``EAGLEWorkerV2``; v1, ``EAGLEWorker``, with ``topk`` 1) and
     :data:`SPECULATIVE` on v1 with ``topk`` > 1 (not drawn on a GPU)."""
-    value = os.environ.get(ENV_SWITCH)
-    if value in ("0", "1"):
-        return PLAIN if value == "1" else SPECULATIVE
-    return PLAIN if v2 or topk == 1 else SPECULATIVE
+    return PLAIN if options.switch(ENV_SWITCH, v2 or topk == 1) else SPECULATIVE
 
 
 @dataclasses.dataclass

@@ -41,12 +41,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 from typing import Any, Callable, List, Optional
 
 import torch
 
-from server_patch import draft_kv_only, off_attention, off_step_v1
+from server_patch import draft_kv_only, off_attention, off_step_v1, options
 from server_patch import off_sampling as sampling
 from server_patch.contract import sampled
 
@@ -59,8 +58,9 @@ OFF_DRAFT_TOKENS = 1
 #: top-k and hidden state (stale by design: a resume step refreshes them before any ON step) from
 #: the graph's outputs, which computed that top-k in the graph, instead of SGLang's eager
 #: post-processing of the replay (index select, softmax, top-k: launches on a CPU-bound server,
-#: ``bench/results/h200-2026-12-04/README.md``). Same values; proven oracle-exact on the H200 with the
-#: KV-sensitive pair (``bench/results/h200-2026-12-04b/gate-correctness-lean.json``).
+#: ``bench/results/h200-2026-12-04/README.md``). Same values; oracle-exact on triton v2 with the
+#: KV-sensitive pair (``bench/results/h200-2026-12-04b/gate-correctness-lean.json``), and its graph's
+#: K/V bit for bit on fa3 under traffic (156 checks); no oracle run on fa3 yet.
 LEAN_DRAFT_EXTEND_ENV = "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND"
 
 #: "0" keeps SGLang's post-verify ``verify_done`` event on OFF results (the scheduler then waits
@@ -195,9 +195,9 @@ class OffStepRunner:
     #: how OFF steps draw non-greedy tokens (``server_patch/off_sampling.py``, :func:`off_sampling.mode`):
     #: the target runner's own Sampler (by default, but on v1 with topk > 1) or SGLang's speculative verify
     off_sampling: str = sampling.SPECULATIVE
-    #: the lean v1 OFF step (``off_step_v1``) and its spec_gate status (None: not asked for)
+    #: the lean v1 OFF step (``off_step_v1``; None: not built) and why not (None: not asked for)
     lean_v1: Optional[off_step_v1.LeanOffStepV1] = None
-    off_lean_v1: Optional[str] = None
+    _lean_v1_reason: Optional[str] = None
 
     def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
         self.worker = worker
@@ -224,7 +224,7 @@ class OffStepRunner:
         self._agree_on_kv_only()
         self._init_prefill_kv_only()
         self._init_early_seq_lens()
-        self.lean_draft_extend = self.v2 and os.environ.get(LEAN_DRAFT_EXTEND_ENV, "1") == "1"
+        self.lean_draft_extend = self.v2 and options.switch(LEAN_DRAFT_EXTEND_ENV, True)
         self.lean_draft_extend_steps = 0  # OFF steps that took the lean post-processing
         self.off_sampling = sampling.mode(self.v2, self.topk)
         self._init_lean_v1()
@@ -233,7 +233,7 @@ class OffStepRunner:
         """The lean v1 OFF step (``off_step_v1``, ``SPECCONSOLE_OFF_LEAN_V1=1``): ``lean_v1`` (None
         when not built) and ``off_lean_v1`` (``on``, or why not; None when not asked for)."""
         self.lean_v1: Optional[off_step_v1.LeanOffStepV1] = None
-        self.off_lean_v1: Optional[str] = None
+        self._lean_v1_reason: Optional[str] = None
         if self.v2 or not off_step_v1.enabled_by_env():
             return
         reason = off_step_v1.server_reason(self.worker)
@@ -246,13 +246,24 @@ class OffStepRunner:
         if reason is None and self.off_sampling != sampling.PLAIN:
             reason = "OFF steps draw with SGLang's verify sampling"
         if reason is not None:
-            self.off_lean_v1 = reason
+            self._lean_v1_reason = reason
             logger.info("spec_gate: no lean v1 OFF steps: %s", reason)
             return
         graph = self.off_kv_state.cuda_graph_runner_for_draft_extend
         self.lean_v1 = off_step_v1.LeanOffStepV1(self.worker, graph, lambda bs: _graph_takes(graph, bs),
                                                  self._build_context, sampled, self.any_rank)
-        self.off_lean_v1 = "on"
+
+    @property
+    def off_lean_v1(self) -> Optional[str]:
+        """``on`` while lean v1 OFF steps run; else why not (a proof failed since, or the reason it
+        was never built); None when not asked for (v2, or ``SPECCONSOLE_OFF_LEAN_V1`` not 1)."""
+        if self.lean_v1 is None:
+            return self._lean_v1_reason
+        if not self.lean_v1.ok:
+            return "proof failed"
+        if self.off_draft_extend != draft_kv_only.KV_ONLY:
+            return "KV-only draft extend off (its proof failed)"
+        return "on"
 
     @property
     def off_lean_v1_steps(self) -> int:
@@ -350,7 +361,9 @@ class OffStepRunner:
         request's last token (``prefill_kv_only``; None when not asked for or the draft cannot)."""
         self.prefill_kv_only: Optional[draft_kv_only.EagerKvOnly] = None
         self.kv_only_prefills = 0  # prefills whose draft extend stored only K/V
-        if not draft_kv_only.prefill_enabled_by_env(self.v2) or not draft_kv_only.enabled_by_env():
+        # v1: SPECCONSOLE_OFF_LEAN_V1=1 asks for them too (measured together on the H200)
+        if (not draft_kv_only.prefill_enabled_by_env(self.v2 or off_step_v1.enabled_by_env())
+                or not draft_kv_only.enabled_by_env()):
             return  # not asked for, or every KV-only draft forward switched off (the escape hatch)
         model = self._draft_model()
         reason = draft_kv_only.unsupported_reason(model)
@@ -407,7 +420,7 @@ class OffStepRunner:
         return draft_kv_only.FULL
 
     def _init_early_seq_lens(self) -> None:
-        self.early_seq_lens = self.v2 and os.environ.get(EARLY_SEQ_LENS_ENV, "1") != "0"
+        self.early_seq_lens = self.v2 and options.switch(EARLY_SEQ_LENS_ENV, True)
         self.early_seq_lens_steps = 0  # OFF results that carried the early seq_lens and event
         self.early_seq_lens_fallbacks = 0  # OFF results left as SGLang made them (shape/dtype differ)
         self.early_seq_lens_checks = 0
@@ -526,18 +539,9 @@ class OffStepRunner:
     def _off_draft_v1(self, batch):
         """Replacement for ``EAGLEWorker.draft`` during an OFF step (``eagle_worker.py:701-795``):
         the bookkeeping of ``_draft_preprocess_decode`` without allocating draft slots."""
-        batch.maybe_evict_swa()
-        for req in batch.reqs:
-            req.decode_batch_idx += 1
-        spec_info = batch.spec_info
-        if batch.sampling_info.penalizer_orchestrator.is_required:
-            batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(
-                spec_info.bonus_tokens.to(torch.int64)
-            )
-        batch.seq_lens_sum = int(torch.sum(batch.seq_lens).item())
-        batch.return_hidden_states = False
+        off_step_v1.draft_preprocess(batch, int(torch.sum(batch.seq_lens).item()))
         return _trivial_verify_input(
-            spec_info.bonus_tokens,
+            batch.spec_info.bonus_tokens,
             batch.seq_lens,
             batch.seq_lens_sum,
             self.topk,

@@ -34,8 +34,9 @@ state, stale, as after every KV-only OFF step (the resume step refreshes them be
 Per-request speculative counters are not touched (SGLang's verify would add a verify to them).
 
 Proof at run time (new state: the draft extend's inputs are assembled here, not by SGLang): on the
-steps ``contract.sampled`` picks, the draft's positions and token must be what SGLang's own kernel
-for ``prepare_extend_after_decode`` computes from the step's tokens and new ``seq_lens``, the
+steps ``contract.sampled`` picks, the draft's positions must be what SGLang's own kernel for
+``prepare_extend_after_decode`` computes from the new ``seq_lens`` (a ``seq_lens`` advanced by other
+than one shows there), the
 request-to-token map at each request's position must hold the slot the draft's K/V went to (what the
 request's later attention reads), ``seq_lens`` and its CPU copy (both advanced here, not by SGLang)
 must agree, and an all-greedy batch's tokens must be the argmax of the target's logits (after
@@ -55,18 +56,36 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import types
 from typing import Any, Callable, Dict, Optional
 
+from server_patch import options
+
 logger = logging.getLogger("server_patch.spec_gate")
 
-#: "1": v1 OFF steps take the lean path where they can (opt-in until measured on the GPU)
+#: "1": v1 OFF steps take the lean path where they can, and v1 prefills while OFF the KV-only draft
+#: prefill (``draft_kv_only``), as measured together (opt-in until their oracle run on the GPU)
 ENV_SWITCH = "SPECCONSOLE_OFF_LEAN_V1"
 
 
 def enabled_by_env() -> bool:
-    return os.environ.get(ENV_SWITCH, "0") == "1"
+    return options.switch(ENV_SWITCH, False)
+
+
+def draft_preprocess(batch: Any, seq_lens_sum: int) -> None:
+    """The bookkeeping of ``EAGLEWorker._draft_preprocess_decode`` (``eagle_worker.py`` in 0.5.12)
+    for an OFF step, without allocating draft slots: SWA eviction, each request's decode index, the
+    penalizers' output-token count (the bonus token), ``seq_lens_sum`` (given: SGLang's own path
+    sums the GPU ``seq_lens``, which waits for the GPU; the lean step sums ``seq_lens_cpu``)."""
+    import torch
+
+    batch.maybe_evict_swa()
+    for req in batch.reqs:
+        req.decode_batch_idx += 1
+    if batch.sampling_info.penalizer_orchestrator.is_required:
+        batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(batch.spec_info.bonus_tokens.to(torch.int64))
+    batch.seq_lens_sum = seq_lens_sum
+    batch.return_hidden_states = False
 
 
 def server_reason(worker: Any) -> Optional[str]:
@@ -203,14 +222,8 @@ class LeanOffStepV1:
         old = batch.spec_info
         bs = batch.batch_size()
         # 1. _draft_preprocess_decode's bookkeeping, without its seq_lens sync
-        batch.maybe_evict_swa()
-        for req in batch.reqs:
-            req.decode_batch_idx += 1
+        draft_preprocess(batch, int(batch.seq_lens_cpu.sum()))
         sampling_info = batch.sampling_info
-        if sampling_info.penalizer_orchestrator.is_required:
-            sampling_info.penalizer_orchestrator.cumulate_output_tokens(old.bonus_tokens.to(torch.int64))
-        batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
-        batch.return_hidden_states = False
         verify = trivial_verify_input(old.bonus_tokens, batch.seq_lens, batch.seq_lens_sum, w.topk, None,
                                       batch.seq_lens_cpu)
         batch.spec_info = verify
@@ -303,10 +316,10 @@ class LeanOffStepV1:
         if not torch.equal(batch.seq_lens.cpu(), batch.seq_lens_cpu.to(batch.seq_lens.dtype)):
             bad.append("seq_lens on the GPU and its CPU copy differ")
         ones = torch.ones_like(batch.seq_lens, dtype=torch.int32)
-        want_positions, want_bonus = sgl.extend_after_decode(tokens, batch.seq_lens, ones)
-        if not (torch.equal(want_positions, positions.to(want_positions.dtype))
-                and torch.equal(want_bonus, tokens.to(want_bonus.dtype))):
-            bad.append("the draft's positions or token are not what SGLang's prepare_extend_after_decode computes")
+        # its bonus token is the step's token by construction (one accepted token): only positions tell
+        want_positions, _ = sgl.extend_after_decode(tokens, batch.seq_lens, ones)
+        if not torch.equal(want_positions, positions.to(want_positions.dtype)):
+            bad.append("the draft's positions are not what SGLang's prepare_extend_after_decode computes")
         if argmax is not None and not torch.equal(tokens.to(torch.int64), argmax.to(torch.int64)):
             bad.append("a greedy token is not the argmax of the target's logits")
         self.checks += 1

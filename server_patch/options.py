@@ -28,6 +28,21 @@ from server_patch.contract import (
 
 ENV_VAR = "SPECCONSOLE_SPEC_GATE"
 
+#: every switch variable the plugin reads (each module names its own; ``tests/test_architecture``
+#: checks that this list has them all); ``bench.gate_correctness`` records the ones set
+SWITCH_ENV = (
+    "SPECCONSOLE_OFF_DECODE_KERNEL", "SPECCONSOLE_OFF_DRAFT_KV_ONLY", "SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER",
+    "SPECCONSOLE_OFF_DRAFT_KV_ONLY_GRAPH", "SPECCONSOLE_OFF_EARLY_SEQ_LENS", "SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY",
+    "SPECCONSOLE_OFF_LEAN_DRAFT_EXTEND", "SPECCONSOLE_OFF_LEAN_V1", "SPECCONSOLE_OFF_PLAIN_SAMPLING",
+    "SPECCONSOLE_OFF_PREFILL_KV_ONLY", "SPECCONSOLE_TARGET_PREFILL_GRAPH", "SPECCONSOLE_WARM_SAMPLING",
+)
+
+
+def switch(name: str, default: bool, environ=os.environ) -> bool:
+    """A switch variable: ``1`` on, ``0`` off, unset or anything else ``default``."""
+    value = environ.get(name)
+    return value == "1" if value in ("0", "1") else default
+
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--speculative-disable-batch-threshold`` and ``--speculative-disable-hysteresis``."""

@@ -33,6 +33,8 @@ import logging
 import os
 from typing import Any, Callable, Optional
 
+from server_patch import options
+
 logger = logging.getLogger("server_patch.spec_gate")
 
 #: "0" keeps SGLang's eager target prefill on a speculative server (escape hatch, measurements)
@@ -48,7 +50,7 @@ def unavailable_reason(model_runner: Any, environ=os.environ) -> Optional[str]:
     """Why the target's prefills cannot replay its piecewise CUDA graph here, or None if they can.
 
     ``model_runner`` is the target worker's SGLang ``ModelRunner``."""
-    if environ.get(ENV_SWITCH, "1") == "0":
+    if not options.switch(ENV_SWITCH, True, environ):
         return f"{ENV_SWITCH}=0"
     pcg = getattr(model_runner, "piecewise_cuda_graph_runner", None)
     if pcg is None:

@@ -20,9 +20,10 @@ duration; with the cache present it costs milliseconds. ``SPECCONSOLE_WARM_SAMPL
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, Callable, Optional, Tuple
+
+from server_patch import options
 
 ENV_SWITCH = "SPECCONSOLE_WARM_SAMPLING"
 
@@ -31,7 +32,7 @@ logger = logging.getLogger("server_patch.spec_gate")
 
 def enabled_by_env() -> bool:
     """False when ``SPECCONSOLE_WARM_SAMPLING=0`` asks to skip the warm-up."""
-    return os.environ.get(ENV_SWITCH, "1") != "0"
+    return options.switch(ENV_SWITCH, True)
 
 
 def _kernels() -> Optional[Tuple[Callable[..., Any], Callable[..., Any]]]:

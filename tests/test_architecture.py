@@ -197,3 +197,23 @@ def test_the_literal_finder_finds_restated_rules(tmp_path):
                                   if p != CONTRACT_FILE], ids=lambda p: str(p.relative_to(ROOT)))
 def test_contract_literals_live_only_in_the_contract(path):
     assert contract_literals(path) == []
+
+
+def test_every_switch_variable_the_plugin_reads_is_in_the_one_list():
+    """``server_patch.options.SWITCH_ENV`` names every ``SPECCONSOLE_*`` switch of the plugin (what
+    ``bench.gate_correctness`` records), and only those."""
+    from server_patch import options
+
+    found = set()
+    for path in (ROOT / "server_patch").glob("*.py"):
+        found |= set(re.findall(r'"(SPECCONSOLE_[A-Z0-9_]+)"', path.read_text()))
+    found -= {options.ENV_VAR}  # the gate's values, not a switch
+    assert found == set(options.SWITCH_ENV)
+
+
+def test_a_switch_is_1_or_0_and_anything_else_is_its_default():
+    from server_patch import options
+
+    env = {"A": "1", "B": "0", "C": "true"}
+    assert options.switch("A", False, env) and not options.switch("B", True, env)
+    assert options.switch("C", True, env) and not options.switch("C", False, env) and options.switch("D", True, env)

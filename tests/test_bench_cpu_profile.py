@@ -38,8 +38,8 @@ def test_a_count_on_a_line_of_its_own_adds_to_the_stack_before_it():
     text = (Path(__file__).parent / "fixtures" / "pyspy" / "h200-count-line.txt").read_text()
     assert [line.strip() for line in text.splitlines()][2] == "1"
     stacks = cpu_profile.parse_raw(text)
-    assert len(stacks) == 2 and stacks[-1][1] == 2
-    assert stacks[-1][0][-1] == "TritonAttnBackend.forward_extend (triton_backend.py)"
+    assert [n for _, n in stacks] == [1, 1, 1] and stacks[-1][0] == ("(unknown)",)  # in the totals, no function
+    assert stacks[1][0][-1] == "TritonAttnBackend.forward_extend (triton_backend.py)"
 
 
 def test_a_line_that_is_not_py_spy_raw_output_is_refused_with_its_number():
@@ -130,3 +130,24 @@ def test_a_traffic_runs_recording_is_summarized_again_from_its_gzipped_raw_file(
     traffic.write_text(json.dumps({"runs": [{"cpu_profile": None, "rows": rows}]}))
     with pytest.raises(ValueError, match="has no CPU profile"):
         cpu_profile.resummarize(traffic)
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"runs": [1]}, "has no CPU profile"), ({"runs": {}}, "cannot read a traffic run"),
+    ({"runs": [{"cpu_profile": {"raw": 3}}]}, "has no CPU profile"),
+    ({"runs": [{"cpu_profile": {"raw": "x.txt", "workload": "varied-closed"}}]}, "lacks a workload, level or seconds"),
+])
+def test_resummarize_refuses_a_broken_traffic_json_with_one_line(doc, message, tmp_path, capsys):
+    path = tmp_path / "traffic.json"
+    path.write_text(json.dumps(doc))
+    assert cpu_profile.main(["resummarize", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_broken_gzip_recording_is_one_line_naming_the_file(tmp_path, capsys):
+    bad = tmp_path / "cpu-profile-x.txt.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    assert cpu_profile.main(["summarize", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "Traceback" not in err

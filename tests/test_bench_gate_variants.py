@@ -49,6 +49,20 @@ def test_an_entry_written_before_variants_existed_is_the_default_variant(tmp_pat
     assert [e["run"] for e in json.loads(out.read_text())] == [1]
 
 
+def test_a_run_whose_off_path_differs_under_new_plugin_defaults_is_another_entry(tmp_path):
+    """An entry without ``off_path`` ran under older defaults (e.g. the eager KV-only extend on fa3):
+    a run of the same config and flags that ran the KV-only graph and prefills keeps it beside."""
+    out = tmp_path / "gate.json"
+    out.write_text(json.dumps([{"config": "v2-topk1", "tp": 1, "attention_backend": "fa3",
+                                "extra_server_args": ["--attention-backend", "fa3"], "run": 0}]))
+    off_path = {"kv_only_runs": "cuda-graph", "kv_only_prefills": True, "lean_draft_extend": True, "lean_v1": None}
+    gc.merge_result(out, {"config": "v2-topk1", "tp": 1, **gc.server_variant(["--attention-backend", "fa3"]),
+                          "off_path": off_path, "run": 1})
+    gc.merge_result(out, {"config": "v2-topk1", "tp": 1, **gc.server_variant(["--attention-backend", "fa3"]),
+                          "off_path": off_path, "run": 2})
+    assert sorted(e["run"] for e in json.loads(out.read_text())) == [0, 2]
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--attention-backend"], "--attention-backend needs a value"),
     (["--cuda-graph-max-bs", "many"], "invalid literal"),

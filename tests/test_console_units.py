@@ -892,7 +892,9 @@ def test_details_say_how_the_targets_prefills_run_and_what_v1_gives_up():
     lean = text(spec_version="v1", overlap=False, off_lean_v1="on", off_lean_v1_steps=6754, off_lean_v1_checks=90,
                 off_lean_v1_mismatches=0)
     assert "expect ~3/4" in lean and "OFF step path lean, 6,754 steps, 90 checked, 0 wrong" in lean
-    assert "OFF step path SGLang's verify path (topk > 1)" in text(spec_version="v1", off_lean_v1="topk > 1")
+    topk4 = text(spec_version="v1", off_lean_v1="topk > 1", topk=4)
+    assert "OFF step path SGLang's verify path (topk > 1)" in topk4 and "SPECCONSOLE_OFF_LEAN_V1" not in topk4
+    assert "SPECCONSOLE_OFF_LEAN_V1" not in text(spec_version="v1", topk=4)  # the lean step takes topk 1 only
     assert "OFF step path" not in text(spec_version="v2")
 
 

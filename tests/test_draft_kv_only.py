@@ -642,9 +642,9 @@ def test_on_v2_the_kv_only_graph_is_the_default_and_v1_asks_for_it(monkeypatch):
     monkeypatch.delenv(draft_kv_only.GRAPH_ENV_SWITCH, raising=False)
     runner, built, _ = standalone_runner(monkeypatch)
     assert runner.kv_only.runs == draft_kv_only.CUDA_GRAPH and len(built) == 1
-    assert draft_kv_only.graph_enabled_by_env(v2=True) and not draft_kv_only.graph_enabled_by_env(v2=False)
+    assert draft_kv_only.graph_enabled_by_env(True) and not draft_kv_only.graph_enabled_by_env(False)
     monkeypatch.setenv(draft_kv_only.GRAPH_ENV_SWITCH, "1")
-    assert draft_kv_only.graph_enabled_by_env(v2=False)
+    assert draft_kv_only.graph_enabled_by_env(False)
 
 
 @pytest.mark.parametrize("why", ["switched off", "no cuda graphs", "capture failed"])
@@ -700,6 +700,9 @@ def test_kv_only_prefills_are_the_default_on_v2_and_asked_for_on_v1(monkeypatch)
     assert prefill_runner(monkeypatch, None)[0].prefill_kv_only is not None
     assert prefill_runner(monkeypatch, None, v2=False)[0].prefill_kv_only is None
     assert prefill_runner(monkeypatch, "1", v2=False)[0].prefill_kv_only is not None
+    monkeypatch.setenv("SPECCONSOLE_OFF_LEAN_V1", "1")  # measured together with the lean v1 step
+    assert prefill_runner(monkeypatch, None, v2=False)[0].prefill_kv_only is not None
+    assert prefill_runner(monkeypatch, "0", v2=False)[0].prefill_kv_only is None
     assert prefill_runner(monkeypatch, "0")[0].prefill_kv_only is None
 
 

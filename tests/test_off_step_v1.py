@@ -378,7 +378,7 @@ def init_runner(monkeypatch, env, v2=False, kv_only_cls=draft_kv_only.KvOnlyRunn
     runner.worker = worker_for_reasons()
     runner.kv_only = kv_only_cls.__new__(kv_only_cls) if kv_only_cls else None
     if runner.kv_only is not None:
-        runner.kv_only.full_runner = reference
+        runner.kv_only.full_runner, runner.kv_only.ok = reference, True
     runner.off_kv_state = types.SimpleNamespace(cuda_graph_runner_for_draft_extend="kv graph")
     runner.off_state = types.SimpleNamespace(draft_extend_attn_backend=backend())
     runner.off_sampling = sampling_mode
@@ -393,6 +393,10 @@ def test_lean_v1_steps_are_built_only_when_asked_for_on_v1_with_the_kv_only_grap
     assert init_runner(monkeypatch, "1", v2=True).off_lean_v1 is None
     built = init_runner(monkeypatch, "1")
     assert built.off_lean_v1 == "on" and built.lean_v1.draft_extend == "kv graph"
+    built.kv_only.ok = False  # the KV-only proof failed since: OFF steps take SGLang's full path
+    assert built.off_lean_v1 == "KV-only draft extend off (its proof failed)"
+    built.kv_only.ok, built.lean_v1.ok = True, False
+    assert built.off_lean_v1 == "proof failed"
     assert (built.off_lean_v1_steps, built.off_lean_v1_checks, built.off_lean_v1_mismatches) == (0, 0, 0)
     eager = init_runner(monkeypatch, "1", kv_only_cls=draft_kv_only.EagerKvOnly)
     assert eager.lean_v1 is None and eager.off_lean_v1 == "no KV-only draft-extend CUDA graph"

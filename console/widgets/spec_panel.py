@@ -353,8 +353,9 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     if g.spec_version == "v1":
         # measured on the H200 (README, Results): forced off 0.64x of the default server without
         # speculation on SGLang's OFF path, 0.77x with the lean OFF step
-        share, hint = (("~3/4", "") if g.off_lean_v1 == "on"
-                       else ("~2/3", "; SPECCONSOLE_OFF_LEAN_V1=1 gives ~3/4"))
+        share = "~3/4" if g.off_lean_v1 == "on" else "~2/3"
+        # the lean step takes topk 1 only, and says why not where it was asked for
+        hint = "; SPECCONSOLE_OFF_LEAN_V1=1 gives ~3/4" if g.off_lean_v1 is None and g.topk == 1 else ""
         rows.append([Text(f"v1 runs without the overlap scheduler, OFF steps too: expect {share} of the tok/s of an "
                           f"overlapped server without speculation{hint} (README, Results)", d["dim"])])
     if g.ranks:
