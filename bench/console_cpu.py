@@ -284,7 +284,8 @@ def child_main(a: argparse.Namespace) -> int:
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.console_cpu", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.console_cpu", description=__doc__.split("\n")[0],
+                                allow_abbrev=False)
     p.add_argument("--size", type=parse_size, default=(160, 50), help="terminal COLSxROWS (160x50)")
     p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per repeat (30)")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds after connected before measuring (5)")
@@ -298,7 +299,23 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--log-dir", default=None, help=argparse.SUPPRESS)
     p.add_argument("--profile-out", default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if a.child:
+        return a
+    for name, value, low in (("--seconds", a.seconds, 0.0), ("--interval", a.interval, 0.0)):
+        if not value > low:
+            p.error(f"{name} must be > 0, got {value}")
+    if a.warmup < 0:
+        p.error(f"--warmup must be >= 0, got {a.warmup}")
+    if a.repeat < 1:
+        p.error(f"--repeat must be >= 1, got {a.repeat}")
+    if a.gpus < 0:
+        p.error(f"--gpus must be >= 0, got {a.gpus}")
+    if a.keep_profile is not None and not a.profile:
+        p.error("--keep-profile needs --profile")
+    if a.out is not None and not a.out.parent.is_dir():  # before minutes of measuring, not after
+        p.error(f"--out {a.out}: no directory {a.out.parent}")
+    return a
 
 
 def main(argv: Optional[List[str]] = None) -> int:

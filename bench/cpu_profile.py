@@ -184,12 +184,19 @@ def read_raw(raw: Path) -> str:
 
 
 def parse_file(raw: Path) -> List[Tuple[Stack, int]]:
-    """:func:`parse_raw` of a recording file (:func:`read_raw`); errors name the file."""
+    """:func:`parse_raw` of a recording file (:func:`read_raw`); errors name the file.
+
+    Raises:
+        ValueError: unreadable, not py-spy raw output, or no samples at all.
+    """
     text = read_raw(raw)
     try:
-        return parse_raw(text)
+        stacks = parse_raw(text)
     except ValueError as exc:
         raise ValueError(f"{raw}: {exc}") from None
+    if not stacks:
+        raise ValueError(f"{raw}: no samples (an empty recording)")
+    return stacks
 
 
 def summary_path(raw: Path) -> Path:
@@ -217,10 +224,14 @@ def resummarize(traffic_json: Path) -> Dict[str, Any]:
             is missing.
     """
     try:
-        runs = json.loads(traffic_json.read_text())["runs"]
-        run = runs[-1]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-        raise ValueError(f"cannot read a traffic run from {traffic_json}: {type(exc).__name__}: {exc}") from None
+        doc = json.loads(traffic_json.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {traffic_json}: {exc}") from None
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list) or not runs:
+        raise ValueError(f"{traffic_json} is not a traffic run file (bench.throughput traffic's traffic-*.json: "
+                         f"an object with a non-empty list 'runs')")
+    run = runs[-1]
     prof = run.get("cpu_profile") if isinstance(run, dict) else None
     if not isinstance(prof, dict) or not isinstance(prof.get("raw"), str):
         raise ValueError(f"{traffic_json}: the run has no CPU profile (traffic --cpu-profile-row)")
@@ -277,19 +288,32 @@ def _table(rows: List[Dict[str, Any]], unit: str) -> str:
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cpu_profile", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu_profile", description=__doc__.split("\n\n")[0],
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("summarize", help="one py-spy raw recording: the top functions")
     s.add_argument("raw", type=Path)
-    s.add_argument("--rate", type=int, default=RATE_HZ, help=f"the recording's sampling rate, Hz (default {RATE_HZ})")
+    s.add_argument("--rate", type=_positive_int, default=RATE_HZ,
+                   help=f"the recording's sampling rate, Hz (default {RATE_HZ})")
     r = sub.add_parser("resummarize", help="the summary of a traffic run's recording again, from the raw file "
                                            "beside its traffic-*.json")
     r.add_argument("traffic_json", type=Path)
     c = sub.add_parser("compare", help="B against A: two summaries (.json) of traffic --cpu-profile-row")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
-    c.add_argument("--top", type=int, default=TOP)
+    c.add_argument("--top", type=_positive_int, default=TOP, help=f"rows shown (default {TOP})")
     a = parser.parse_args(argv)
     try:
         if a.cmd == "summarize":

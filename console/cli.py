@@ -48,7 +48,7 @@ MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0  # poll period bounds (a longer one
 
 
 def _common() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     p.add_argument("--readonly", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                    help="no threshold changes (--no-readonly: allow them, over the config file's readonly)")
     p.add_argument("--interval", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (server arguments go after ``--`` and are split off before parsing)."""
     common = _common()
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="specconsole",
         parents=[common],
         description="Terminal console for SGLang EAGLE/EAGLE-3 with dynamic speculation disable.",
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"specconsole {__version__}")
     sub = parser.add_subparsers(dest="mode", metavar="{launch,attach,demo}")
     launch = sub.add_parser(
-        "launch", parents=[common], help="start a server and own it: specconsole launch -- <server args>",
+        "launch", parents=[common], allow_abbrev=False, help="start a server and own it: specconsole launch -- <server args>",
         usage="specconsole launch [options] -- <server args>",
         description="Start python -m server_patch.launch_server <server args> in its own process group, "
                     "watch it, and stop the whole group on quit, SIGTERM or SIGHUP.",
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the server log goes (default " + LOG_DIR_HELP + ")")
     launch.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="SIGTERM to SIGKILL delay when stopping the server group (default 10)")
-    attach = sub.add_parser("attach", parents=[common], help="watch a running server (never stops it)")
+    attach = sub.add_parser("attach", parents=[common], allow_abbrev=False, help="watch a running server (never stops it)")
     attach.add_argument("url", nargs="+",
                         help="e.g. http://127.0.0.1:30000 (http:// is added when no scheme is given); "
                              "several: a server list, one in focus ([ and ] move it); SGLang's router: its workers")
@@ -90,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the server's log file to follow (several servers: one --log per URL, in order)")
     attach.add_argument("--api-key", default=None, help="the server's --api-key / --admin-api-key (every server's)")
     demo = sub.add_parser(
-        "demo", parents=[common], help="run against a built-in simulated server (no GPU needed)",
+        "demo", parents=[common], allow_abbrev=False, help="run against a built-in simulated server (no GPU needed)",
         usage="specconsole demo [options] [-- <demo server args>]",
         description="Start the simulated server (python -m console.demo_server) like a real one and watch it.",
         epilog="Arguments after -- go to the demo server, e.g. -- --load 8,48 --phase-seconds 5 "

@@ -86,7 +86,8 @@ def _threshold_arg(text: str) -> int | str:
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser: the SGLang options the simulation uses, plus the demo/test knobs."""
-    p = argparse.ArgumentParser(prog="python -m console.demo_server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m console.demo_server", description=__doc__.split("\n\n")[0],
+                                allow_abbrev=False)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--log", default=None, help="append log lines to FILE (default: stdout)")

@@ -40,7 +40,8 @@ MAX_COLS, MAX_ROWS = 1000, 500  # a screenshot larger than any terminal (99999x9
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m console.headless_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m console.headless_check", description=__doc__.split("\n\n")[0],
+                                allow_abbrev=False)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="attach to this server")
     target.add_argument("--demo", action="store_true", help="start the simulated server")

@@ -65,7 +65,8 @@ def watch(pgid: int, timeout_s: float, fd: int = 0) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m console.supervisor --pgid G --timeout T``: watch stdin (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m console.supervisor", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m console.supervisor", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("--pgid", type=int, required=True, help="the server's process group id")
     parser.add_argument("--timeout", type=float, required=True, help="seconds between SIGTERM and SIGKILL")
     args = parser.parse_args(argv)

@@ -133,7 +133,7 @@ def test_a_traffic_runs_recording_is_summarized_again_from_its_gzipped_raw_file(
 
 
 @pytest.mark.parametrize("doc, message", [
-    ({"runs": [1]}, "has no CPU profile"), ({"runs": {}}, "cannot read a traffic run"),
+    ({"runs": [1]}, "has no CPU profile"), ({"runs": {}}, "is not a traffic run file"), ({"a": 1}, "is not a traffic run file"), ([1, 2], "is not a traffic run file"),
     ({"runs": [{"cpu_profile": {"raw": 3}}]}, "has no CPU profile"),
     ({"runs": [{"cpu_profile": {"raw": "x.txt", "workload": "varied-closed"}}]}, "lacks a workload, level or seconds"),
 ])

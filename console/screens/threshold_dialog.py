@@ -43,7 +43,7 @@ def parse_int_field(name: str, text: str, upper: int | None = None, auto: bool =
     if auto and value.lower() == contract.AUTO:
         return contract.AUTO
     if not _INTEGER.fullmatch(value):
-        return f"{name} {value!r} is not a whole number: type digits only (e.g. 32)"
+        return f"{name} {value!r} is not a whole number (e.g. 32)"
     if len(value.lstrip("-")) > MAX_DIGITS:
         shown = value if len(value) <= 12 else value[:12] + "…"
         limit = f"at most {upper}" if upper is not None else f"at most {MAX_DIGITS} digits"
