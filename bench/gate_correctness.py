@@ -360,6 +360,8 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     # v1 lean OFF steps: the draft K/V's slots, seq_lens and greedy tokens checked on sampled steps
     rec["off_lean_v1"] = g.get("off_lean_v1")
     rec["off_lean_v1_steps"] = g.get("off_lean_v1_steps", 0)
+    rec["off_verify_metadata"] = g.get("off_verify_metadata")  # fa3: the fused OFF verify metadata
+    _rank_proof(rec, g, "off_verify_metadata", active=g.get("off_verify_metadata") == "fused")
     # what the OFF path ran (the plugin's defaults change between versions: part of an entry's identity)
     rec["off_path"] = {"kv_only_runs": g.get("off_kv_only_runs"), "kv_only_prefills": rec["off_kv_only_prefills"] > 0,
                        "lean_draft_extend": rec["off_lean_draft_extend_steps"] > 0, "lean_v1": rec["off_lean_v1"]}

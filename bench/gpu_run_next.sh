@@ -3,7 +3,8 @@
 # with the lean v1 OFF step and the KV-only draft prefill (gate_correctness on the KV-sensitive pair,
 # alone on the GPU once the 8B pair is written: on 2026-12-04b it ran beside the writer and found no
 # memory), then issue 16's rows in one run without py-spy: fa3 / triton / v1 none and off at 32 / 64
-# / 128, v1 off with the lean step; the lean replay of the KV-only graph (opt-in) on the OFF servers;
+# / 128, v1 off with the lean step; the lean replay of the KV-only graph and (fa3) the fused OFF verify
+# metadata (both opt-in) on the OFF servers;
 # then the p = 0.5 pair on fa3 if time is left. Rename it to its date when run. The steps models /
 # install / part / wait are bench/gpu_run_2026_12_03c.sh's (same carries).
 set -uo pipefail
@@ -13,7 +14,7 @@ R=/tmp/run
 source .gpuwheels/B/env.sh
 bash bench/gpu_run_2026_12_03c.sh heartbeat
 v1lean() { SPECCONSOLE_OFF_LEAN_V1=1 SPECCONSOLE_OFF_PREFILL_KV_ONLY=1 SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY=1 "$@"; }
-replay() { SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY=1 "$@"; }
+replay() { SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY=1 SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1 "$@"; }  # opt-in cuts
 for t in $(seq 120); do [ -e "$R/models1b.done" ] && break; sleep 1; done
 python3 -m bench.synthetic_models --out /tmp/models/1b/kv-p0.2 --preset 1b --p-wrong 0.2 --kv-sensitive \
   --device cuda >"$R/models-kv.log" 2>&1

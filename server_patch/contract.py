@@ -338,6 +338,9 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_lean_v1_steps": "int",
     "off_lean_v1_checks": "int",
     "off_lean_v1_mismatches": "int",
+    "off_verify_metadata": "str",
+    "off_verify_metadata_checks": "int",
+    "off_verify_metadata_mismatches": "int",
     "off_resume_steps": "int",
     "off_early_seq_lens": "bool",
     "off_early_seq_lens_steps": "int",
@@ -367,7 +370,8 @@ RANK_FIELDS: Tuple[str, ...] = (
     "tp_rank", "spec_enabled", "threshold", "hysteresis", "switches", "decode_steps_on",
     "decode_steps_off", "off_attention_checks", "off_attention_mismatches",
     "off_early_seq_lens_checks", "off_early_seq_lens_mismatches", "off_kv_only_checks",
-    "off_kv_only_mismatches", "off_lean_v1_checks", "off_lean_v1_mismatches", "off_resume_steps", "target_prefill_checks", "target_prefill_mismatches", "mode",
+    "off_kv_only_mismatches", "off_lean_v1_checks", "off_lean_v1_mismatches",
+    "off_verify_metadata_checks", "off_verify_metadata_mismatches", "off_resume_steps", "target_prefill_checks", "target_prefill_mismatches", "mode",
     "decisions_digest", "host", "node_rank", "gpu",
 )
 #: ``last_switch``: decode step index, ``"on"``/``"off"``, batch size (req)

@@ -45,7 +45,7 @@ from typing import Any, Callable, List, Optional
 
 import torch
 
-from server_patch import draft_kv_only, off_attention, off_step_v1, options
+from server_patch import draft_kv_only, off_attention, off_fa3, off_step_v1, options
 from server_patch import off_sampling as sampling
 from server_patch.contract import sampled
 
@@ -198,6 +198,9 @@ class OffStepRunner:
     #: the lean v1 OFF step (``off_step_v1``; None: not built) and why not (None: not asked for)
     lean_v1: Optional[off_step_v1.LeanOffStepV1] = None
     _lean_v1_reason: Optional[str] = None
+    #: ``off_fa3``: the fused OFF verify metadata (None: not built) and spec_gate's word for it
+    fa3_verify_metadata: Optional[off_fa3.FusedVerifyMetadata] = None
+    off_verify_metadata: Optional[str] = None
 
     def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
         self.worker = worker
@@ -228,6 +231,9 @@ class OffStepRunner:
         self.lean_draft_extend_steps = 0  # OFF steps that took the lean post-processing
         self.off_sampling = sampling.mode(self.v2, self.topk)
         self._init_lean_v1()
+        # fa3: the OFF verify's replay metadata with the decode path's fused kernel (off_fa3, opt-in)
+        self.fa3_verify_metadata, self.off_verify_metadata = off_fa3.install(
+            self.off_state.target_attn_backend, sampled, self.any_rank)
 
     def _init_lean_v1(self) -> None:
         """The lean v1 OFF step (``off_step_v1``, ``SPECCONSOLE_OFF_LEAN_V1=1``): ``lean_v1`` (None
@@ -264,6 +270,14 @@ class OffStepRunner:
         if self.off_draft_extend != draft_kv_only.KV_ONLY:
             return "KV-only draft extend off (its proof failed)"
         return "on"
+
+    @property
+    def off_verify_metadata_checks(self) -> int:
+        return self.fa3_verify_metadata.checks if self.fa3_verify_metadata is not None else 0
+
+    @property
+    def off_verify_metadata_mismatches(self) -> int:
+        return self.fa3_verify_metadata.mismatches if self.fa3_verify_metadata is not None else 0
 
     @property
     def off_lean_v1_steps(self) -> int:

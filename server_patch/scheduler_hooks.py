@@ -263,6 +263,9 @@ class _RunnerDefaults:
     off_lean_v1_steps = 0
     off_lean_v1_checks = 0
     off_lean_v1_mismatches = 0
+    off_verify_metadata = None  # not fa3, or SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA not 1
+    off_verify_metadata_checks = 0
+    off_verify_metadata_mismatches = 0
 
 
 def _kv(runner: Any, counter: str, which: str = "kv_only", default: Any = 0) -> Any:

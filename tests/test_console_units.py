@@ -896,6 +896,10 @@ def test_details_say_how_the_targets_prefills_run_and_what_v1_gives_up():
     assert "OFF step path SGLang's verify path (topk > 1)" in topk4 and "SPECCONSOLE_OFF_LEAN_V1" not in topk4
     assert "SPECCONSOLE_OFF_LEAN_V1" not in text(spec_version="v1", topk=4)  # the lean step takes topk 1 only
     assert "OFF step path" not in text(spec_version="v2")
+    assert "OFF verify metadata fused, 64 checked, 0 wrong" in text(
+        off_verify_metadata="fused", off_verify_metadata_checks=64, off_verify_metadata_mismatches=0)
+    assert "OFF verify metadata FlashAttention's (topk > 1)" in text(off_verify_metadata="topk > 1")
+    assert "OFF verify metadata" not in text()
 
 
 def test_stale_values_while_the_server_is_down():

@@ -556,3 +556,35 @@ def test_the_lean_replay_of_the_kv_only_graph_repeats_sglangs_replay_for_the_buf
                  "self._replay(forward_batch)", "out = self.output_buffers[bs]", "unpadding_bs = num_tokens",
                  "unpadding_bs = raw_bs", "out.topk_p = out_copy.topk_p[:unpadding_bs]"):
         assert line in replay, line
+
+
+def test_the_fused_off_verify_metadata_repeats_flashattentions_topk1_verify_branch():
+    """``off_fa3``: FlashAttention's TARGET_VERIFY topk-1 replay branch computes ``seq_lens + draft
+    tokens``, its cumsum and the page table over ``max_seq_len_k`` pages, which the decode branch's
+    fused ``normal_decode_set_metadata`` computes with ``seq_len_delta``; the graph runner calls the
+    method with the parameters the wrapper takes."""
+    fa = SRT / "layers/attention/flashattention_backend.py"
+    cls = _methods(_classes(fa)["FlashAttentionBackend"])
+    replay = cls["init_forward_metadata_replay_cuda_graph"]
+    assert _params(replay) == ["self", "bs", "req_pool_indices", "seq_lens", "seq_lens_sum", "encoder_lens",
+                               "forward_mode", "spec_info", "seq_lens_cpu", "out_cache_loc"]
+    text = ast.unparse(replay)
+    branch = text[text.index("elif forward_mode.is_target_verify():"):text.index("elif forward_mode.is_draft_extend():")]
+    for line in ("metadata = self.target_verify_metadata[bs]",
+                 "metadata.cache_seqlens_int32.copy_(seq_lens + self.speculative_num_draft_tokens)",
+                 "metadata.max_seq_len_k = seq_lens_cpu.max().item() + self.speculative_num_draft_tokens",
+                 "metadata.cu_seqlens_k[1:].copy_(torch.cumsum(metadata.cache_seqlens_int32, dim=0, dtype=torch.int32))",
+                 "page_indices = self.req_to_token[req_pool_indices[:, None], self.decode_cuda_graph_metadata['strided_indices'][:max_seq_pages]]",
+                 "page_indices //= self.page_size", "metadata.page_table[:, :max_seq_pages].copy_(page_indices)"):
+        assert line in branch, line
+    assert "self.forward_metadata = metadata" in text and "self.forward_metadata_spec_decode_expand = metadata_expand" in text
+    fused = {n.name: n for n in ast.parse(fa.read_text()).body if isinstance(n, ast.FunctionDef)}["normal_decode_set_metadata"]
+    assert _params(fused) == ["cache_seqlens_int32", "cu_seqlens_k", "page_table", "req_to_token", "req_pool_indices",
+                              "strided_indices", "max_seq_pages", "seq_lens", "seq_len_delta", "page_size",
+                              "swa_page_table", "token_to_kv_pool"]
+    init = ast.unparse(cls["__init__"])
+    for attr in ("self.topk =", "self.speculative_num_draft_tokens =", "self.page_size =", "self.req_to_token =",
+                 "self.use_sliding_window_kv_pool =", "self.has_swa ="):
+        assert attr in init, attr
+    runner = ast.unparse(_methods(_classes(SRT / "model_executor/cuda_graph_runner.py")["CudaGraphRunner"])["replay_prepare"])
+    assert "attn_backend.init_forward_metadata_replay_cuda_graph(bs, buffers.req_pool_indices[:bs], buffers.seq_lens[:bs]" in runner

@@ -316,6 +316,15 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         else:
             proof = f" ({g.off_draft_extend_reason})" if g.off_draft_extend_reason else ""
         rows.append([_t(("OFF draft extend ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
+    if g.off_verify_metadata is not None:
+        # fa3, SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1: the OFF verify's replay metadata fused (server_patch/off_fa3.py)
+        if g.off_verify_metadata == "fused":
+            value = "fused"
+            proof = (f", {fmt.num(g.off_verify_metadata_checks)} checked, "
+                     f"{fmt.num(g.off_verify_metadata_mismatches)} wrong")
+        else:
+            value, proof = "FlashAttention's", f" ({g.off_verify_metadata})"
+        rows.append([_t(("OFF verify metadata ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
     if g.off_lean_v1 is not None:
         # v1, SPECCONSOLE_OFF_LEAN_V1=1: OFF steps without SGLang's mid-step syncs (server_patch/off_step_v1.py)
         if g.off_lean_v1 == "on":
