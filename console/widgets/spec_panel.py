@@ -203,6 +203,13 @@ def _t(*pieces: tuple[str, object]) -> Text:
     return text
 
 
+def _opt_in_row(d: dict, label: str, status: str, on: str, on_value: str, on_proof: str, off_value: str) -> list:
+    """A details row for an opt-in OFF-path cut: ``on_value`` and its proof while ``status`` is
+    ``on``, else ``off_value`` and ``status`` (why not) in parentheses."""
+    value, proof = (on_value, on_proof) if status == on else (off_value, f" ({status})")
+    return [_t((label, d["label"]), (value, d["value"]), (proof, d["dim"]))]
+
+
 def _worker_part(s: st.ConsoleSnapshot, d: dict) -> list[Text]:
     w = s.worker
     if w.live_class is None:
@@ -318,22 +325,14 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         rows.append([_t(("OFF draft extend ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
     if g.off_verify_metadata is not None:
         # fa3, SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1: the OFF verify's replay metadata fused (server_patch/off_fa3.py)
-        if g.off_verify_metadata == "fused":
-            value = "fused"
-            proof = (f", {fmt.num(g.off_verify_metadata_checks)} checked, "
-                     f"{fmt.num(g.off_verify_metadata_mismatches)} wrong")
-        else:
-            value, proof = "FlashAttention's", f" ({g.off_verify_metadata})"
-        rows.append([_t(("OFF verify metadata ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
+        rows.append(_opt_in_row(d, "OFF verify metadata ", g.off_verify_metadata, "fused", "fused",
+                                f", {fmt.num(g.off_verify_metadata_checks)} checked, "
+                                f"{fmt.num(g.off_verify_metadata_mismatches)} wrong", "FlashAttention's"))
     if g.off_lean_v1 is not None:
         # v1, SPECCONSOLE_OFF_LEAN_V1=1: OFF steps without SGLang's mid-step syncs (server_patch/off_step_v1.py)
-        if g.off_lean_v1 == "on":
-            value = "lean"
-            proof = (f", {fmt.num(g.off_lean_v1_steps)} steps, {fmt.num(g.off_lean_v1_checks)} checked, "
-                     f"{fmt.num(g.off_lean_v1_mismatches)} wrong")
-        else:
-            value, proof = "SGLang's verify path", f" ({g.off_lean_v1})"
-        rows.append([_t(("OFF step path ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
+        rows.append(_opt_in_row(d, "OFF step path ", g.off_lean_v1, "on", "lean",
+                                f", {fmt.num(g.off_lean_v1_steps)} steps, {fmt.num(g.off_lean_v1_checks)} checked, "
+                                f"{fmt.num(g.off_lean_v1_mismatches)} wrong", "SGLang's verify path"))
     if g.off_early_seq_lens is not None:
         # v2: does the scheduler prepare the next batch while an OFF verify runs (server_patch/off_state.py)
         when = "during the OFF verify" if g.off_early_seq_lens else "after the OFF verify"
