@@ -247,6 +247,7 @@ LEAN_REPLAY_ENV_SWITCH = "SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY"
 
 
 def lean_replay_enabled_by_env() -> bool:
+    """True when ``SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY=1`` asks for :func:`lean_replay`."""
     return options.switch(LEAN_REPLAY_ENV_SWITCH, False)
 
 

@@ -69,6 +69,7 @@ ENV_SWITCH = "SPECCONSOLE_OFF_LEAN_V1"
 
 
 def enabled_by_env() -> bool:
+    """True when ``SPECCONSOLE_OFF_LEAN_V1=1`` asks for lean v1 OFF steps (and the v1 KV-only prefill)."""
     return options.switch(ENV_SWITCH, False)
 
 
