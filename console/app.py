@@ -281,9 +281,7 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
         if isinstance(self.screen, NoServerScreen) and action not in ("quit", "help", "command_palette"):
             return False
         if action in ("focus_server", "threshold_all"):
-            if not self.multi or isinstance(self.focused, Input):
-                return False
-            return True
+            return not isinstance(self.focused, Input)  # one server: they say why they do nothing
         if action in ("threshold_step", "threshold_dialog", "threshold_auto"):
             if isinstance(self.focused, Input):
                 return False  # typing into a search/filter box: + - t are text, not threshold keys

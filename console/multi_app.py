@@ -31,6 +31,10 @@ CONTROL = "control"
 SEVERITY = {"info": "information", "ok": "information", "warning": "warning", "error": "error"}
 
 
+#: what [ ] T answer with one server (they act on a server list)
+ONE_SERVER_NOTICE = "one server: [ ] and T act on a server list (specconsole attach URL URL ...)"
+
+
 class MultiServerMixin:
     """For :class:`console.app.SpecConsoleApp`: the server list, the focus and ``T``.
 
@@ -171,6 +175,7 @@ class MultiServerMixin:
     def action_focus_server(self, delta: int) -> None:
         """``[`` / ``]``: the previous / next server takes the panels and the log pane."""
         if not self.multi:
+            self.notify(ONE_SERVER_NOTICE, timeout=3)  # type: ignore[attr-defined]
             return
         i = self.server_focus.move(delta)
         self.session = self.sessions[i]
@@ -190,6 +195,7 @@ class MultiServerMixin:
     def action_threshold_all(self) -> None:
         """``T``: the threshold dialog for all servers, then a confirm, then each server's change."""
         if not self.multi:
+            self.notify(ONE_SERVER_NOTICE, timeout=3)  # type: ignore[attr-defined]
             return
         if self.cfg.readonly:  # type: ignore[attr-defined]
             self.session.refuse("read-only: threshold changes are disabled (--readonly)")

@@ -272,6 +272,18 @@ async def test_readonly_refuses_threshold_keys(make_app):
         assert any("read-only" in n for n in notifications(app))  # said, not silently ignored
 
 
+async def test_server_list_keys_with_one_server_say_why_they_do_nothing(make_app):
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        for key in ("left_square_bracket", "T"):
+            app.clear_notifications()
+            await pilot.press(key)
+            await pilot.pause(0.3)
+            assert app.screen.__class__.__name__ == "MainScreen"  # no dialog opened
+            assert any("act on a server list" in n for n in notifications(app)), key
+
+
 async def test_attach_to_nothing_shows_unreachable_and_keeps_running(tmp_path):
     cfg = AppConfig(mode="attach", url=f"http://127.0.0.1:{free_port()}", interval_s=0.2, handle_signals=False)
     app = SpecConsoleApp(cfg, nvml_module=SimulatedNvml(init_error=12))
