@@ -271,26 +271,6 @@ class OffStepRunner:
             return "KV-only draft extend off (its proof failed)"
         return "on"
 
-    @property
-    def off_verify_metadata_checks(self) -> int:
-        return self.fa3_verify_metadata.checks if self.fa3_verify_metadata is not None else 0
-
-    @property
-    def off_verify_metadata_mismatches(self) -> int:
-        return self.fa3_verify_metadata.mismatches if self.fa3_verify_metadata is not None else 0
-
-    @property
-    def off_lean_v1_steps(self) -> int:
-        return self.lean_v1.steps if self.lean_v1 is not None else 0
-
-    @property
-    def off_lean_v1_checks(self) -> int:
-        return self.lean_v1.checks if self.lean_v1 is not None else 0
-
-    @property
-    def off_lean_v1_mismatches(self) -> int:
-        return self.lean_v1.mismatches if self.lean_v1 is not None else 0
-
     def _init_kv_only(self) -> None:
         """The KV-only OFF draft extend (``draft_kv_only``): a second OFF state whose draft-extend
         graphs only store the draft's K/V. ``off_draft_extend`` says which one OFF steps run and
@@ -586,15 +566,34 @@ class OffStepRunner:
         ``resume=True``: the full OFF step that refreshes the draft's top-k and hidden state
         before speculation resumes after KV-only steps (not counted in ``off_steps_cuda_graph``).
         """
-        owner = self._draft_owner
         early = self._early_seq_lens(batch) if self.early_seq_lens else None
         kv_only = not resume and self.off_draft_extend == draft_kv_only.KV_ONLY
         kv_replays = self.kv_only.count if self.kv_only is not None else 0
+        replays_before = self.off_target_graph.count
         if kv_only and self.lean_v1 is not None and self.lean_v1.reason(batch) is None:
-            return self._run_lean_v1(batch, kv_replays)
+            self._apply(self.off_kv_state)
+            try:
+                result = self.lean_v1.run(batch, _trivial_verify_input)
+            finally:
+                self._apply(self.on_state)
+        else:
+            result = self._run_sglang_off_step(forward, batch, kv_only)
+        if resume:
+            self.resume_steps += 1
+        elif self.off_target_graph.count > replays_before:
+            self.off_steps_cuda_graph += 1
+        # Stale only when the KV-only graph really ran (an eager fallback runs the full draft).
+        self.draft_stale = kv_only and self.kv_only.count > kv_replays
+        if early is not None:
+            self._publish_early_seq_lens(result, *early)
+        return result
+
+    def _run_sglang_off_step(self, forward: Callable, batch: Any, kv_only: bool):
+        """The OFF step through the worker's own ``forward_batch_generation`` (``forward``), with the
+        draft stage replaced by the trivial verify input, under the OFF (or KV-only OFF) state."""
+        owner = self._draft_owner
         self._apply(self.off_kv_state if kv_only else self.off_state)
         owner.draft = self._off_draft_v2 if self.v2 else self._off_draft_v1
-        replays_before = self.off_target_graph.count
         draws = (sampling.plain_sampling(self.worker.target_worker.model_runner.sampler, self.v2)
                  if self.off_sampling == sampling.PLAIN else contextlib.nullcontext())
         eager_kv = (self.kv_only.installed() if kv_only and isinstance(self.kv_only, draft_kv_only.EagerKvOnly)
@@ -610,27 +609,6 @@ class OffStepRunner:
             if lean:
                 del owner._draft_extend_for_decode
             self._apply(self.on_state)
-        if resume:
-            self.resume_steps += 1
-        elif self.off_target_graph.count > replays_before:
-            self.off_steps_cuda_graph += 1
-        # Stale only when the KV-only graph really ran (an eager fallback runs the full draft).
-        self.draft_stale = kv_only and self.kv_only.count > kv_replays
-        if early is not None:
-            self._publish_early_seq_lens(result, *early)
-        return result
-
-    def _run_lean_v1(self, batch: Any, kv_replays: int):
-        """One lean v1 OFF step (``off_step_v1``) under the KV-only OFF state."""
-        replays_before = self.off_target_graph.count
-        self._apply(self.off_kv_state)
-        try:
-            result = self.lean_v1.run(batch, _trivial_verify_input)
-        finally:
-            self._apply(self.on_state)
-        if self.off_target_graph.count > replays_before:
-            self.off_steps_cuda_graph += 1
-        self.draft_stale = self.kv_only.count > kv_replays
         return result
 
     def _lean_draft_extend_v2(self, original: Callable) -> Callable:

@@ -209,6 +209,26 @@ class GateRuntime:
         return getattr(self.runner, "lean_draft_extend_steps", 0)
 
     @property
+    def off_lean_v1_steps(self) -> int:
+        return _kv(self.runner, "steps", "lean_v1")
+
+    @property
+    def off_lean_v1_checks(self) -> int:
+        return _kv(self.runner, "checks", "lean_v1")
+
+    @property
+    def off_lean_v1_mismatches(self) -> int:
+        return _kv(self.runner, "mismatches", "lean_v1")
+
+    @property
+    def off_verify_metadata_checks(self) -> int:
+        return _kv(self.runner, "checks", "fa3_verify_metadata")
+
+    @property
+    def off_verify_metadata_mismatches(self) -> int:
+        return _kv(self.runner, "mismatches", "fa3_verify_metadata")
+
+    @property
     def off_kv_only_runs(self) -> Optional[str]:
         """``cuda-graph`` or ``eager`` (how the KV-only draft extend runs), None without one."""
         return _kv(self.runner, "runs", default=None)
@@ -260,16 +280,12 @@ class _RunnerDefaults:
     off_attention_checks = 0
     off_attention_mismatches = 0
     off_lean_v1 = None  # v2, or v1 without SPECCONSOLE_OFF_LEAN_V1=1
-    off_lean_v1_steps = 0
-    off_lean_v1_checks = 0
-    off_lean_v1_mismatches = 0
     off_verify_metadata = None  # not fa3, or SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA not 1
-    off_verify_metadata_checks = 0
-    off_verify_metadata_mismatches = 0
 
 
 def _kv(runner: Any, counter: str, which: str = "kv_only", default: Any = 0) -> Any:
-    """``runner.<which>.<counter>`` (a KvProof's field), ``default`` without that proof."""
+    """``runner.<which>.<counter>`` (a proof's counter: the KV-only extend's, the KV-only
+    prefill's, the lean v1 step's, the fused fa3 metadata's), ``default`` without that proof."""
     kv = getattr(runner, which, None)
     return getattr(kv, counter, default) if kv is not None else default
 

@@ -397,7 +397,7 @@ def test_lean_v1_steps_are_built_only_when_asked_for_on_v1_with_the_kv_only_grap
     assert built.off_lean_v1 == "KV-only draft extend off (its proof failed)"
     built.kv_only.ok, built.lean_v1.ok = True, False
     assert built.off_lean_v1 == "proof failed"
-    assert (built.off_lean_v1_steps, built.off_lean_v1_checks, built.off_lean_v1_mismatches) == (0, 0, 0)
+    assert (built.lean_v1.steps, built.lean_v1.checks, built.lean_v1.mismatches) == (0, 0, 0)
     eager = init_runner(monkeypatch, "1", kv_only_cls=draft_kv_only.EagerKvOnly)
     assert eager.lean_v1 is None and eager.off_lean_v1 == "no KV-only draft-extend CUDA graph"
     speculative = init_runner(monkeypatch, "1", sampling_mode="speculative-verify")
