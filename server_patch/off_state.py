@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -132,6 +132,44 @@ def _no_multistep_draft_backend_for_zero_steps():
     return _replaced(DraftBackendFactory, "create_decode_backend", create_decode_backend)
 
 
+class _TrivialTreeConstants:
+    """The constant tensors of a 1-node verify tree, made once per device and sliced per step.
+
+    A CPU-bound OFF step pays every launch (``bench/results/h200-2026-12-04b/README.md``: this
+    function was +1.2 / +1.9 ms of scheduler CPU per 1,000 tokens on fa3 / v1, three fills and
+    an allocation per step). SGLang's own chain verify caches them the same way
+    (``speculative/dflash_utils.py`` in 0.5.12): its verify kernels only read them.
+    """
+
+    def __init__(self) -> None:
+        self._rows: Dict[Any, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._mask: Dict[Any, torch.Tensor] = {}
+
+    def tree(self, bs: int, device: Any) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(retrieve_index, retrieve_next_token, retrieve_next_sibling)``: (bs, 1) int64 each,
+        ``arange(bs)`` and -1 twice (read-only views of shared buffers)."""
+        cached = self._rows.get(device)
+        if cached is None or cached[0].shape[0] < bs:
+            cap = max(bs, 256, 2 * cached[0].shape[0] if cached is not None else 0)
+            cached = (torch.arange(cap, dtype=torch.long, device=device).unsqueeze(1),
+                      torch.full((cap, 1), -1, dtype=torch.long, device=device))
+            self._rows[device] = cached
+        index, minus_one = cached
+        return index[:bs], minus_one[:bs], minus_one[:bs]
+
+    def all_true(self, n: int, device: Any) -> torch.Tensor:
+        """An all-True bool mask of ``n`` entries (a read-only view of a shared buffer)."""
+        mask = self._mask.get(device)
+        if mask is None or mask.shape[0] < n:
+            mask = torch.ones(max(n, 2 * mask.shape[0] if mask is not None else 0, 1 << 16),
+                              dtype=torch.bool, device=device)
+            self._mask[device] = mask
+        return mask[:n]
+
+
+_TREE = _TrivialTreeConstants()
+
+
 def _trivial_verify_input(
     bonus_tokens: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -144,7 +182,8 @@ def _trivial_verify_input(
 
     Shapes: ``bonus_tokens`` (bs,), ``seq_lens`` (bs,). Every position of a 1-node tree is
     visible, so the custom mask (``seq_lens_sum * 1 + 1 * bs`` entries in SGLang's FULL_MASK
-    layout) is all True. Mirrors 0.5.23 ``EAGLEWorkerV2._build_trivial_verify_input``.
+    layout) is all True. Mirrors 0.5.23 ``EAGLEWorkerV2._build_trivial_verify_input``; its
+    constant tensors come from :class:`_TrivialTreeConstants` (SGLang's verify only reads them).
     """
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
     from sglang.srt.speculative.eagle_info import EagleVerifyInput
@@ -156,14 +195,15 @@ def _trivial_verify_input(
         mask_buffer.fill_(True)
         custom_mask = mask_buffer
     else:
-        custom_mask = torch.ones(seq_lens_sum + bs, dtype=torch.bool, device=device)
+        custom_mask = _TREE.all_true(seq_lens_sum + bs, device)
+    retrieve_index, next_token, next_sibling = _TREE.tree(bs, device)
     return EagleVerifyInput(
         draft_token=bonus_tokens.to(torch.int64),
         custom_mask=custom_mask,
         positions=seq_lens.to(torch.int64),
-        retrieve_index=torch.arange(bs, dtype=torch.long, device=device).unsqueeze(1),
-        retrieve_next_token=torch.full((bs, 1), -1, dtype=torch.long, device=device),
-        retrieve_next_sibling=torch.full((bs, 1), -1, dtype=torch.long, device=device),
+        retrieve_index=retrieve_index,
+        retrieve_next_token=next_token,
+        retrieve_next_sibling=next_sibling,
         retrieve_cum_len=None,
         spec_steps=OFF_STEPS,
         topk=topk,
