@@ -36,7 +36,8 @@ Every entry records ``kv_sensitive``; an entry of one kind of pair never replace
 
 Usage (GPU machine): python -m bench.gate_correctness --models DIR --out bench/results/gate-correctness.json
 ``--auto`` runs only the auto phase (merged into an existing entry of the same config and TP:
-:func:`merge_result`), ``--skip-auto`` only A-F. One JSON line per configuration as it ends.
+:func:`merge_result`), ``--skip-auto`` only A-F, ``--forced-on-only`` only phase A (the ON path
+against the oracle: a quick check, entries marked ``only``). One JSON line per configuration as it ends.
 KV-sensitive: python -m bench.gate_correctness --models /tmp/models/1b-kv --build 1b --kv-sensitive
 --out bench/results/gate-correctness-kv.json
 """
@@ -76,8 +77,8 @@ from server_patch.contract import AUTO, MODE_AUTO, THRESHOLD_FLAG
 from server_patch.off_attention import DECODE_KERNEL
 
 MAX_RR = 64
-#: which phases a run has: A-F and the auto phase (default), A-F only, the auto phase only
-ALL_PHASES, CLASSIC_ONLY, AUTO_ONLY = "all", "classic", "auto"
+#: which phases a run has: A-F and the auto phase (default), A-F only, the auto phase only, phase A only
+ALL_PHASES, CLASSIC_ONLY, AUTO_ONLY, FORCED_ON_ONLY = "all", "classic", "auto", "forced-on"
 #: the run-time proofs every rank counts (``<key>_checks``, ``<key>_mismatches`` in spec_gate.ranks)
 PROOF_KEYS = ("off_attention", "off_kv_only", "off_early_seq_lens", "target_prefill")
 #: what an auto-only run (``--auto``) writes into an existing entry of the same config and TP
@@ -217,9 +218,12 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
             gate_startup_lines=gate_startup_lines(log),
             off_cuda_graph=g["off_cuda_graph"], max_running_requests=g["max_running_requests"],
         )
-        if phases != AUTO_ONLY:
+        if phases == FORCED_ON_ONLY:
+            rec["only"] = FORCED_ON_ONLY
+            rec["oracle_match"] = _phase_a(rec, url, oracle, cfg)
+        elif phases != AUTO_ONLY:
             _classic_phases(rec, url, oracle, cfg, switches_target)
-        if phases != CLASSIC_ONLY:
+        if phases not in (CLASSIC_ONLY, FORCED_ON_ONLY):
             _auto_phase(rec, url, oracle, auto_options or AutoOptions())
     except Exception as exc:  # keep the other runs going; the record says why this one failed
         record_failure(rec, server, exc)
@@ -228,23 +232,27 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
     return rec
 
 
-def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, Any], switches_target: int) -> None:
-    """Phases A-F on the server at ``url`` (its threshold set to MAX_RR at start), into ``rec``."""
-    vocab = oracle.vocab
-    oks = []
-
-    # A. forced ON
-    prompts_a = make_prompts(vocab, 16, 32, 1)
+def _phase_a(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, Any]) -> bool:
+    """Phase A, speculation on from the start (no OFF step yet), into ``rec``; returns whether the
+    outputs equal the oracle's. Each request's verify count is compared with the oracle's trace:
+    whether SGLang's own loop drafts as the oracle models it (on the KV-sensitive pair a draft that
+    reads wrong K/V or a wrong hidden state verifies more often), the baseline for phase C's exact
+    recovery check."""
+    prompts_a = make_prompts(oracle.vocab, 16, 32, 1)
     ok, res = check_many(url, oracle, prompts_a, 128, 16)
     g = spec_gate(url)
     rec["phases"]["A_forced_on"] = {"oracle_match": ok, "decode_steps_on": g["decode_steps_on"],
                                     "accept_length_recent": g["accept_length_recent"]}
-    # each request's verify count against the oracle's trace (no OFF step yet): whether SGLang's own
-    # loop drafts as the oracle models it, the baseline for phase C's exact recovery check
     rec["phases"]["A_forced_on"].update(forced_on_verify_ct(oracle, prompts_a, res, 128, cfg["num_steps"]))
     rec["forced_on_verify_ct_matches_oracle"] = rec["phases"]["A_forced_on"]["spec_verify_ct_matches_oracle"]
     rec["accept_length_before_off"] = g["accept_length_recent"]
-    oks.append(ok)
+    return ok
+
+
+def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, Any], switches_target: int) -> None:
+    """Phases A-F on the server at ``url`` (its threshold set to MAX_RR at start), into ``rec``."""
+    vocab = oracle.vocab
+    oks = [_phase_a(rec, url, oracle, cfg)]
 
     # B. forced OFF
     r = set_gate(url, threshold=1)
@@ -618,6 +626,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     which.add_argument("--auto", action="store_true",
                        help="only the auto-threshold phase (merged into an existing entry of the same config and TP)")
     which.add_argument("--skip-auto", action="store_true", help="only phases A-F")
+    which.add_argument("--forced-on-only", action="store_true",
+                       help="only phase A (speculation on from the start): outputs and each request's verify "
+                            "count against the oracle, a quick check of the ON path (a few servers at once, "
+                            "e.g. one per switch variable); entries carry only = forced-on")
     d = AutoOptions()
     ap.add_argument("--auto-seconds", type=float, default=d.seconds, metavar="S",
                     help=f"auto phase: seconds of sweeping load (default {d.seconds:g})")
@@ -640,7 +652,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         ap.error(f"--auto-peak must be 1..{MAX_RR}, got {a.auto_peak}")
     if not (a.auto_seconds > 0 and a.auto_period > 0 and a.auto_output_len >= 1 and a.auto_extra_seconds >= 0):
         ap.error("--auto-seconds, --auto-period and --auto-output-len must be > 0, --auto-extra-seconds >= 0")
-    phases = AUTO_ONLY if a.auto else CLASSIC_ONLY if a.skip_auto else ALL_PHASES
+    phases = (AUTO_ONLY if a.auto else CLASSIC_ONLY if a.skip_auto else FORCED_ON_ONLY if a.forced_on_only
+              else ALL_PHASES)
     opts = AutoOptions(seconds=a.auto_seconds, period_s=a.auto_period, peak=a.auto_peak,
                        output_len=a.auto_output_len, extra_s=a.auto_extra_seconds)
 
@@ -686,12 +699,18 @@ LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "sw
              "recovery_matches_oracle", "forced_on_verify_ct_matches_oracle", "varied_lengths_ok", "error")
 
 
+#: the keys of a ``--forced-on-only`` run's JSON line
+FORCED_ON_LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "server_env", "oracle_match",
+                       "accept_length_before_off", "forced_on_verify_ct_matches_oracle", "error")
+
+
 def result_line(rec: Dict[str, Any], phases: str = ALL_PHASES) -> Dict[str, Any]:
     """The one JSON line printed for a run: A-F's keys (unless auto-only), then ``auto_ok``,
     ``ranks_agree_auto`` and ``auto`` without its ``auto_buckets`` (in the file)."""
-    keys = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "error") if phases == AUTO_ONLY else LINE_KEYS
+    keys = (("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "error") if phases == AUTO_ONLY
+            else FORCED_ON_LINE_KEYS if phases == FORCED_ON_ONLY else LINE_KEYS)
     line = {k: rec.get(k) for k in keys}
-    if phases != CLASSIC_ONLY:
+    if phases not in (CLASSIC_ONLY, FORCED_ON_ONLY):
         line["auto_ok"] = rec.get("auto_ok")
         line["ranks_agree_auto"] = rec.get("ranks_agree_auto")
         auto = rec.get("auto")
@@ -740,13 +759,15 @@ def merge_result(out: Path, rec: Dict[str, Any], keys: Optional[Sequence[str]] =
 def _same_run(entry: Any, rec: Dict[str, Any]) -> bool:
     """``entry`` is a run of ``rec``'s configuration, TP size, kind of pair, extra server
     arguments, ``server_env`` (the plugin's switch variables it ran with; entries without them are
-    the harness's defaults: triton, CUDA graphs on, no switch set) and ``off_path`` (what the OFF
-    path ran, from ``spec_gate``: a run under other plugin defaults is another entry)."""
+    the harness's defaults: triton, CUDA graphs on, no switch set), ``off_path`` (what the OFF
+    path ran, from ``spec_gate``: a run under other plugin defaults is another entry) and ``only``
+    (a phase-A-only run never replaces a whole one)."""
     return (isinstance(entry, dict) and (entry.get("config"), entry.get("tp")) == (rec["config"], rec["tp"])
             and bool(entry.get("kv_sensitive")) == bool(rec.get("kv_sensitive"))
             and list(entry.get("extra_server_args") or []) == list(rec.get("extra_server_args") or [])
             and dict(entry.get("server_env") or {}) == dict(rec.get("server_env") or {})
-            and entry.get("off_path") == rec.get("off_path"))
+            and entry.get("off_path") == rec.get("off_path")
+            and entry.get("only") == rec.get("only"))
 
 
 def variant_label(variant: Dict[str, Any]) -> str:

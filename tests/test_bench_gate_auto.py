@@ -374,3 +374,50 @@ def test_the_varied_lengths_phase_checks_every_request_and_the_groups_recovery(m
     assert rec["group_ok"] is True and rec["recovery_matches_oracle"] is True
     bad = any(len(p) == 13 for p, _ in background)
     assert rec["background_ok"] is (not bad) and rec["oracle_match"] is (not bad)
+
+
+# -- --forced-on-only: phase A alone, a quick check of the ON path -----------------------------------
+
+def test_forced_on_only_runs_phase_a_alone_and_keeps_whole_entries(oracle, tmp_path, monkeypatch, capsys):
+    """``--forced-on-only``: phase A against the oracle (outputs and each request's verify count),
+    no phase B-F or auto; its entry carries ``only`` and never replaces a whole run's entry."""
+    prompts = gc.make_prompts(oracle.vocab, 16, 32, 1)
+    want = [oracle.spec_decode(p, 128, gc.CONFIGS["v1-topk1"]["num_steps"])["verify_ct"] for p in prompts]
+    # the draft verifies twice as often as the oracle's trace on the third request (a stale draft)
+    results = [{"match": True, "spec_verify_ct": n * (2 if i == 2 else 1)} for i, n in enumerate(want)]
+
+    class Stub:
+        url = "http://stub"
+        ready_s = 1.0
+
+        def log_text(self):
+            return "spec_gate: worker=EAGLEWorker spec=v1 overlap=off threshold=64 hysteresis=0"
+
+    g = {"worker_class": "EAGLEWorker", "spec_version": "v1", "overlap": False, "off_cuda_graph": True,
+         "max_running_requests": 64, "decode_steps_on": 127, "accept_length_recent": 1.36}
+    monkeypatch.setattr(gc, "start_server", lambda name, args, port, log_dir: Stub())
+    monkeypatch.setattr(gc, "wait_ready", lambda server: None)
+    monkeypatch.setattr(gc, "stop_server", lambda server: 0)
+    monkeypatch.setattr(gc, "spec_gate", lambda url: g)
+    monkeypatch.setattr(gc, "check_many", lambda url, o, p, n, c: (True, results))
+    monkeypatch.setattr(gc, "_classic_phases", lambda *a: pytest.fail("--forced-on-only runs no phase B-F"))
+    monkeypatch.setattr(gc, "_auto_phase", lambda *a: pytest.fail("--forced-on-only runs no auto phase"))
+    (tmp_path / "pair").mkdir()
+    oracle.save(tmp_path / "pair" / "oracle.json")
+    out = tmp_path / "gc.json"
+    gc.write_json(out, [entry(config="v1-topk1")])
+    gc.main(["--models", str(tmp_path / "pair"), "--out", str(out), "--configs", "v1-topk1", "--forced-on-only"])
+    (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert line["oracle_match"] is True and line["forced_on_verify_ct_matches_oracle"] is False
+    assert line["accept_length_before_off"] == 1.36 and "auto_ok" not in line
+    whole, quick = json.loads(out.read_text())
+    assert whole["switches"] == 1500 and "only" not in whole  # the whole run's entry is kept
+    assert quick["only"] == "forced-on" and list(quick["phases"]) == ["A_forced_on"]
+    assert quick["phases"]["A_forced_on"]["spec_verify_ct_oracle"] == want
+
+
+def test_forced_on_only_excludes_the_other_phase_options(monkeypatch, tmp_path):
+    monkeypatch.setattr(gc, "run_config", lambda *a, **k: pytest.fail("no run after a bad option"))
+    with pytest.raises(SystemExit) as exc:
+        gc.main(["--models", str(tmp_path), "--out", str(tmp_path / "o.json"), "--forced-on-only", "--skip-auto"])
+    assert exc.value.code == 2
