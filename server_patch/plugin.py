@@ -9,6 +9,9 @@ applies the registered hooks. What gets registered:
   Without those options they change nothing.
 - always, where the installed FastAPI is 0.137 or newer: the mend of SGLang's metrics middleware
   that makes ``/v1/loads`` answer with ``--enable-metrics`` (``server_patch/http_fixes.py``).
+- always (unless ``SPECCONSOLE_TRITON_DRAFT_EXTEND_FIX=0``): the mend of triton's CUDA-graph
+  metadata for v1's draft extend, whose fixed query stride makes a v1 EAGLE server on triton draft
+  from the wrong rows (``server_patch/triton_draft_extend.py``).
 - only when the gate was asked for (``SPECCONSOLE_SPEC_GATE`` set, which the CLI hook does
   before SGLang spawns its schedulers): the scheduler and tokenizer-manager hooks.
 """
@@ -19,7 +22,7 @@ import logging
 import os
 from importlib.metadata import entry_points
 
-from server_patch import compat, contract, http_fixes, options, scheduler_hooks, tokenizer_hooks
+from server_patch import compat, contract, http_fixes, options, scheduler_hooks, tokenizer_hooks, triton_draft_extend
 from server_patch.contract import HYSTERESIS_KEY, THRESHOLD_KEY
 
 logger = logging.getLogger("server_patch.spec_gate")
@@ -42,6 +45,7 @@ def register() -> None:
         HookRegistry.register(f"{SERVER_ARGS}.add_cli_args", after_add_cli_args, HookType.AFTER)
         HookRegistry.register(f"{SERVER_ARGS}.from_cli_args", after_from_cli_args, HookType.AFTER)
         http_fixes.register(HookRegistry, HookType)  # /v1/loads with --enable-metrics on FastAPI >= 0.137
+        triton_draft_extend.register(HookRegistry, HookType)  # v1's draft extend on triton CUDA graphs
     if os.environ.get(options.ENV_VAR):
         enable_runtime_hooks()
 

@@ -37,24 +37,29 @@ def registry(monkeypatch):
     return reg
 
 
-def test_without_the_option_only_the_cli_flags_are_registered(registry, monkeypatch):
-    """... and, where FastAPI >= 0.137 is installed, the /v1/loads mend (server_patch/http_fixes.py)."""
-    from server_patch import http_fixes
+def test_without_the_option_only_the_cli_flags_and_the_mends_of_sglang_are_registered(registry, monkeypatch):
+    """... the mends: where FastAPI >= 0.137 is installed the /v1/loads one (server_patch/http_fixes.py),
+    and unless switched off the v1 triton draft-extend one (server_patch/triton_draft_extend.py)."""
+    from server_patch import http_fixes, triton_draft_extend
 
     monkeypatch.setattr(http_fixes, "fastapi_needs_mend", lambda version: False)
     monkeypatch.delenv(options.ENV_VAR, raising=False)
+    monkeypatch.delenv(triton_draft_extend.ENV_SWITCH, raising=False)
     plugin.register()
     plugin.register()  # idempotent
     assert registry.hooks == [
         ("sglang.srt.server_args.ServerArgs.add_cli_args", "AFTER"),
         ("sglang.srt.server_args.ServerArgs.from_cli_args", "AFTER"),
+        (triton_draft_extend.TARGET, "AFTER"),
     ]
     assert registry.applied == 0
     monkeypatch.setattr(plugin, "_cli_registered", False)
     monkeypatch.setattr(http_fixes, "fastapi_needs_mend", lambda version: True)
+    monkeypatch.setenv(triton_draft_extend.ENV_SWITCH, "0")
     registry.hooks.clear()
     plugin.register()
     assert (http_fixes.TARGET, "REPLACE") in registry.hooks
+    assert not any(t == triton_draft_extend.TARGET for t, _ in registry.hooks)
 
 
 def test_scheduler_processes_get_every_runtime_hook_when_enabled(registry, monkeypatch):

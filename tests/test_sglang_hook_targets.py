@@ -588,3 +588,37 @@ def test_the_fused_off_verify_metadata_repeats_flashattentions_topk1_verify_bran
         assert attr in init, attr
     runner = ast.unparse(_methods(_classes(SRT / "model_executor/cuda_graph_runner.py")["CudaGraphRunner"])["replay_prepare"])
     assert "attn_backend.init_forward_metadata_replay_cuda_graph(bs, buffers.req_pool_indices[:bs], buffers.seq_lens[:bs]" in runner
+
+
+def test_the_v1_draft_extend_triton_mend_targets_the_fixed_stride_sglang_lays_out():
+    """``triton_draft_extend``: triton's replay metadata for a draft extend (v1 and v2 alike) lays
+    the queries out at a fixed stride of ``num_steps + 1`` in ``self.qo_indptr`` (the buffer the graph
+    reads), while v1's verify hands over only the accepted tokens, packed, with ``num_accept_tokens``
+    per request, and the eager path (and FlashAttention's graph path) packs the queries by it. If
+    SGLang changes any of this, the mend must be looked at again."""
+    triton = SRT / "layers/attention/triton_backend.py"
+    replay = _methods(_classes(triton)["TritonAttnBackend"])["init_forward_metadata_replay_cuda_graph"]
+    assert _params(replay) == ["self", "bs", "req_pool_indices", "seq_lens", "seq_lens_sum", "encoder_lens",
+                               "forward_mode", "spec_info", "seq_lens_cpu"]
+    from server_patch import triton_draft_extend as tde
+
+    params = _params(replay)[1:]
+    assert (params.index("bs"), params.index("forward_mode"), params.index("spec_info")) == (
+        tde._BS, tde._FORWARD_MODE, tde._SPEC_INFO)
+    text = ast.unparse(replay)
+    branch = text[text.index("elif forward_mode.is_draft_extend(include_v2=True):"):]
+    for line in ("num_tokens_per_bs = self.speculative_num_steps + 1", "qo_indptr = self.qo_indptr[:bs + 1]",
+                 "qo_indptr[:bs + 1] = torch.arange(0, bs * num_tokens_per_bs + 1, step=num_tokens_per_bs"):
+        assert line in branch, line
+    info = SRT / "speculative/eagle_info.py"
+    verify = ast.unparse(_methods(_classes(info)["EagleVerifyInput"])["verify"])
+    assert "num_accept_tokens=num_correct_drafts + 1" in verify and "input_ids=accept_tokens" in verify
+    eager = ast.unparse(_methods(_classes(info)["EagleDraftExtendInput"])["generate_attn_arg_prefill"])
+    assert "qo_indptr[1:] = torch.cumsum(self.num_accept_tokens, dim=0)" in eager
+    runner = ast.unparse(_methods(_classes(SRT / "speculative/eagle_draft_extend_cuda_graph_runner.py")
+                                  ["EAGLEDraftExtendCudaGraphRunner"])["replay"])
+    for line in ("buffers.num_accept_tokens.fill_(self.num_tokens_per_bs)",
+                 "buffers.input_ids[:num_tokens].copy_(forward_batch.input_ids)",
+                 "forward_batch.spec_info.num_accept_tokens = buffers.num_accept_tokens[:bs]",
+                 "forward_mode=self.forward_mode, spec_info=forward_batch.spec_info"):
+        assert line in runner, line
