@@ -49,16 +49,23 @@ def _append_json(path: Path, record: Dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=1))
 
 
-def server_args(pair: Path, config: str, mem_fraction: float) -> List[str]:
-    """The SGLang arguments of ``config`` on the synthetic ``pair`` (triton attention, 128 requests)."""
+def server_args(pair: Path, config: str, mem_fraction: float, attention_backend: str = "",
+                worker: str = "v2") -> List[str]:
+    """The SGLang arguments of ``config`` on the synthetic ``pair`` (128 requests; triton attention
+    unless ``attention_backend`` names another, e.g. ``fa3``, SGLang's default on H200; ``worker``
+    ``v1``: ``--disable-overlap-schedule`` for every config, as ``bench.throughput traffic``)."""
     from bench.server_harness import eagle3_args, plain_args
 
     if config == "none":
-        return plain_args(str(pair / "target"), max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
+        args = plain_args(str(pair / "target"), max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
                           mem_fraction=mem_fraction)
-    args = eagle3_args(str(pair / "target"), str(pair / "draft"), max_running_requests=MAX_RR,
-                       cuda_graph_max_bs=MAX_RR, mem_fraction=mem_fraction)
-    return args + ([THRESHOLD_FLAG, AUTO] if config == "auto" else [])
+        if worker == "v1":
+            args.append("--disable-overlap-schedule")
+    else:
+        args = eagle3_args(str(pair / "target"), str(pair / "draft"), max_running_requests=MAX_RR,
+                           cuda_graph_max_bs=MAX_RR, mem_fraction=mem_fraction, overlap=worker != "v1")
+        args += [THRESHOLD_FLAG, AUTO] if config == "auto" else []
+    return args + (["--attention-backend", attention_backend] if attention_backend else [])
 
 
 def traffic(url: str, config: str, p_wrong: str, out: Path, csv_name: str, a: argparse.Namespace,
@@ -93,7 +100,8 @@ def run_config(pair: Path, config: str, a: argparse.Namespace, record: Dict[str,
 
     p_wrong = pair.name.removeprefix("p")
     port = a.port
-    server = start_server(f"auto-run-{config}-p{p_wrong}", server_args(pair, config, a.mem_fraction), port,
+    server = start_server(f"auto-run-{config}-p{p_wrong}",
+                          server_args(pair, config, a.mem_fraction, a.attention_backend, a.worker), port,
                           a.out / "server-logs")
     try:
         wait_ready(server, timeout_s=900)
@@ -137,6 +145,11 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--profile-delay", type=float, default=None, metavar="S",
                     help="with --profile-row: start recording S seconds into the profiled pass "
                          "(bench.throughput traffic's default otherwise; keep it below --row-seconds)")
+    ap.add_argument("--attention-backend", default="", metavar="NAME",
+                    help="every server's attention backend (default: triton, as bench.server_harness; fa3 is "
+                         "SGLang's default on H200 and needs its kernel: ../shared/gpu/fetch-fa3.sh)")
+    ap.add_argument("--worker", choices=("v2", "v1"), default="v2",
+                    help="v1: every server with --disable-overlap-schedule (EAGLEWorker), default v2")
     ap.add_argument("--mem-fraction", type=float, default=0.8)
     ap.add_argument("--port", type=int, default=30700)
     a = ap.parse_args(argv)

@@ -50,3 +50,17 @@ def test_every_config_runs_in_order_and_a_failure_is_recorded(tmp_path, monkeypa
 def test_a_missing_pair_is_a_one_line_error(tmp_path, capsys):
     assert auto_run.main(["--pairs", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     assert "no synthetic pair" in capsys.readouterr().err
+
+
+def test_every_server_gets_the_attention_backend_and_worker_asked_for(tmp_path):
+    pair = tmp_path / "p0.2"
+    for config in ("none", "always", "auto"):
+        args = auto_run.server_args(pair, config, 0.8, "fa3", "v1")
+        last = len(args) - 1 - args[::-1].index("--attention-backend")  # argparse keeps the last value
+        assert args[last + 1] == "fa3", config
+        assert "--disable-overlap-schedule" in args, config
+        assert ("auto" in args) == (config == "auto")
+    default = auto_run.server_args(pair, "always", 0.8)
+    assert default.count("--attention-backend") == 1  # the harness's triton, not overridden
+    assert default[default.index("--attention-backend") + 1] == "triton"
+    assert "--disable-overlap-schedule" not in default
