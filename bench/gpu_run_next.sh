@@ -3,8 +3,8 @@
 # 1. the triton draft-extend mend for v1 (server_patch/triton_draft_extend.py) against the oracle,
 #    phase A alone, three servers side by side: v1 topk 1 with the mend, v1 topk 1 without it (expected
 #    1.3: the bug), v1 topk 4 with it; 2. if the mend holds, the lean v1 step's oracle (phases A-G)
-#    and v1 topk 4's, side by side; 3. issue 16's opt-in OFF cuts A/B'd inside the run, alternating:
-#    fa3 none, off, off + cuts, off, off + cuts. Rename it to its date when run. The steps models /
+#    and v1 topk 4's, side by side; 3. A/B inside the run with bench.ab_traffic (both servers up,
+#    rows alternated, 2 repeats): fa3 off against none, then the opt-in OFF cuts. Rename it to its date when run. The steps models /
 #    install / part / wait are bench/gpu_run_2026_12_03c.sh's (same carries).
 set -uo pipefail
 export SELF=bench/gpu_run_next.sh
@@ -37,21 +37,18 @@ if grep -q '"forced_on_verify_ct_matches_oracle": true' "$R/gate-mend-v1.log"; t
   wait
   pkill -f launch_server; sleep 3; pkill -9 -f launch_server
 fi
-# 3. the opt-in OFF cuts against off without them, alternating, fa3 (8B pair, p = 0.2)
+# 3. A/B inside the run, both servers up at once, rows alternated (bench.ab_traffic): fa3 forced off
+#    against no speculation, then the opt-in OFF cuts against off without them (8B pair, p = 0.2)
 for t in $(seq 300); do [ -e "$R/fa3.ready" ] && break; sleep 1; done
-tp() {  # tp NAME ARGS...: one server's varied-closed rows at 32 / 64 / 128, 16 s each
+ab() {  # ab NAME ARGS...: one bench.ab_traffic run
   local name=$1 t0=$SECONDS; shift
-  python3 -m bench.throughput traffic --models /tmp/models/8b/p0.2 --workloads varied-closed \
-    --concurrency 32,64,128 --row-seconds 16 --port 30720 --attention-backend fa3 --out "$R/$name" "$@" >"$R/$name.log" 2>&1
+  python3 -m bench.ab_traffic --models /tmp/models/8b/p0.2 --repeats 2 --out "$R/$name" "$@" >"$R/$name.log" 2>&1
   echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
   pkill -f launch_server; sleep 2; pkill -9 -f launch_server
 }
-cuts() { SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY=1 SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1 "$@"; }
 if [ -e "$R/fa3.ready" ]; then
-  tp fa3-none --config none
-  tp fa3-off-1 --config off
-  cuts tp fa3-cuts-1 --config off
-  tp fa3-off-2 --config off
-  cuts tp fa3-cuts-2 --config off
+  ab ab-fa3-off --attention-backend fa3 --a none --b off
+  ab ab-fa3-cuts --attention-backend fa3 --a off --b off \
+    --b-env SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY=1 --b-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1
 fi
 touch "$R/all.done"

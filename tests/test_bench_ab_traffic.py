@@ -1,0 +1,95 @@
+"""bench/ab_traffic.py on CPU: both servers started once, the sides alternated per repeat, B over A per row."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from bench import ab_traffic, server_harness, throughput, traffic
+
+HEADER = ",".join(traffic.TRAFFIC_COLUMNS)
+
+
+def fake_row(config, conc, tok_s):
+    row = dict.fromkeys(traffic.TRAFFIC_COLUMNS, "")
+    row.update(config=config, workload="varied-closed", concurrency=str(conc), output_tok_s=str(tok_s))
+    return ",".join(row[c] for c in traffic.TRAFFIC_COLUMNS)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    (tmp_path / "p0.2" / "target").mkdir(parents=True)
+    return tmp_path / "p0.2"
+
+
+def test_two_servers_alternate_and_the_summary_is_b_over_a(pair, tmp_path, monkeypatch):
+    started, stopped, calls = [], [], []
+
+    def start_server(name, args, port, log_dir, env=None):
+        started.append((name, port, env, args))
+        return types.SimpleNamespace(url=f"http://127.0.0.1:{port}", ready_s=2.0)
+
+    monkeypatch.setattr(server_harness, "start_server", start_server)
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: stopped.append(s.url) or 0)
+    speed = {"none": 100.0, "off": 95.0}
+
+    def main():
+        argv = sys.argv[1:]
+        calls.append(argv)
+        out = ab_traffic.Path(argv[argv.index("--out") + 1])
+        config = argv[argv.index("--config") + 1]
+        lines = [HEADER] + [fake_row(config, c, speed[config] * (1 + 0.01 * len(calls))) for c in (32, 64)]
+        (out / "real-traffic.csv").write_text("\n".join(lines) + "\n")
+
+    monkeypatch.setattr(throughput, "main", main)
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--b-env", "X=1",
+                            "--repeats", "3", "--concurrency", "32,64", "--out", str(out)]) == 0
+    assert [(n, p, e) for n, p, e, _ in started] == [("ab-a-none-p0.2", 30720, {}), ("ab-b-off-p0.2", 30730, {"X": "1"})]
+    assert all("--sleep-on-idle" in args and "--max-total-tokens" in args for *_, args in started)
+    assert "--speculative-disable-batch-threshold" in started[1][3]  # the gate server that off sets to 1 live
+    sides = [c[c.index("--url") + 1][-5:] for c in calls]
+    assert sides == ["30720", "30730", "30730", "30720", "30720", "30730"]  # A B, B A, A B
+    assert ["--no-warmup" in c for c in calls] == [False, False, True, True, True, True]
+    assert len(stopped) == 2
+    summary = json.loads((out / "ab-summary.json").read_text())["summary"]
+    (c32,) = [s for s in summary if s["concurrency"] == "32"]
+    # call k ran at (1 + 0.01 k): repeat 0 = calls 1 (A) and 2 (B), repeat 1 = 4 (A) and 3 (B), ...
+    want = [0.95 * 1.02 / 1.01, 0.95 * 1.03 / 1.04, 0.95 * 1.06 / 1.05]
+    assert c32["b_over_a"] == [round(x, 4) for x in want]
+    assert c32["min"] == round(min(want), 4) and c32["max"] == round(max(want), 4)
+
+
+def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair, tmp_path, monkeypatch):
+    stopped = []
+    monkeypatch.setattr(server_harness, "start_server",
+                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=f"u{port}", ready_s=1.0))
+
+    def wait_ready(server, timeout_s):
+        if server.url == "u30730":
+            raise RuntimeError("Not enough memory")
+
+    monkeypatch.setattr(server_harness, "wait_ready", wait_ready)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: stopped.append(s.url) or -9)
+    monkeypatch.setattr(throughput, "main", lambda: pytest.fail("nothing measured without both servers"))
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", str(out)]) == 1
+    rec = json.loads((out / "ab-summary.json").read_text())
+    assert rec["error"] == "RuntimeError: Not enough memory" and stopped == ["u30720", "u30730"]
+    assert rec["servers"]["b"] == {"config": "off", "exit_code": -9} and rec["summary"] == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--a", "off", "--b", "off"], "the same server"),
+    (["--a", "none", "--b", "off", "--b-env", "NOVALUE"], "NAME=VALUE"),
+    (["--a", "none", "--b", "off", "--repeats", "0"], "--repeats"),
+])
+def test_bad_options_are_refused_before_a_server_starts(pair, tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("no server after a bad option"))
+    with pytest.raises(SystemExit) as exc:
+        ab_traffic.main(["--models", str(pair), "--out", str(tmp_path / "o"), *args])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
