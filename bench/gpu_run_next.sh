@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The next GPU run (one H200), prepared on 2026-12-04 after h200-2026-12-04c (bench/GPU_PLAN.md):
 # 1. the triton draft-extend mend for v1 (server_patch/triton_draft_extend.py) against the oracle,
-#    phase A alone, three servers side by side: v1 topk 1 with the mend, v1 topk 1 without it (expected
-#    1.3: the bug), v1 topk 4 with it; 2. if the mend holds, the lean v1 step's oracle (phases A-G)
+#    phase A alone, four servers side by side: v1 topk 1 with the mend, v1 topk 1 without it (expected
+#    1.3: the bug), v1 topk 4 with it, v1 topk 1 eager (the layout the mend copies); 2. if the mend holds, the lean v1 step's oracle (phases A-G)
 #    and v1 topk 4's, side by side; 3. A/B inside the run with bench.ab_traffic (both servers up,
 #    rows alternated, 2 repeats): fa3 off against none, then the opt-in OFF cuts. Rename it to its date when run. The steps models /
 #    install / part / wait are bench/gpu_run_2026_12_03c.sh's (same carries).
@@ -28,12 +28,13 @@ MAXTOK=16384 gc mend-v1 31000 --configs v1-topk1 --forced-on-only &
 sleep 20
 MAXTOK=16384 SPECCONSOLE_TRITON_DRAFT_EXTEND_FIX=0 gc nomend-v1 31100 --configs v1-topk1 --forced-on-only &
 MAXTOK=16384 gc mend-v1topk4 31200 --configs v1-topk4 --forced-on-only &
+MAXTOK=16384 gc eager-v1 31300 --configs v1-topk1 --forced-on-only -- --disable-cuda-graph &  # the layout the mend copies
 wait
 pkill -f launch_server; sleep 3; pkill -9 -f launch_server
 # 2. the lean v1 step's oracle and v1 topk 4's, with the mend (default on)
 if grep -q '"forced_on_verify_ct_matches_oracle": true' "$R/gate-mend-v1.log"; then
-  SPECCONSOLE_OFF_LEAN_V1=1 gc lean-v1 31300 --configs v1-topk1 --skip-auto &
-  gc v1topk4 31400 --configs v1-topk4 --skip-auto &
+  SPECCONSOLE_OFF_LEAN_V1=1 gc lean-v1 31400 --configs v1-topk1 --skip-auto &
+  gc v1topk4 31500 --configs v1-topk4 --skip-auto &
   wait
   pkill -f launch_server; sleep 3; pkill -9 -f launch_server
 fi

@@ -20,7 +20,8 @@ import logging
 import time
 from typing import Any, Callable, Dict, Optional
 
-from server_patch import auto_threshold, compat, contract, metrics, options, prefill_graph, rank_gpu, sampling_warmup
+from server_patch import (auto_threshold, compat, contract, metrics, options, prefill_graph, rank_gpu,
+                          sampling_warmup, triton_draft_extend)
 from server_patch.contract import (
     DECODE_STEP_KEY,
     GATE_KEYS,
@@ -344,6 +345,7 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     )
     if not runtime.runner.has_off_cuda_graph:
         logger.warning("spec_gate: CUDA graphs are disabled; OFF steps run eagerly")
+    _log_triton_draft_extend_mend(runtime.spec_version, scheduler.server_args)
     # max_running_requests is final once init_model_worker returns (scheduler.py:727-741).
     if not config.auto:
         for warning in contract.capacity_warnings(
@@ -354,6 +356,18 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     if coverage is not None and runtime.runner.has_off_cuda_graph:
         logger.warning("spec_gate: %s", coverage.long)
     return None
+
+
+def _log_triton_draft_extend_mend(spec_version: str, server_args: Any) -> None:
+    """The start-up line about the mend of v1's triton draft extend (``triton_draft_extend``), where it applies."""
+    backend = getattr(server_args, "decode_attention_backend", None) or getattr(server_args, "attention_backend", None)
+    if spec_version != "v1" or backend != "triton" or getattr(server_args, "disable_cuda_graph", False):
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    line = triton_draft_extend.startup_line(HookRegistry, spec_version, backend)
+    if line is not None:
+        logger.log(*line)
 
 
 def after_get_next_batch_to_run(ret, scheduler, *args, **kwargs):

@@ -35,7 +35,7 @@ with or without the gate.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional, Tuple
 
 from server_patch import options
 
@@ -69,11 +69,11 @@ class PackedQueries:
         if mode is None or not mode.is_draft_extend() or mode.is_draft_extend_v2():
             return None
         accepted = getattr(_arg(args, kwargs, "spec_info", _SPEC_INFO), "num_accept_tokens", None)
-        if accepted is None:
+        bs = int(_arg(args, kwargs, "bs", _BS))
+        if accepted is None or accepted.numel() < bs:  # (the runner hands over bs counts, padded)
             return None
         import torch
 
-        bs = int(_arg(args, kwargs, "bs", _BS))
         torch.cumsum(accepted[:bs], dim=0, dtype=backend.qo_indptr.dtype, out=backend.qo_indptr[1:bs + 1])
         if self.mended == 0:
             logger.info("spec_gate: v1 draft extend on triton CUDA graphs: queries packed per request "
@@ -82,9 +82,30 @@ class PackedQueries:
         return None
 
 
+#: the hook this process registered (its ``mended`` count), None when switched off or not registered
+MEND: "PackedQueries | None" = None
+
+
 def register(registry: Any, hook_type: Any) -> bool:
     """Register the mend unless switched off; returns whether it did."""
+    global MEND
     if not enabled_by_env():
         return False
-    registry.register(TARGET, PackedQueries(), hook_type.AFTER)
+    MEND = PackedQueries()
+    registry.register(TARGET, MEND, hook_type.AFTER)
     return True
+
+
+def startup_line(registry: Any, spec_version: str, attention_backend: Optional[str]) -> Optional[Tuple[int, str]]:
+    """``(log level, line)`` a gate server logs at start-up about the mend, for a v1 server on
+    triton only (None elsewhere): applied, switched off, or registered but not applied (SGLang's
+    ``HookRegistry`` only logs a target it could not patch)."""
+    if spec_version != "v1" or attention_backend != "triton":
+        return None
+    if not enabled_by_env():
+        return logging.WARNING, (f"spec_gate: {ENV_SWITCH}=0: v1's draft extend on triton CUDA graphs keeps "
+                                 "SGLang's fixed query stride (its drafts read the wrong rows at batch > 1)")
+    if TARGET not in getattr(registry, "_patched", ()):
+        return logging.ERROR, (f"spec_gate: the mend of v1's draft extend on triton CUDA graphs was not applied "
+                               f"({TARGET} not hooked): drafts read the wrong rows at batch > 1")
+    return logging.INFO, "spec_gate: v1 draft extend on triton CUDA graphs: queries packed per request (SGLang's fixed stride mended)"

@@ -610,6 +610,11 @@ def test_the_v1_draft_extend_triton_mend_targets_the_fixed_stride_sglang_lays_ou
     for line in ("num_tokens_per_bs = self.speculative_num_steps + 1", "qo_indptr = self.qo_indptr[:bs + 1]",
                  "qo_indptr[:bs + 1] = torch.arange(0, bs * num_tokens_per_bs + 1, step=num_tokens_per_bs"):
         assert line in branch, line
+    # the capture keeps a view of the same buffer in forward_metadata, which the replay never reassigns
+    capture = ast.unparse(_methods(_classes(triton)["TritonAttnBackend"])["init_forward_metadata_capture_cuda_graph"])
+    draft = capture[capture.index("elif forward_mode.is_draft_extend(include_v2=True):"):]
+    assert "qo_indptr = self.qo_indptr[:bs + 1]" in draft and "self.forward_metadata = ForwardMetadata(" in capture
+    assert "self.forward_metadata = " not in text
     info = SRT / "speculative/eagle_info.py"
     verify = ast.unparse(_methods(_classes(info)["EagleVerifyInput"])["verify"])
     assert "num_accept_tokens=num_correct_drafts + 1" in verify and "input_ids=accept_tokens" in verify

@@ -24,8 +24,8 @@ class Mode:
 
 def backend(bs_max=8):
     """A triton backend after SGLang's replay metadata: qo_indptr at the fixed stride of num_steps + 1."""
-    qo = torch.zeros(bs_max + 1, dtype=torch.int32)
-    qo[: bs_max + 1] = torch.arange(0, bs_max * (STEPS + 1) + 1, STEPS + 1, dtype=torch.int32)
+    qo = torch.zeros(bs_max + 1, dtype=torch.int64)  # TritonAttnBackend.qo_indptr is int64
+    qo[: bs_max + 1] = torch.arange(0, bs_max * (STEPS + 1) + 1, STEPS + 1, dtype=torch.int64)
     return types.SimpleNamespace(qo_indptr=qo)
 
 
@@ -85,3 +85,38 @@ def test_registered_unless_switched_off(monkeypatch):
     assert tde.register(registry, kinds) and got == [(tde.TARGET, "AFTER")]
     monkeypatch.setenv(tde.ENV_SWITCH, "0")
     assert not tde.register(registry, kinds) and len(got) == 1
+
+
+def test_fewer_accept_counts_than_the_batch_leave_sglangs_layout():
+    """(SGLang 0.5.12's runner always hands over bs counts; a shorter tensor would make cumsum resize the view.)"""
+    hook, b = tde.PackedQueries(), backend()
+    before = b.qo_indptr.clone()
+    replay(hook, b, 4, "DRAFT_EXTEND", torch.tensor([1, 2], dtype=torch.int32))
+    assert torch.equal(b.qo_indptr, before) and hook.mended == 0
+
+
+def test_the_views_sglang_kept_see_the_packed_layout():
+    """The captured kernels and ``forward_metadata`` read ``self.qo_indptr[:bs + 1]``: written in place."""
+    hook, b = tde.PackedQueries(), backend()
+    view = b.qo_indptr[:5]
+    replay(hook, b, 4, "DRAFT_EXTEND", torch.tensor([2, 2, 1, 4], dtype=torch.int32))
+    assert view.tolist() == [0, 2, 4, 5, 9] and view.data_ptr() == b.qo_indptr.data_ptr()
+
+
+@pytest.mark.parametrize("spec, backend_name, switch, patched, level", [
+    ("v1", "triton", None, True, "INFO"),
+    ("v1", "triton", "0", True, "WARNING"),
+    ("v1", "triton", None, False, "ERROR"),
+    ("v2", "triton", None, True, None),
+    ("v1", "fa3", None, True, None),
+])
+def test_the_start_up_line_says_whether_the_mend_is_applied(monkeypatch, spec, backend_name, switch, patched, level):
+    import logging
+
+    if switch is None:
+        monkeypatch.delenv(tde.ENV_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(tde.ENV_SWITCH, switch)
+    registry = types.SimpleNamespace(_patched={tde.TARGET} if patched else set())
+    line = tde.startup_line(registry, spec, backend_name)
+    assert (None if line is None else logging.getLevelName(line[0])) == level
