@@ -78,20 +78,6 @@ def traffic_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Nam
     return argv + ([] if warmup else ["--no-warmup"])
 
 
-def run_traffic(argv: List[str]) -> int:
-    """``bench.throughput`` in this process (its bench_serving imports are paid once); its exit status."""
-    from bench import throughput
-
-    saved, sys.argv = sys.argv, ["bench.throughput", *argv]
-    try:
-        throughput.main()
-        return 0
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = saved
-
-
 def read_rows(path: Path) -> List[Dict[str, str]]:
     """The rows of a traffic CSV ([] when it is missing)."""
     if not path.exists():
@@ -127,13 +113,15 @@ def summarize(out: Path, repeats: int) -> List[Dict[str, Any]]:
 
 def measure(a: argparse.Namespace, urls: Dict[str, str], p_wrong: str) -> List[Dict[str, Any]]:
     """Every repeat, each side in :func:`order`; returns the step records."""
+    from bench import throughput
+
     steps = []
     for r in range(a.repeats):
         for side in order(r):
             out = a.out / f"repeat{r}" / side
             out.mkdir(parents=True, exist_ok=True)
             t0 = time.time()
-            rc = run_traffic(traffic_argv(urls[side], a.configs[side], p_wrong, out, a, warmup=r == 0))
+            rc = throughput.main_in_process(traffic_argv(urls[side], a.configs[side], p_wrong, out, a, warmup=r == 0))
             step = {"step": "traffic", "repeat": r, "side": side, "config": a.configs[side], "rc": rc,
                     "seconds": round(time.time() - t0, 1)}
             _log(step)

@@ -84,14 +84,7 @@ def traffic(url: str, config: str, p_wrong: str, out: Path, csv_name: str, a: ar
         if a.profile_delay is not None:
             argv += ["--profile-delay", str(a.profile_delay)]
     _log({"step": "traffic", "cmd": "python -m bench.throughput " + " ".join(argv)})
-    saved, sys.argv = sys.argv, ["bench.throughput", *argv]
-    try:
-        throughput.main()
-        return 0
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
-    finally:
-        sys.argv = saved
+    return throughput.main_in_process(argv)
 
 
 def run_config(pair: Path, config: str, a: argparse.Namespace, record: Dict[str, Any]) -> None:

@@ -761,5 +761,18 @@ def main() -> None:
         sys.exit(str(exc))
 
 
+def main_in_process(argv: List[str]) -> int:
+    """``python -m bench.throughput ARGV`` in this process (SGLang's bench_serving imports are paid
+    once per process, not once per call: 14-15 s each on the H200 host); returns its exit status."""
+    saved, sys.argv = sys.argv, ["bench.throughput", *argv]
+    try:
+        main()
+        return 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = saved
+
+
 if __name__ == "__main__":
     main()
