@@ -9,7 +9,7 @@ applies the registered hooks. What gets registered:
   Without those options they change nothing.
 - always, where the installed FastAPI is 0.137 or newer: the mend of SGLang's metrics middleware
   that makes ``/v1/loads`` answer with ``--enable-metrics`` (``server_patch/http_fixes.py``).
-- always (unless ``SPECCONSOLE_TRITON_DRAFT_EXTEND_FIX=0``): the mend of triton's CUDA-graph
+- always in SGLang's child processes (unless ``SPECCONSOLE_TRITON_DRAFT_EXTEND_FIX=0``): the mend of triton's CUDA-graph
   metadata for v1's draft extend, whose fixed query stride makes a v1 EAGLE server on triton draft
   from the wrong rows (``server_patch/triton_draft_extend.py``).
 - only when the gate was asked for (``SPECCONSOLE_SPEC_GATE`` set, which the CLI hook does

@@ -28,14 +28,15 @@ in the backend's own buffer (the one the captured kernels read). Padded requests
 ``num_steps + 1`` (its fill), so the total stays <= ``bs * (num_steps + 1)``, the rows the graph
 has; each request's rows stay <= the captured ``max_extend_len``. The KV indices are SGLang's,
 as the eager path builds them. ``SPECCONSOLE_TRITON_DRAFT_EXTEND_FIX=0`` leaves SGLang's layout.
-Registered in every process the plugin is loaded in (like ``http_fixes``): the bug is SGLang's,
-with or without the gate.
+Registered wherever the plugin is installed, with or without the gate (the bug is SGLang's), in the
+scheduler processes only.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Tuple
+import multiprocessing
+from typing import Any, Callable, Optional, Tuple
 
 from server_patch import options
 
@@ -86,10 +87,12 @@ class PackedQueries:
 MEND: "PackedQueries | None" = None
 
 
-def register(registry: Any, hook_type: Any) -> bool:
-    """Register the mend unless switched off; returns whether it did."""
+def register(registry: Any, hook_type: Any, parent_process: Optional[Callable[[], Any]] = None) -> bool:
+    """Register the mend unless switched off; returns whether it did. Only in SGLang's child
+    processes (the schedulers, where attention runs): in the main process, which loads plugins
+    before it has parsed its arguments, hooking would import the triton backend for nothing."""
     global MEND
-    if not enabled_by_env():
+    if not enabled_by_env() or (parent_process or multiprocessing.parent_process)() is None:
         return False
     MEND = PackedQueries()
     registry.register(TARGET, MEND, hook_type.AFTER)

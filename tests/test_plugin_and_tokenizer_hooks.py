@@ -45,6 +45,7 @@ def test_without_the_option_only_the_cli_flags_and_the_mends_of_sglang_are_regis
     monkeypatch.setattr(http_fixes, "fastapi_needs_mend", lambda version: False)
     monkeypatch.delenv(options.ENV_VAR, raising=False)
     monkeypatch.delenv(triton_draft_extend.ENV_SWITCH, raising=False)
+    monkeypatch.setattr(triton_draft_extend.multiprocessing, "parent_process", lambda: object())  # a scheduler
     plugin.register()
     plugin.register()  # idempotent
     assert registry.hooks == [

@@ -77,14 +77,16 @@ def test_positional_arguments_are_read_at_sglangs_positions():
     assert b.qo_indptr[:3].tolist() == [0, 3, 4]
 
 
-def test_registered_unless_switched_off(monkeypatch):
+def test_registered_in_child_processes_unless_switched_off(monkeypatch):
     got = []
     registry = types.SimpleNamespace(register=lambda target, hook, kind: got.append((target, kind)))
     kinds = types.SimpleNamespace(AFTER="AFTER")
+    child = lambda: object()  # noqa: E731 - a scheduler process has a parent
     monkeypatch.delenv(tde.ENV_SWITCH, raising=False)
-    assert tde.register(registry, kinds) and got == [(tde.TARGET, "AFTER")]
+    assert tde.register(registry, kinds, child) and got == [(tde.TARGET, "AFTER")]
+    assert not tde.register(registry, kinds, lambda: None) and len(got) == 1  # SGLang's main process
     monkeypatch.setenv(tde.ENV_SWITCH, "0")
-    assert not tde.register(registry, kinds) and len(got) == 1
+    assert not tde.register(registry, kinds, child) and len(got) == 1
 
 
 def test_fewer_accept_counts_than_the_batch_leave_sglangs_layout():
