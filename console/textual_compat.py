@@ -169,6 +169,13 @@ class KeyOrderMixin:
                         if await self.run_action(binding.action, namespace):  # type: ignore[attr-defined]
                             return
                     setattr(event, _RESOLVED, True)
+                elif event.key == "enter" and isinstance(self.focused, OrderedInput):  # type: ignore[attr-defined]
+                    # the field submits: what follows in the burst waits until the submission is
+                    # handled (the dialog or prompt closed, or its value refused), then goes where
+                    # the focus is by then (:meth:`release_held_keys`)
+                    await super().on_event(event)  # type: ignore[misc]
+                    self.hold_keys()
+                    return
         await super().on_event(event)  # type: ignore[misc]
 
 
@@ -177,9 +184,11 @@ class OrderedInput(Input):
     subclasses) in its key handler, so editing keys and typed characters apply in arrival order.
 
     App- and screen-level bindings are unchanged: priority bindings are checked by the app before
-    the key reaches the input, other keys without a binding here bubble as before. A screen with a
-    ``keys_frozen`` attribute gets it set to True at Enter (``submit``), and its inputs then drop
-    keys until the screen sets it back (e.g. after refusing the value).
+    the key reaches the input, other keys without a binding here bubble as before. At Enter the app
+    (``KeyOrderMixin``) holds the keys that follow until the submission is handled; the screen or
+    panel that handles it calls ``release_held_keys``. A screen with a ``keys_frozen`` attribute
+    gets it set to True at Enter (``submit``), and its inputs drop keys until the screen sets it
+    back (a guard: the hold keeps them from reaching the input).
     """
 
     async def _on_key(self, event: events.Key) -> None:

@@ -768,10 +768,12 @@ async def test_a_burst_that_opens_the_dialog_and_tabs_sets_both_fields(make_app)
         assert (gate["threshold"], gate["hysteresis"]) == (20, 3)
 
 
-async def test_keys_after_the_dialogs_enter_in_one_burst_are_lost_and_a_second_enter_does_nothing(make_app):
+async def test_keys_after_the_dialogs_enter_in_one_burst_act_after_it_and_a_second_enter_is_harmless(make_app):
     """Third fresh-user pass: `t End BSpace BSpace 4 0 Tab 3 Enter 5 Enter` sent H 35 (the 5 typed
     into the field before the first Enter was handled) and the second Enter crashed the console
-    (ScreenStackError), stopping the server it launched."""
+    (ScreenStackError), stopping the server it launched. A later pass (2026-12-04): `t ... 4 0 Enter
+    + +` left N 40 (both + lost). The keys after the Enter now wait until it is handled, then act
+    where the focus is: the main screen after a sent value, the field after a refused one."""
     app = make_app(["--load", "fixed:8"])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
@@ -783,15 +785,25 @@ async def test_keys_after_the_dialogs_enter_in_one_burst_are_lost_and_a_second_e
         assert app.is_running and app.screen is app.main_screen
         gate = await server_gate(app.cfg.url)
         assert (gate["threshold"], gate["hysteresis"]) == (40, 3)
-        # a refused value keeps the dialog open (what followed its Enter in the burst is lost) and
-        # the fields take keys again
-        _burst(app, "t", "end", "backspace", "backspace", "0", "enter", "backspace", "9", "enter")
-        await wait_for(pilot, lambda: "must be >= 1" in str(app.screen.query_one("#threshold-error").render())
-                       if app.screen is not app.main_screen else False, what="0 refused, dialog open")
-        assert app.screen.query_one("#threshold-input").value == "0"
-        _burst(app, "backspace", "9", "enter")
-        await wait_for(pilot, lambda: app.model.gate.threshold == 9, what="N 9 after the refused 0")
+        # + + after the dialog's Enter step the value the dialog sent
+        _burst(app, "t", "end", "backspace", "backspace", "2", "0", "enter", "plus", "plus")
+        await wait_for(pilot, lambda: app.model.gate.threshold == 22, what="N 20 sent, then + + -> 22")
         assert app.screen is app.main_screen
+        # a refused value keeps the dialog open, and the keys typed after its Enter edit the field
+        _burst(app, "t", "end", "backspace", "backspace", "0", "enter", "backspace", "9", "enter")
+        await wait_for(pilot, lambda: app.model.gate.threshold == 9, what="0 refused, then N 9 sent")
+        assert app.screen is app.main_screen
+
+
+async def test_keys_after_a_log_prompts_enter_in_one_burst_act_on_the_log(make_app):
+    """Fresh-user pass of 2026-12-04: `f D e c o d e Enter p` set the filter and lost the p."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        view = app.main_screen.query_one(LogView)
+        assert view.follow
+        _burst(app, "f", "D", "e", "c", "o", "d", "e", "enter", "p")
+        await wait_for(pilot, lambda: view.include == "Decode" and not view.follow, what="filter set, then paused")
 
 
 async def test_hotkeys_in_a_burst_act_in_order_and_reach_the_screen_on_top(make_app):

@@ -167,8 +167,9 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
     @on(Button.Pressed, "#send")
     def send(self) -> None:
         """Validate; dismiss with the request, or show why it is refused and stay open. The fields
-        are read as they were at Enter: keys typed after it in the same burst are lost, and a
-        second Enter of that burst does nothing."""
+        are read as they were at Enter; the keys typed after it in the same burst (held by the app
+        since the Enter) then act where the focus is: on the main screen after the request is
+        sent, in this dialog's field after a refusal."""
         if self._answered:
             return
         result = parse_request(
@@ -176,12 +177,17 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
             self.query_one("#hysteresis-input", Input).value,
             self.threshold, self.hysteresis, self.max_running,
         )
+        release = getattr(self.app, "release_held_keys", None)
         if isinstance(result, str):
             self.query_one("#threshold-error", Label).update(result)
             self.keys_frozen = False
+            if release is not None:
+                release()
             return
         self._answered = True
         self.dismiss(result)
+        if release is not None:
+            self.app.call_next(release)  # after the result callback (it is called next too)
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

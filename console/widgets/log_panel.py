@@ -85,6 +85,9 @@ class LogPanel(Vertical):
         kind = self.prompt_kind
         value = event.value.strip()
         self.close_prompt()
+        release = getattr(self.app, "release_held_keys", None)
+        if release is not None:  # the keys typed after Enter: after this, where the focus is then (the log)
+            self.app.call_later(release)
         if kind is None:
             return
         if kind in ("include", "exclude") and not filter_terms(value):
