@@ -154,6 +154,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(str(exc))
     if a.repeats < 1 or a.row_seconds <= 0 or a.max_total_tokens < 1 or not 0 < a.mem_fraction < 1:
         ap.error("--repeats and --max-total-tokens must be >= 1, --row-seconds > 0, --mem-fraction in (0, 1)")
+    if not 1 <= a.port <= 65535 - 10:
+        ap.error(f"--port must be in 1..{65535 - 10} (B's is PORT + 10)")
+    from bench import traffic
+
+    try:  # as bench.throughput traffic will read them
+        traffic._ints(a.concurrency)
+        traffic._workloads(a.workloads)
+    except argparse.ArgumentTypeError as exc:
+        ap.error(str(exc))
     if a.a == a.b and envs["a"] == envs["b"]:
         ap.error("A and B are the same server: give another --b or a --b-env")
     if not (a.models / "target").is_dir():
@@ -161,7 +170,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     a.configs = {"a": a.a, "b": a.b}
     p_wrong = a.models.name.removeprefix("p")
-    a.out.mkdir(parents=True, exist_ok=True)
+    try:
+        a.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        ap.error(f"--out {a.out}: {exc.strerror or exc}")
     from bench import server_harness
 
     record: Dict[str, Any] = {"argv": sys.argv[1:] if argv is None else argv, "started": time.strftime("%F %T"),
@@ -181,6 +193,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as exc:  # noqa: BLE001 - recorded with what was measured
         record["error"] = f"{type(exc).__name__}: {exc}"
         _log({"step": "error", "error": record["error"]})
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(f"bench.ab_traffic: {type(exc).__name__}: {first} (details: {a.out / 'ab-summary.json'}, "
+              f"{a.out / 'server-logs'})", file=sys.stderr, flush=True)
     finally:
         for side, server in servers.items():
             record["servers"].setdefault(side, {"config": a.configs[side]})["exit_code"] = server_harness.stop_server(server)
@@ -188,7 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         (a.out / "ab-summary.json").write_text(json.dumps(record, indent=1))
     for row in record["summary"]:
         _log({"step": "b_over_a", **row})
-    return 1 if "error" in record else 0
+    return 1 if "error" in record or any(step["rc"] for step in record["steps"]) else 0
 
 
 if __name__ == "__main__":

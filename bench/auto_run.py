@@ -37,6 +37,7 @@ from typing import Any, Dict, List
 from server_patch.contract import AUTO, THRESHOLD_FLAG
 
 MAX_RR = 128
+CONFIGS = ("none", "always", "auto")
 
 
 def _log(record: Dict[str, Any]) -> None:
@@ -146,15 +147,37 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--mem-fraction", type=float, default=0.8)
     ap.add_argument("--port", type=int, default=30700)
     a = ap.parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
+    configs = [c for c in a.configs.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown or not configs:
+        ap.error(f"--configs: unknown {','.join(unknown) or repr(a.configs)}; choose from {','.join(CONFIGS)}")
+    from bench import traffic
+
+    try:  # the levels and rates as bench.throughput traffic will read them
+        traffic._ints(a.concurrency)
+        traffic._rates(a.rates)
+        if a.off_levels:
+            traffic._ints(a.off_levels)
+        if a.profile_row:
+            traffic.parse_profile_row(a.profile_row)
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        ap.error(str(exc))
+    if a.row_seconds <= 0 or not 0 < a.mem_fraction < 1 or not 1 <= a.port <= 65535:
+        ap.error("--row-seconds must be > 0, --mem-fraction in (0, 1), --port in 1..65535")
     pairs = [Path(p) for p in a.pairs.split(",") if p]
+    if not pairs:
+        ap.error("--pairs names no pair")
     missing = [str(p) for p in pairs if not (p / "target").is_dir()]
     if missing:
         print(f"no synthetic pair at {', '.join(missing)}", file=sys.stderr)
         return 2
+    try:
+        a.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        ap.error(f"--out {a.out}: {exc.strerror or exc}")
     runs = []
     for i, pair in enumerate(pairs):
-        for config in a.configs.split(","):
+        for config in configs:
             if config == "none" and i > 0:
                 continue  # the same target: no speculation does not depend on the draft
             record: Dict[str, Any] = {"pair": str(pair), "config": config, "started": time.strftime("%F %T")}
@@ -165,7 +188,8 @@ def main(argv: List[str] | None = None) -> int:
             runs.append(record)
             (a.out / "auto-run.json").write_text(json.dumps({"argv": sys.argv, "runs": runs}, indent=1))
             _log({"step": "config done", **record})
-    return 0
+    failed = [r for r in runs if r.get("error") or r.get("traffic_rc") or r.get("off_rc")]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ import dataclasses
 import json
 import os
 import random
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -601,7 +602,8 @@ def auto_record(before: Dict[str, Any], after: Dict[str, Any], reply: Dict[str, 
     return out
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The CLI; returns 0 when every configuration ran and matched the oracle, else 1 (2: bad options)."""
     ap = argparse.ArgumentParser(prog="python -m bench.gate_correctness", description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=Path, required=True, help="dir from bench.synthetic_models")
     ap.add_argument("--configs", default=",".join(CONFIGS))
@@ -648,6 +650,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         server_variant(extra)
     except ValueError as exc:
         ap.error(str(exc))
+    unknown = [n for n in a.configs.split(",") if n not in CONFIGS]
+    if unknown or not a.configs:
+        ap.error(f"--configs: unknown {','.join(unknown) or repr(a.configs)}; choose from {','.join(CONFIGS)}")
+    if a.parallel < 1 or a.tp < 1 or a.switches < 1 or not 0 < a.mem_fraction < 1:
+        ap.error("--parallel, --tp and --switches must be >= 1, --mem-fraction in (0, 1)")
+    problem = out_problem(a.out)
+    if problem:
+        ap.error(problem)
     if not 1 <= a.auto_peak <= MAX_RR:
         ap.error(f"--auto-peak must be 1..{MAX_RR}, got {a.auto_peak}")
     if not (a.auto_seconds > 0 and a.auto_period > 0 and a.auto_output_len >= 1 and a.auto_extra_seconds >= 0):
@@ -664,10 +674,25 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                             tp=a.tp, switches_target=a.switches, mem_fraction=a.mem_fraction,
                             phases=phases, auto_options=opts, extra=extra)
                 for i, n in enumerate(names)]
+        records = []
         for f in futs:  # merged as each one ends: a run cut short keeps what finished
             r = f.result()
             merge_result(a.out, r, AUTO_ENTRY_KEYS if phases == AUTO_ONLY else None)
             print(json.dumps(result_line(r, phases)), flush=True)
+            records.append(r)
+    return 0 if all(r.get("oracle_match") is True and not r.get("error") for r in records) else 1
+
+
+def out_problem(out: Path) -> Optional[str]:
+    """Why the results file ``out`` cannot be written (its folder missing or read-only), or None."""
+    folder = out.parent
+    if out.is_dir():
+        return f"--out {out} is a directory"
+    if not folder.is_dir():
+        return f"--out {out}: no folder {folder}"
+    if not os.access(folder, os.W_OK):
+        return f"--out {out}: {folder} is not writable"
+    return None
 
 
 def load_pair(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Any:
@@ -781,4 +806,4 @@ def variant_label(variant: Dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

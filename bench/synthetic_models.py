@@ -1756,6 +1756,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError("--proj-noise is not supported with --kv-sensitive")
     except ValueError as exc:
         ap.error(str(exc))
+    if a.device is not None and a.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error(f"--device {a.device}: this machine's torch sees no CUDA GPU (leave --device out, or cpu)")
     t0 = time.perf_counter()
     o = generate_pair(a.out, preset=a.preset, vocab=a.vocab, p_wrong=p_wrong, seed=a.seed,
                       device=a.device, dtype=a.dtype, proj_noise=a.proj_noise, max_shard_gb=a.max_shard_gb,

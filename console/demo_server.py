@@ -79,11 +79,6 @@ while True:
 """
 
 
-def _threshold_arg(text: str) -> int | str:
-    """``--speculative-disable-batch-threshold``: an integer, or ``auto``."""
-    return text if text == contract.AUTO else int(text)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser: the SGLang options the simulation uses, plus the demo/test knobs."""
     p = argparse.ArgumentParser(prog="python -m console.demo_server", description=__doc__.split("\n\n")[0],
@@ -97,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=3)
     p.add_argument("--speculative-eagle-topk", type=int, default=1)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=4)
-    p.add_argument(contract.THRESHOLD_FLAG, dest=contract.THRESHOLD_KEY, type=_threshold_arg, default=None)
+    p.add_argument(contract.THRESHOLD_FLAG, dest=contract.THRESHOLD_KEY, type=contract.threshold_arg, default=None)
     p.add_argument(contract.HYSTERESIS_FLAG, dest=contract.HYSTERESIS_KEY, type=int,
                    default=contract.DEFAULT_HYSTERESIS)
     p.add_argument("--max-running-requests", type=int, default=96)

@@ -17,6 +17,7 @@ version is ``docs/contract.md``; ``tests/test_console_demo_server.py`` keeps the
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -157,6 +158,21 @@ def parse_threshold(value: Any) -> Optional[int]:
     if isinstance(value, bool) or not isinstance(value, int):
         raise GateConfigError(f"threshold must be an integer, got {value!r} (or {AUTO!r})")
     return value
+
+
+def threshold_arg(text: str) -> Any:
+    """argparse type of ``--speculative-disable-batch-threshold``: an integer, or ``auto`` (kept as
+    the string).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse prints it with the option's name).
+    """
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer or {AUTO!r}, got {text!r}") from None
 
 
 @dataclasses.dataclass(frozen=True)

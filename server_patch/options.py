@@ -21,6 +21,7 @@ from server_patch.contract import (
     HYSTERESIS_KEY,
     THRESHOLD_FLAG,
     THRESHOLD_KEY,
+    threshold_arg,
     GateConfig,
     GateConfigError,
     parse_threshold,
@@ -52,7 +53,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         THRESHOLD_FLAG,
         dest=THRESHOLD_KEY,
-        type=_threshold_arg,
+        type=threshold_arg,
         default=None,
         metavar="N|auto",
         help="Run EAGLE speculation only while the decode batch size is < N; off at >= N. "
@@ -67,16 +68,6 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         metavar="H",
         help=f"Once off, resume speculation only when the batch size is < N - H (default {DEFAULT_HYSTERESIS}).",
     )
-
-
-def _threshold_arg(text: str):
-    """argparse type of the threshold: an integer, or ``auto`` (kept as the string)."""
-    if text == AUTO:
-        return AUTO
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer or {AUTO!r}, got {text!r}") from None
 
 
 def config_from_namespace(ns: argparse.Namespace) -> Optional[GateConfig]:

@@ -87,6 +87,10 @@ def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair,
     (["--a", "off", "--b", "off"], "the same server"),
     (["--a", "none", "--b", "off", "--b-env", "NOVALUE"], "NAME=VALUE"),
     (["--a", "none", "--b", "off", "--repeats", "0"], "--repeats"),
+    (["--a", "none", "--b", "off", "--concurrency", "x,y"], "positive integers"),
+    (["--a", "none", "--b", "off", "--concurrency", "0"], "positive integers"),
+    (["--a", "none", "--b", "off", "--workloads", "bogus"], "bogus"),
+    (["--a", "none", "--b", "off", "--port", "99999"], "--port"),
 ])
 def test_bad_options_are_refused_before_a_server_starts(pair, tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("no server after a bad option"))

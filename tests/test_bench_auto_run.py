@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import types
 
+import pytest
+
 from bench import auto_run, server_harness, throughput
 
 
@@ -34,7 +36,7 @@ def test_every_config_runs_in_order_and_a_failure_is_recorded(tmp_path, monkeypa
     monkeypatch.setattr(throughput, "time_varying", lambda config, port, work: {"wall_s": 10.0})
     out = tmp_path / "out"
     pairs = f"{tmp_path}/models/p0.2,{tmp_path}/models/p0.5"
-    assert auto_run.main(["--pairs", pairs, "--out", str(out)]) == 0
+    assert auto_run.main(["--pairs", pairs, "--out", str(out)]) == 1  # one configuration failed
     names = [n for n, _ in started]
     assert names == ["auto-run-none-p0.2", "auto-run-always-p0.2", "auto-run-auto-p0.2",
                      "auto-run-always-p0.5", "auto-run-auto-p0.5"]  # none once: the same target
@@ -64,3 +66,30 @@ def test_every_server_gets_the_attention_backend_and_worker_asked_for(tmp_path):
     assert default.count("--attention-backend") == 1  # the harness's triton, not overridden
     assert default[default.index("--attention-backend") + 1] == "triton"
     assert "--disable-overlap-schedule" not in default
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--configs", "bogus"], "--configs"),
+    (["--concurrency", "x"], "positive integers"),
+    (["--rates", "-1"], "rates > 0"),
+    (["--row-seconds", "0"], "--row-seconds"),
+    (["--profile-row", "garbage"], "profile-row"),
+    (["--port", "0"], "--port"),
+])
+def test_bad_options_are_refused_before_a_server_starts(tmp_path, monkeypatch, capsys, args, message):
+    (tmp_path / "p0.2" / "target").mkdir(parents=True)
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("no server after a bad option"))
+    with pytest.raises(SystemExit) as exc:
+        auto_run.main(["--pairs", str(tmp_path / "p0.2"), "--out", str(tmp_path / "o"), *args])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_no_pair_and_an_unwritable_out_are_one_line_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        auto_run.main(["--pairs", ",", "--out", str(tmp_path / "o")])
+    assert "--pairs names no pair" in capsys.readouterr().err
+    (tmp_path / "p0.2" / "target").mkdir(parents=True)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit):
+        auto_run.main(["--pairs", str(tmp_path / "p0.2"), "--out", str(tmp_path / "file" / "o")])
+    assert "--out" in capsys.readouterr().err

@@ -158,6 +158,15 @@ def test_the_options_are_checked_before_a_server_starts(monkeypatch, capsys, tmp
             gc.main(["--models", str(tmp_path), "--out", str(tmp_path / "o.json"), *argv])
         assert exc.value.code == 2
     assert "--auto-peak must be 1..64" in capsys.readouterr().err
+    # fresh-user finds of 2026-12-04: tracebacks (KeyError, ValueError, FileNotFoundError) before
+    for argv, message in ((["--configs", "bogus"], "--configs: unknown bogus"), (["--parallel", "0"], "--parallel"),
+                          (["--tp", "0"], "--tp"), (["--switches", "-1"], "--switches"),
+                          (["--mem-fraction", "5"], "--mem-fraction"),
+                          (["--out", str(tmp_path / "no" / "o.json")], "no folder")):
+        args = ["--models", str(tmp_path), "--out", str(tmp_path / "o.json"), *argv]
+        with pytest.raises(SystemExit) as exc:
+            gc.main(args)
+        assert exc.value.code == 2 and message in capsys.readouterr().err, argv
 
 
 # -- the whole phase against a stand-in server ------------------------------------------------------

@@ -479,3 +479,16 @@ def test_margin_check_reports_positive_bf16_gaps(tmp_path):
         assert r["n"] == 64 and r["wrong"] == 0
         assert r["gap_min"] > 0.5 * P.hidden_size**0.5 and r["gap_ulp_min"] > 50
     assert margin_check.main(["--dir", str(tmp_path), "--tokens", "16", "--steps", "1"]) == 0
+
+
+def test_a_cuda_device_without_a_gpu_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    """Fresh-user find: ``--device cuda`` on a machine without CUDA was a RuntimeError traceback."""
+    import torch
+
+    from bench import synthetic_models
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        synthetic_models.main(["--preset", "tiny", "--out", str(tmp_path / "pair"), "--device", "cuda"])
+    assert exc.value.code == 2 and "sees no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "pair").exists()
