@@ -169,13 +169,15 @@ class ConsoleModel:
             return None
         return (s1 - s0) * 60.0 / (t1 - t0)
 
-    def on_failure(self, reason: str, foreign: bool = False) -> None:
-        """A failed poll (server down or slow); ``foreign``: another process answers on the port."""
+    def on_failure(self, reason: str, foreign: bool = False, since: float | None = None) -> None:
+        """A failed poll (server down or slow); ``foreign``: another process answers on the port;
+        ``since``: when the failed poll was sent (model clock, s): an outage that began with a
+        timed-out request is counted from that request, not from the timeout."""
         c = self.connection
         self.connection = st.ConnectionState(
             url=self.url,
             reachable=False,
-            down_since=c.down_since if c.down_since is not None else self.clock(),
+            down_since=c.down_since if c.down_since is not None else (since if since is not None else self.clock()),
             last_error=reason,
             failures=c.failures + 1,
             foreign=foreign,

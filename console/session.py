@@ -418,7 +418,7 @@ class ConsoleSession:
         try:
             sample = await self.client.poll()
         except ServerUnreachable as exc:
-            self.model.on_failure(str(exc))
+            self.model.on_failure(str(exc), since=polled_at)
             return
         foreign = await self._foreign_listener()
         if not self.child_alive():

@@ -413,6 +413,20 @@ def test_connection_and_histories():
     assert m.snapshot().gpu_util_history == ((5.0,), (None,))
 
 
+def test_an_outage_that_began_with_a_timed_out_poll_counts_from_that_poll():
+    """Fresh-user find: a port that accepts but never answers showed "unreachable for 0 s (timed
+    out)" when the first poll timed out, ~8 s after it was sent."""
+    now = [100.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    sent = now[0]
+    now[0] += 8  # the request's timeout
+    m.on_failure("timed out", since=sent)
+    assert m.snapshot().down_for_s == 8
+    now[0] += 10
+    m.on_failure("timed out", since=now[0] - 8)  # a later failure does not move the start
+    assert m.snapshot().down_for_s == 18
+
+
 # -- widgets' pure parts ---------------------------------------------------------------------
 
 def test_badge_states():
