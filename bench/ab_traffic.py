@@ -57,11 +57,10 @@ def parse_env(items: Sequence[str], flag: str) -> Dict[str, str]:
 def server_args(config: str, models: Path, a: argparse.Namespace) -> List[str]:
     """SGLang's arguments for ``config`` as ``bench.throughput traffic`` starts it, plus the KV pool
     cap and ``--sleep-on-idle`` (both servers alike)."""
-    from bench import traffic
+    from bench.traffic import launch_args
 
-    ns = argparse.Namespace(config=config, worker=a.worker, attention_backend=a.attention_backend,
-                            mem_fraction=a.mem_fraction, threshold=None, hysteresis=None, server_args=[])
-    return traffic.server_args_for(ns, str(models / "target"), str(models / "draft")) + [
+    return launch_args(config, str(models / "target"), str(models / "draft"), worker=a.worker,
+                       attention_backend=a.attention_backend, mem_fraction=a.mem_fraction) + [
         "--max-total-tokens", str(a.max_total_tokens), "--sleep-on-idle"]
 
 

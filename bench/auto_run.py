@@ -36,7 +36,6 @@ from typing import Any, Dict, List
 
 from server_patch.contract import AUTO, THRESHOLD_FLAG
 
-MAX_RR = 128
 CONFIGS = ("none", "always", "auto")
 
 
@@ -52,21 +51,15 @@ def _append_json(path: Path, record: Dict[str, Any]) -> None:
 
 def server_args(pair: Path, config: str, mem_fraction: float, attention_backend: str = "",
                 worker: str = "v2") -> List[str]:
-    """The SGLang arguments of ``config`` on the synthetic ``pair`` (128 requests; triton attention
-    unless ``attention_backend`` names another, e.g. ``fa3``, SGLang's default on H200; ``worker``
-    ``v1``: ``--disable-overlap-schedule`` for every config, as ``bench.throughput traffic``)."""
-    from bench.server_harness import eagle3_args, plain_args
+    """The SGLang arguments of ``config`` on the synthetic ``pair``: ``bench.traffic.launch_args``
+    (128 requests; triton attention unless ``attention_backend`` names another, e.g. ``fa3``,
+    SGLang's default on H200; ``worker`` ``v1``: ``--disable-overlap-schedule``), and for ``auto``
+    the auto threshold."""
+    from bench.traffic import launch_args
 
-    if config == "none":
-        args = plain_args(str(pair / "target"), max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
-                          mem_fraction=mem_fraction)
-        if worker == "v1":
-            args.append("--disable-overlap-schedule")
-    else:
-        args = eagle3_args(str(pair / "target"), str(pair / "draft"), max_running_requests=MAX_RR,
-                           cuda_graph_max_bs=MAX_RR, mem_fraction=mem_fraction, overlap=worker != "v1")
-        args += [THRESHOLD_FLAG, AUTO] if config == "auto" else []
-    return args + (["--attention-backend", attention_backend] if attention_backend else [])
+    args = launch_args(config, str(pair / "target"), str(pair / "draft"), worker=worker,
+                       attention_backend=attention_backend, mem_fraction=mem_fraction)
+    return args + ([THRESHOLD_FLAG, AUTO] if config == "auto" else [])
 
 
 def traffic(url: str, config: str, p_wrong: str, out: Path, csv_name: str, a: argparse.Namespace,

@@ -920,27 +920,37 @@ def _load_runs(path: Path) -> List[Any]:
         return []
 
 
-def server_args_for(a: argparse.Namespace, target: str, draft: Optional[str]) -> List[str]:
-    """Start mode: the SGLang server arguments for ``a.config`` (as ``bench.throughput run``:
+def launch_args(config: str, target: str, draft: Optional[str], *, worker: Optional[str],
+                attention_backend: Optional[str], mem_fraction: float, threshold: Any = None,
+                hysteresis: Optional[int] = None) -> List[str]:
+    """The SGLang server arguments of ``config`` (as ``bench.throughput run``:
     ``--max-running-requests`` / ``--cuda-graph-max-bs`` 128, EAGLE-3 steps 3, topk 1, 4 draft
-    tokens), ``--worker v1`` as ``--disable-overlap-schedule``, ``--attention-backend`` appended,
-    then the arguments after ``--`` (SGLang keeps the last value of a repeated flag)."""
+    tokens), worker ``v1`` as ``--disable-overlap-schedule``, ``attention_backend`` appended (SGLang
+    keeps the last value of a repeated flag). ``gate`` / ``off``: the gate at ``threshold`` (default
+    DEFAULT_THRESHOLD) and ``hysteresis`` (default 2); nothing of the gate for the other configs."""
     from bench.server_harness import eagle3_args, plain_args
 
-    if a.config == "none":
-        args = plain_args(target, max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR, mem_fraction=a.mem_fraction)
-        if a.worker == "v1":
+    if config == "none":
+        args = plain_args(target, max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR, mem_fraction=mem_fraction)
+        if worker == "v1":
             args.append("--disable-overlap-schedule")
     else:
         args = eagle3_args(target, draft, max_running_requests=MAX_RR, cuda_graph_max_bs=MAX_RR,
-                           mem_fraction=a.mem_fraction, overlap=a.worker != "v1")
-        if a.config in ("gate", "off"):
-            threshold = a.threshold if a.threshold is not None else DEFAULT_THRESHOLD
-            hysteresis = a.hysteresis if a.hysteresis is not None else 2
+                           mem_fraction=mem_fraction, overlap=worker != "v1")
+        if config in ("gate", "off"):
+            threshold = threshold if threshold is not None else DEFAULT_THRESHOLD
+            hysteresis = hysteresis if hysteresis is not None else 2
             args += [THRESHOLD_FLAG, str(threshold), HYSTERESIS_FLAG, str(hysteresis)]
-    if a.attention_backend:
-        args += ["--attention-backend", a.attention_backend]
-    return args + list(a.server_args)
+    if attention_backend:
+        args += ["--attention-backend", attention_backend]
+    return args
+
+
+def server_args_for(a: argparse.Namespace, target: str, draft: Optional[str]) -> List[str]:
+    """Start mode: :func:`launch_args` for ``a.config`` (``--worker``, ``--attention-backend``,
+    ``--threshold``, ``--hysteresis``, ``--mem-fraction``), then the arguments after ``--``."""
+    return launch_args(a.config, target, draft, worker=a.worker, attention_backend=a.attention_backend,
+                       mem_fraction=a.mem_fraction, threshold=a.threshold, hysteresis=a.hysteresis) + list(a.server_args)
 
 
 def safe_label(value: Any) -> str:
