@@ -142,28 +142,30 @@ class _TrivialTreeConstants:
     """
 
     def __init__(self) -> None:
-        self._rows: Dict[Any, Tuple[torch.Tensor, torch.Tensor]] = {}
-        self._mask: Dict[Any, torch.Tensor] = {}
+        self._buffers: Dict[Tuple[str, Any], torch.Tensor] = {}
+
+    def _at_least(self, name: str, n: int, device: Any, make: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """Buffer ``name`` on ``device``, made by ``make(capacity)`` again when shorter than ``n``
+        (capacity: at least double the last, and 256 rows)."""
+        buf = self._buffers.get((name, device))
+        if buf is None or buf.shape[0] < n:
+            buf = make(max(n, 256, 2 * buf.shape[0] if buf is not None else 0))
+            self._buffers[(name, device)] = buf
+        return buf
 
     def tree(self, bs: int, device: Any) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(retrieve_index, retrieve_next_token, retrieve_next_sibling)``: (bs, 1) int64 each,
         ``arange(bs)`` and -1 twice (read-only views of shared buffers)."""
-        cached = self._rows.get(device)
-        if cached is None or cached[0].shape[0] < bs:
-            cap = max(bs, 256, 2 * cached[0].shape[0] if cached is not None else 0)
-            cached = (torch.arange(cap, dtype=torch.long, device=device).unsqueeze(1),
-                      torch.full((cap, 1), -1, dtype=torch.long, device=device))
-            self._rows[device] = cached
-        index, minus_one = cached
+        index = self._at_least("index", bs, device,
+                               lambda cap: torch.arange(cap, dtype=torch.long, device=device).unsqueeze(1))
+        minus_one = self._at_least("minus_one", bs, device,
+                                   lambda cap: torch.full((cap, 1), -1, dtype=torch.long, device=device))
         return index[:bs], minus_one[:bs], minus_one[:bs]
 
     def all_true(self, n: int, device: Any) -> torch.Tensor:
         """An all-True bool mask of ``n`` entries (a read-only view of a shared buffer)."""
-        mask = self._mask.get(device)
-        if mask is None or mask.shape[0] < n:
-            mask = torch.ones(max(n, 2 * mask.shape[0] if mask is not None else 0, 1 << 16),
-                              dtype=torch.bool, device=device)
-            self._mask[device] = mask
+        mask = self._at_least("mask", max(n, 1 << 16), device,
+                              lambda cap: torch.ones(cap, dtype=torch.bool, device=device))
         return mask[:n]
 
 

@@ -360,12 +360,14 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
 
 def _log_triton_draft_extend_mend(spec_version: str, server_args: Any) -> None:
     """The start-up line about the mend of v1's triton draft extend (``triton_draft_extend``), where it applies."""
-    backend = getattr(server_args, "decode_attention_backend", None) or getattr(server_args, "attention_backend", None)
-    if spec_version != "v1" or backend != "triton" or getattr(server_args, "disable_cuda_graph", False):
-        return
-    from sglang.srt.plugins.hook_registry import HookRegistry
+    def patched():
+        from sglang.srt.plugins.hook_registry import HookRegistry
 
-    line = triton_draft_extend.startup_line(HookRegistry, spec_version, backend)
+        return HookRegistry._patched
+
+    backend = getattr(server_args, "decode_attention_backend", None) or getattr(server_args, "attention_backend", None)
+    line = triton_draft_extend.startup_line(spec_version, backend, not getattr(server_args, "disable_cuda_graph", False),
+                                            patched)
     if line is not None:
         logger.log(*line)
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Iterable, Optional, Tuple
 
 from server_patch import options
 
@@ -99,16 +99,18 @@ def register(registry: Any, hook_type: Any, parent_process: Optional[Callable[[]
     return True
 
 
-def startup_line(registry: Any, spec_version: str, attention_backend: Optional[str]) -> Optional[Tuple[int, str]]:
+def startup_line(spec_version: str, attention_backend: Optional[str], cuda_graph: bool,
+                 patched: Callable[[], Iterable[str]]) -> Optional[Tuple[int, str]]:
     """``(log level, line)`` a gate server logs at start-up about the mend, for a v1 server on
-    triton only (None elsewhere): applied, switched off, or registered but not applied (SGLang's
-    ``HookRegistry`` only logs a target it could not patch)."""
-    if spec_version != "v1" or attention_backend != "triton":
+    triton with CUDA graphs only (None elsewhere): applied, switched off, or registered but not
+    applied (SGLang's ``HookRegistry`` only logs a target it could not patch; ``patched()``: the
+    targets it hooked, asked only where the mend matters)."""
+    if spec_version != "v1" or attention_backend != "triton" or not cuda_graph:
         return None
     if not enabled_by_env():
         return logging.WARNING, (f"spec_gate: {ENV_SWITCH}=0: v1's draft extend on triton CUDA graphs keeps "
                                  "SGLang's fixed query stride (its drafts read the wrong rows at batch > 1)")
-    if TARGET not in getattr(registry, "_patched", ()):
+    if TARGET not in patched():
         return logging.ERROR, (f"spec_gate: the mend of v1's draft extend on triton CUDA graphs was not applied "
                                f"({TARGET} not hooked): drafts read the wrong rows at batch > 1")
     return logging.INFO, "spec_gate: v1 draft extend on triton CUDA graphs: queries packed per request (SGLang's fixed stride mended)"

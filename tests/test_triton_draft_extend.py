@@ -105,20 +105,21 @@ def test_the_views_sglang_kept_see_the_packed_layout():
     assert view.tolist() == [0, 2, 4, 5, 9] and view.data_ptr() == b.qo_indptr.data_ptr()
 
 
-@pytest.mark.parametrize("spec, backend_name, switch, patched, level", [
-    ("v1", "triton", None, True, "INFO"),
-    ("v1", "triton", "0", True, "WARNING"),
-    ("v1", "triton", None, False, "ERROR"),
-    ("v2", "triton", None, True, None),
-    ("v1", "fa3", None, True, None),
+@pytest.mark.parametrize("spec, backend_name, graphs, switch, patched, level", [
+    ("v1", "triton", True, None, True, "INFO"),
+    ("v1", "triton", True, "0", True, "WARNING"),
+    ("v1", "triton", True, None, False, "ERROR"),
+    ("v2", "triton", True, None, True, None),
+    ("v1", "fa3", True, None, True, None),
+    ("v1", "triton", False, None, False, None),  # no CUDA graphs: the eager path is right already
 ])
-def test_the_start_up_line_says_whether_the_mend_is_applied(monkeypatch, spec, backend_name, switch, patched, level):
+def test_the_start_up_line_says_whether_the_mend_is_applied(monkeypatch, spec, backend_name, graphs, switch,
+                                                            patched, level):
     import logging
 
     if switch is None:
         monkeypatch.delenv(tde.ENV_SWITCH, raising=False)
     else:
         monkeypatch.setenv(tde.ENV_SWITCH, switch)
-    registry = types.SimpleNamespace(_patched={tde.TARGET} if patched else set())
-    line = tde.startup_line(registry, spec, backend_name)
+    line = tde.startup_line(spec, backend_name, graphs, lambda: {tde.TARGET} if patched else set())
     assert (None if line is None else logging.getLevelName(line[0])) == level
