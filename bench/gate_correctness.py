@@ -370,10 +370,16 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     rec["off_lean_v1"] = g.get("off_lean_v1")
     rec["off_lean_v1_steps"] = g.get("off_lean_v1_steps", 0)
     rec["off_verify_metadata"] = g.get("off_verify_metadata")  # fa3: the fused OFF verify metadata
+    # v2 deferred draft K/V (opt-in): its checks count in off_kv_only's proof
+    rec["off_deferred_draft_kv"] = g.get("off_deferred_draft_kv")
+    rec["off_deferred_draft_kv_rows"] = g.get("off_deferred_draft_kv_rows", 0)
+    rec["off_deferred_draft_kv_flushes"] = g.get("off_deferred_draft_kv_flushes", 0)
     _rank_proof(rec, g, "off_verify_metadata", active=g.get("off_verify_metadata") == "fused")
     # what the OFF path ran (the plugin's defaults change between versions: part of an entry's identity)
     rec["off_path"] = {"kv_only_runs": g.get("off_kv_only_runs"), "kv_only_prefills": rec["off_kv_only_prefills"] > 0,
                        "lean_draft_extend": rec["off_lean_draft_extend_steps"] > 0, "lean_v1": rec["off_lean_v1"]}
+    if rec["off_deferred_draft_kv_rows"] > 0:  # a key only where it ran: earlier entries keep their identity
+        rec["off_path"]["deferred_draft_kv"] = True
     # built (on) or run: it must have run and been checked, and never failed (no pass with 0 lean steps)
     _rank_proof(rec, g, "off_lean_v1", active=g.get("off_lean_v1") == "on" or g.get("off_lean_v1_steps", 0) > 0)
     _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None

@@ -2,10 +2,13 @@
 # The next GPU run (one H200), prepared on 2026-12-04 after h200-2026-12-04c (bench/GPU_PLAN.md):
 # 1. the triton draft-extend mend for v1 (server_patch/triton_draft_extend.py) against the oracle,
 #    phase A alone, four servers side by side: v1 topk 1 with the mend, v1 topk 1 without it (expected
-#    1.3: the bug), v1 topk 4 with it, v1 topk 1 eager (the layout the mend copies); 2. if the mend holds, the lean v1 step's oracle (phases A-G)
-#    and v1 topk 4's, side by side; 3. A/B inside the run with bench.ab_traffic (both servers up,
-#    rows alternated, 2 repeats): fa3 off against none, then the opt-in OFF cuts. Rename it to its date when run. The steps models /
-#    install / part / wait are bench/gpu_run_2026_12_03c.sh's (same carries).
+#    1.3: the bug), v1 topk 4 with it, v1 topk 1 eager (the layout the mend copies); beside them the
+#    deferred draft K/V (server_patch/deferred_draft_kv.py, opt-in) on v2 triton, phases A-G;
+#    2. if the mend holds, the lean v1 step's oracle (phases A-G) and v1 topk 4's, and the deferred
+#    draft K/V on v2 fa3, side by side; 3. A/B inside the run with bench.ab_traffic (both servers up,
+#    rows alternated, 2 repeats): fa3 forced off with the deferred draft K/V against off without it,
+#    then against no speculation. Rename it to its date when run. The steps models / install / part /
+#    wait are bench/gpu_run_2026_12_03c.sh's (same carries).
 set -uo pipefail
 export SELF=bench/gpu_run_next.sh
 [ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
@@ -29,27 +32,32 @@ sleep 20
 MAXTOK=16384 SPECCONSOLE_TRITON_DRAFT_EXTEND_FIX=0 gc nomend-v1 31100 --configs v1-topk1 --forced-on-only &
 MAXTOK=16384 gc mend-v1topk4 31200 --configs v1-topk4 --forced-on-only &
 MAXTOK=16384 gc eager-v1 31300 --configs v1-topk1 --forced-on-only -- --disable-cuda-graph &  # the layout the mend copies
+MAXTOK=16384 SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1 gc deferred-v2 31600 --configs v2-topk1 --skip-auto &
 wait
 pkill -f launch_server; sleep 3; pkill -9 -f launch_server
-# 2. the lean v1 step's oracle and v1 topk 4's, with the mend (default on)
-if grep -q '"forced_on_verify_ct_matches_oracle": true' "$R/gate-mend-v1.log"; then
-  SPECCONSOLE_OFF_LEAN_V1=1 gc lean-v1 31400 --configs v1-topk1 --skip-auto &
-  gc v1topk4 31500 --configs v1-topk4 --skip-auto &
-  wait
-  pkill -f launch_server; sleep 3; pkill -9 -f launch_server
-fi
-# 3. A/B inside the run, both servers up at once, rows alternated (bench.ab_traffic): fa3 forced off
-#    against no speculation, then the opt-in OFF cuts against off without them (8B pair, p = 0.2)
+# 2. the lean v1 step's oracle and v1 topk 4's, with the mend (default on); the deferred draft K/V on fa3
 for t in $(seq 300); do [ -e "$R/fa3.ready" ] && break; sleep 1; done
+if [ -e "$R/fa3.ready" ]; then
+  MAXTOK=16384 SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1 gc deferred-v2-fa3 31700 --configs v2-topk1 --skip-auto \
+    -- --attention-backend fa3 &
+fi
+if grep -q '"forced_on_verify_ct_matches_oracle": true' "$R/gate-mend-v1.log"; then
+  MAXTOK=16384 SPECCONSOLE_OFF_LEAN_V1=1 gc lean-v1 31400 --configs v1-topk1 --skip-auto &
+  MAXTOK=16384 gc v1topk4 31500 --configs v1-topk4 --skip-auto &
+fi
+wait
+pkill -f launch_server; sleep 3; pkill -9 -f launch_server
+# 3. A/B inside the run, both servers up at once, rows alternated (bench.ab_traffic): fa3 forced off
+#    with the deferred draft K/V against off without it, then against no speculation (8B pair, p = 0.2)
 ab() {  # ab NAME ARGS...: one bench.ab_traffic run
   local name=$1 t0=$SECONDS; shift
-  python3 -m bench.ab_traffic --models /tmp/models/8b/p0.2 --repeats 2 --out "$R/$name" "$@" >"$R/$name.log" 2>&1
+  python3 -m bench.ab_traffic --models /tmp/models/8b/p0.2 --repeats 2 --workloads varied-closed \
+    --out "$R/$name" "$@" >"$R/$name.log" 2>&1
   echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
   pkill -f launch_server; sleep 2; pkill -9 -f launch_server
 }
 if [ -e "$R/fa3.ready" ]; then
-  ab ab-fa3-off --attention-backend fa3 --a none --b off
-  ab ab-fa3-cuts --attention-backend fa3 --a off --b off \
-    --b-env SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY=1 --b-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1
+  ab ab-fa3-deferred --attention-backend fa3 --a off --b off --b-env SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1
+  ab ab-fa3-none --attention-backend fa3 --a none --b off --b-env SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1
 fi
 touch "$R/all.done"

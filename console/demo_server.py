@@ -189,6 +189,8 @@ class SimulatedRunner:
     off_verify_metadata = None  # fa3 only, opt-in (SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1)
     off_verify_metadata_checks = 0
     off_verify_metadata_mismatches = 0
+    off_deferred_draft_kv = None  # opt-in (SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1), v2 only
+    off_deferred_draft_kv_rows = off_deferred_draft_kv_flushes = 0
     off_sampling = "plain-decode-sampler"  # server_patch's default at topk 1 (off_sampling.PLAIN)
     off_attention_mismatches = off_kv_only_mismatches = off_early_seq_lens_mismatches = 0
     # prefills are not simulated: the target prefill graph is reported as a real server starts it

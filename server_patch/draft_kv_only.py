@@ -103,6 +103,44 @@ def unsupported_reason(model: Any) -> Optional[str]:
     return None
 
 
+def kv_store(model: Any) -> Callable:
+    """The K/V-storing part of :func:`kv_only_forward`, for ``model`` (``LlamaForCausalLMEagle3``):
+    ``store(input_ids, positions, hidden, token_to_kv_pool, out_cache_loc, embeds=None)`` computes
+    the draft layer's K and V for T tokens and stores them at ``out_cache_loc``; returns the ``fc``
+    output (T, hidden). Shapes: ``input_ids`` / ``positions`` / ``out_cache_loc`` (T,), ``hidden``
+    (T, 3 * target_hidden) (the target's aux hidden states) or (T, hidden); ``embeds`` (T, hidden)
+    replaces the token embeddings where given. Any number of tokens from any requests: a token's K/V
+    depend on its own inputs only (module docstring)."""
+    import torch
+
+    inner = model.model
+    layer = inner.layers[0]
+    attn = layer.self_attn
+    radix = attn.attn
+
+    def store(input_ids, positions, hidden, token_to_kv_pool, out_cache_loc, embeds=None):
+        if embeds is None:
+            embeds = inner.embed_tokens(input_ids)
+        if hidden.shape[-1] != embeds.shape[-1]:
+            if inner.fc_norm is not None:
+                chunks = hidden.chunk(inner.num_aux_hidden_states, dim=-1)
+                hidden = torch.cat([norm(c) for norm, c in zip(inner.fc_norm, chunks)], dim=-1)
+            hidden = inner.fc(hidden)
+        x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(hidden)], dim=-1)
+        _, k, v = attn.forward_prepare_native(positions=positions, hidden_states=x)
+        token_to_kv_pool.set_kv_buffer(
+            radix,
+            out_cache_loc,
+            k.view(-1, radix.tp_k_head_num, radix.qk_head_dim),
+            v.view(-1, radix.tp_v_head_num, radix.v_head_dim),
+            radix.k_scale,
+            radix.v_scale,
+        )
+        return hidden
+
+    return store
+
+
 def kv_only_forward(model: Any, output_cls: Any = None, last_of_each_request: bool = False) -> Callable:
     """A replacement for ``model.forward`` (``LlamaForCausalLMEagle3``) that only stores K/V.
 
@@ -129,10 +167,8 @@ def kv_only_forward(model: Any, output_cls: Any = None, last_of_each_request: bo
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput as output_cls
 
     inner = model.model
-    layer = inner.layers[0]
-    attn = layer.self_attn
-    radix = attn.attn
     vocab = model.config.draft_vocab_size or model.config.vocab_size
+    store = kv_store(model)
 
     def forward(input_ids, positions, forward_batch, *args, **kwargs):
         # LlamaForCausalLM.forward(input_ids, positions, forward_batch, input_embeds=None, ...): the
@@ -146,24 +182,8 @@ def kv_only_forward(model: Any, output_cls: Any = None, last_of_each_request: bo
                 if (mode.is_extend() and forward_batch.contains_mm_inputs()
                         and not mode.is_draft_extend(include_v2=True)):
                     embeds = torch.cat([embeds[:-1], inner.embed_tokens(input_ids[-1].unsqueeze(0))])
-        if embeds is None:
-            embeds = inner.embed_tokens(input_ids)
-        hidden = forward_batch.spec_info.hidden_states
-        if hidden.shape[-1] != embeds.shape[-1]:
-            if inner.fc_norm is not None:
-                chunks = hidden.chunk(inner.num_aux_hidden_states, dim=-1)
-                hidden = torch.cat([norm(c) for norm, c in zip(inner.fc_norm, chunks)], dim=-1)
-            hidden = inner.fc(hidden)
-        x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(hidden)], dim=-1)
-        _, k, v = attn.forward_prepare_native(positions=positions, hidden_states=x)
-        forward_batch.token_to_kv_pool.set_kv_buffer(
-            radix,
-            forward_batch.out_cache_loc,
-            k.view(-1, radix.tp_k_head_num, radix.qk_head_dim),
-            v.view(-1, radix.tp_v_head_num, radix.v_head_dim),
-            radix.k_scale,
-            radix.v_scale,
-        )
+        hidden = store(input_ids, positions, forward_batch.spec_info.hidden_states,
+                       forward_batch.token_to_kv_pool, forward_batch.out_cache_loc, embeds)
         if last_of_each_request:
             hidden = hidden[torch.cumsum(forward_batch.extend_seq_lens, dim=0) - 1]
             logits = hidden.new_zeros((hidden.shape[0], vocab), dtype=torch.float32)
@@ -442,20 +462,27 @@ class KvProof:
         k_kv = pool.get_key_buffer(layer_id)[loc].clone()
         v_kv = pool.get_value_buffer(layer_id)[loc].clone()
         run_full()  # rewrites the same slots the full way
-        differ = not self._agree((k_kv, v_kv), (pool.get_key_buffer(layer_id)[loc],
-                                                pool.get_value_buffer(layer_id)[loc]))
+        self.judge((k_kv, v_kv), (pool.get_key_buffer(layer_id)[loc], pool.get_value_buffer(layer_id)[loc]))
+
+    #: what the K/V are checked against, and what OFF steps do after a failed check (log lines)
+    reference = "the full draft extend's"
+    fallback = "OFF steps run the full draft extend from now on"
+
+    def judge(self, stored: tuple, reference: tuple) -> None:
+        """Count one check of ``stored`` (K, V) against ``reference`` (K, V); a mismatch on any TP
+        rank turns ``ok`` False, logged as an error. Waits for the GPU."""
+        differ = not self._agree(stored, reference)
         self.checks += 1
         if differ:
             self.mismatches += 1
-            logger.error("spec_gate: OFF step %s stored K/V that differ from the full draft extend's "
-                         "(check %d%s); OFF steps run the full draft extend from now on, on every TP rank",
-                         self.what, self.checks,
-                         f", max |diff| {self.max_abs_diff:.3g}" if self.rounding else "")
+            logger.error("spec_gate: OFF step %s stored K/V that differ from %s "
+                         "(check %d%s); %s, on every TP rank", self.what, self.reference, self.checks,
+                         f", max |diff| {self.max_abs_diff:.3g}" if self.rounding else "", self.fallback)
         if self.any_rank(differ) and self.ok:
             self.ok = False
             if not differ:
-                logger.error("spec_gate: another TP rank's KV-only check failed (check %d); OFF "
-                             "steps run the full draft extend from now on", self.checks)
+                logger.error("spec_gate: another TP rank's %s check failed (check %d); %s",
+                             self.what, self.checks, self.fallback)
 
 
 class KvOnlyRunner(KvProof):

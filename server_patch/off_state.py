@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from server_patch import draft_kv_only, off_attention, off_fa3, off_step_v1, options
+from server_patch import deferred_draft_kv, draft_kv_only, off_attention, off_fa3, off_step_v1, options
 from server_patch import off_sampling as sampling
 from server_patch.contract import sampled
 
@@ -243,6 +243,10 @@ class OffStepRunner:
     #: ``off_fa3``: the fused OFF verify metadata (None: not built) and spec_gate's word for it
     fa3_verify_metadata: Optional[off_fa3.FusedVerifyMetadata] = None
     off_verify_metadata: Optional[str] = None
+    #: ``deferred_draft_kv`` (v2, opt-in): pending draft K/V of OFF steps (None: not built) and why not
+    deferred_kv: Optional[deferred_draft_kv.DeferredDraftKv] = None
+    _deferred_kv_reason: Optional[str] = None
+    _off_draft_input: Any = None  # the OFF step's draft input (its stale top-k and hidden state)
 
     def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
         self.worker = worker
@@ -273,6 +277,7 @@ class OffStepRunner:
         self.lean_draft_extend_steps = 0  # OFF steps that took the lean post-processing
         self.off_sampling = sampling.mode(self.v2, self.topk)
         self._init_lean_v1()
+        self._init_deferred_kv()
         # fa3: the OFF verify's replay metadata with the decode path's fused kernel (off_fa3, opt-in)
         self.fa3_verify_metadata, self.off_verify_metadata = off_fa3.install(
             self.off_state.target_attn_backend, sampled, self.any_rank)
@@ -312,6 +317,50 @@ class OffStepRunner:
         if self.off_draft_extend != draft_kv_only.KV_ONLY:
             return "KV-only draft extend off (its proof failed)"
         return "on"
+
+    def _init_deferred_kv(self) -> None:
+        """Deferred draft K/V on v2 KV-only OFF steps (``deferred_draft_kv``,
+        ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1``): ``deferred_kv`` (None when not built) and
+        ``off_deferred_draft_kv`` (``on``, or why not; None when not asked for)."""
+        if not deferred_draft_kv.enabled_by_env():
+            return
+        reason = deferred_draft_kv.server_reason(self.worker.server_args) if self.v2 else "v1 (EAGLEWorker)"
+        if reason is None and self.kv_only is None:
+            reason = f"no KV-only draft extend ({self.off_draft_extend_reason})"
+        capacity = 0
+        if reason is None:
+            try:
+                capacity = deferred_draft_kv.capacity_from_env()
+            except ValueError as exc:
+                reason = str(exc)
+        if reason is not None:
+            self._deferred_kv_reason = reason
+            logger.info("spec_gate: OFF steps store the draft's K/V at once: %s", reason)
+            return
+        model = self._draft_model()
+        self.deferred_kv = deferred_draft_kv.DeferredDraftKv(
+            draft_kv_only.kv_store(model), self.worker.draft_worker.draft_runner.token_to_kv_pool,
+            model.model.layers[0].self_attn.attn, capacity, self._build_context, sampled, self.any_rank)
+        logger.info("spec_gate: OFF steps defer the draft's K/V (up to %d tokens)", capacity)
+
+    @property
+    def off_deferred_draft_kv(self) -> Optional[str]:
+        """``on`` while OFF steps defer the draft's K/V; else why not (a proof or the buffer's
+        allocation failed since, or why it was never built); None when not asked for."""
+        d = self.deferred_kv
+        if d is None:
+            return self._deferred_kv_reason
+        if not d.ok:
+            return d.reason or "proof failed"
+        if self.off_draft_extend != draft_kv_only.KV_ONLY:
+            return "KV-only draft extend off (its proof failed)"
+        return "on"
+
+    def flush_deferred_kv(self) -> None:
+        """Store every pending deferred draft K/V row now (before any forward that is not a
+        deferred OFF step: ``scheduler_hooks``, :meth:`run_off_step`)."""
+        if self.deferred_kv is not None and self.deferred_kv.fill:
+            self.deferred_kv.flush()
 
     def _init_kv_only(self) -> None:
         """The KV-only OFF draft extend (``draft_kv_only``): a second OFF state whose draft-extend
@@ -588,6 +637,7 @@ class OffStepRunner:
     def _off_draft_v2(self, model_worker_batch):
         """Replacement for ``EagleDraftWorker.draft`` during an OFF step (``eagle_worker_v2.py:339-416``)."""
         draft_input = model_worker_batch.spec_info
+        self._off_draft_input = draft_input
         mask_buf, _ = (
             self.worker.target_worker.model_runner.attn_backend.get_verify_buffers_to_fill_after_draft()
         )
@@ -610,7 +660,10 @@ class OffStepRunner:
         """
         early = self._early_seq_lens(batch) if self.early_seq_lens else None
         kv_only = not resume and self.off_draft_extend == draft_kv_only.KV_ONLY
+        if not (kv_only and self.v2 and self.deferred_kv is not None):
+            self.flush_deferred_kv()  # this step stores draft K/V at once, after the pending rows
         kv_replays = self.kv_only.count if self.kv_only is not None else 0
+        deferred_steps = self.deferred_kv.count if self.deferred_kv is not None else 0
         replays_before = self.off_target_graph.count
         if kv_only and self.lean_v1 is not None and self.lean_v1.reason(batch) is None:
             self._apply(self.off_kv_state)
@@ -624,8 +677,10 @@ class OffStepRunner:
             self.resume_steps += 1
         elif self.off_target_graph.count > replays_before:
             self.off_steps_cuda_graph += 1
-        # Stale only when the KV-only graph really ran (an eager fallback runs the full draft).
-        self.draft_stale = kv_only and self.kv_only.count > kv_replays
+        # Stale only when the KV-only graph really ran or the step's K/V were deferred (an eager
+        # fallback runs the full draft).
+        self.draft_stale = kv_only and (self.kv_only.count > kv_replays or (
+            self.deferred_kv is not None and self.deferred_kv.count > deferred_steps))
         if early is not None:
             self._publish_early_seq_lens(result, *early)
         return result
@@ -641,17 +696,52 @@ class OffStepRunner:
         eager_kv = (self.kv_only.installed() if kv_only and isinstance(self.kv_only, draft_kv_only.EagerKvOnly)
                     else contextlib.nullcontext())
         lean = kv_only and getattr(self, "lean_draft_extend", False) and isinstance(self.kv_only, draft_kv_only.KvOnlyRunner)
-        if lean:
-            owner._draft_extend_for_decode = self._lean_draft_extend_v2(type(owner)._draft_extend_for_decode.__get__(owner))
+        deferred = kv_only and self.v2 and self.deferred_kv is not None
+        if lean or deferred:
+            step = type(owner)._draft_extend_for_decode.__get__(owner)
+            if lean:
+                step = self._lean_draft_extend_v2(step)
+            owner._draft_extend_for_decode = self._deferred_draft_extend_v2(step) if deferred else step
         try:
             with draws, eager_kv:
                 result = forward(batch)
         finally:
             del owner.draft  # back to the class's draft()
-            if lean:
+            self._off_draft_input = None
+            if lean or deferred:
                 del owner._draft_extend_for_decode
             self._apply(self.on_state)
         return result
+
+    def _deferred_draft_extend_v2(self, immediate: Callable) -> Callable:
+        """A replacement for ``EagleDraftWorker._draft_extend_for_decode`` on a v2 KV-only OFF step
+        that queues the step's draft K/V rows (``deferred_draft_kv``) instead of storing them:
+        the drawn tokens, the verify's positions (``seq_lens``) and cache slots (``out_cache_loc``),
+        the target's hidden states (bs, D); the next draft input keeps the step's own stale top-k
+        and hidden state (as after every KV-only step: the resume step refreshes them). On proof
+        steps, and where the rows cannot be deferred, ``immediate`` (the KV-only extend) runs."""
+        runner = self
+        deferred = self.deferred_kv
+
+        def draft_extend_for_decode(batch: Any, batch_result: Any) -> None:
+            bs = batch.seq_lens.numel()
+            hidden = batch_result.logits_output.hidden_states
+            old = runner._off_draft_input
+            if (hidden is None or old is None or getattr(old, "topk_p", None) is None
+                    or not deferred.takes(bs, hidden)):
+                runner.flush_deferred_kv()
+                return immediate(batch, batch_result)
+            rows = (batch_result.next_token_ids, batch.seq_lens, batch.out_cache_loc, hidden)
+            reference = None
+            if deferred.wants_check():
+                immediate(batch, batch_result)  # also sets the next draft input's stale fields
+                reference = deferred.snapshot(rows[2])
+            else:
+                ndi = batch_result.next_draft_input
+                ndi.topk_p, ndi.topk_index, ndi.hidden_states = old.topk_p, old.topk_index, old.hidden_states
+            deferred.append(*rows, reference=reference)
+
+        return draft_extend_for_decode
 
     def _lean_draft_extend_v2(self, original: Callable) -> Callable:
         """A replacement for ``EagleDraftWorker._draft_extend_for_decode`` (``eagle_worker_v2.py``

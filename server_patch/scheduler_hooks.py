@@ -101,6 +101,7 @@ class GateRuntime:
 
         def forward_batch_generation(batch, *args, **kwargs):
             if not batch.forward_mode.is_decode():
+                runtime.flush_deferred_kv()
                 # a prefill while speculation is off: its draft extend may store K/V only
                 if getattr(batch.forward_mode, "name", None) == "EXTEND" and not runtime.gate.spec_enabled:
                     return runtime.runner.run_prefill(lambda b: forward(b, *args, **kwargs), batch)
@@ -119,9 +120,17 @@ class GateRuntime:
                 if resume:
                     setattr(result, RESUME_RESULT_ATTR, True)
                 return result
+            runtime.flush_deferred_kv()
             return forward(batch, *args, **kwargs)
 
         worker.forward_batch_generation = forward_batch_generation
+
+    def flush_deferred_kv(self) -> None:
+        """The draft K/V that OFF steps deferred, stored before a forward that is not such a step
+        (``deferred_draft_kv``: a prefill or an ON step reads or writes the draft's KV cache)."""
+        flush = getattr(self.runner, "flush_deferred_kv", None)
+        if flush is not None:
+            flush()
 
     # -- the auto threshold's inputs (server_patch/auto_threshold.py) -------------------------
 
@@ -194,12 +203,21 @@ class GateRuntime:
 
     @property
     def off_kv_only_checks(self) -> int:
-        """Sampled checks of the KV-only OFF draft extend and of the KV-only draft prefill."""
-        return _kv(self.runner, "checks") + _kv(self.runner, "checks", "prefill_kv_only")
+        """Sampled checks of the KV-only OFF draft extend, the KV-only draft prefill and the
+        deferred draft K/V."""
+        return sum(_kv(self.runner, "checks", which) for which in KV_PROOFS)
 
     @property
     def off_kv_only_mismatches(self) -> int:
-        return _kv(self.runner, "mismatches") + _kv(self.runner, "mismatches", "prefill_kv_only")
+        return sum(_kv(self.runner, "mismatches", which) for which in KV_PROOFS)
+
+    @property
+    def off_deferred_draft_kv_rows(self) -> int:
+        return _kv(self.runner, "rows", "deferred_kv")
+
+    @property
+    def off_deferred_draft_kv_flushes(self) -> int:
+        return _kv(self.runner, "flushes", "deferred_kv")
 
     @property
     def off_kv_only_prefills(self) -> int:
@@ -282,6 +300,12 @@ class _RunnerDefaults:
     off_attention_mismatches = 0
     off_lean_v1 = None  # v2, or v1 without SPECCONSOLE_OFF_LEAN_V1=1
     off_verify_metadata = None  # not fa3, or SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA not 1
+    off_deferred_draft_kv = None  # SPECCONSOLE_OFF_DEFERRED_DRAFT_KV not 1
+
+
+#: the runner's proofs of the draft's K/V (``off_kv_only_checks`` / ``_mismatches`` sum them): the
+#: KV-only OFF draft extend, the KV-only draft prefill, the deferred draft K/V
+KV_PROOFS = ("kv_only", "prefill_kv_only", "deferred_kv")
 
 
 def _kv(runner: Any, counter: str, which: str = "kv_only", default: Any = 0) -> Any:

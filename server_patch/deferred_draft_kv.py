@@ -1,0 +1,228 @@
+"""Deferred draft K/V for v2 OFF decode steps: the draft's K/V of many OFF steps in one forward.
+
+Why: a KV-only OFF step (``draft_kv_only``) still prepares and launches a draft extend every decode
+step (SGLang's ``prepare_for_extend_to_fill_draft_kvcache``: a ``ForwardBatch``, a graph replay
+with its buffer copies). The OFF server is CPU-bound (it launches, the GPU waits), and on the H200
+that draft extend was 5.6 of the OFF decode step's 20.3 ms of scheduler CPU per 1,000 output tokens
+against a plain decode step's ~7 (py-spy, fa3, 64 requests, ``bench/results/h200-2026-12-04b/``).
+An EAGLE-3 draft's K/V at a position depend on that position's own inputs only (the token, the
+target's aux hidden state, the position: ``draft_kv_only``), so they can be computed later, for
+any number of tokens of any requests at once. What an OFF step leaves here instead is four copies
+into preallocated buffers (the drawn token, the position, the cache slot, the target's hidden
+state); :meth:`DeferredDraftKv.flush` stores all pending K/V in one eager forward.
+
+When the K/V must be there: before anything else runs on the draft's KV cache, i.e. before every
+forward that is not a deferred OFF step (a prefill, an ON or resume step, an OFF step on SGLang's
+path) and when the buffer is full (the caller: ``off_state.OffStepRunner``). Everything runs on the
+forward stream, so a flush precedes in stream order every later write or read of the same slots.
+
+Slots freed and handed out again while rows wait (a request finished and its slot went to another
+request's next token): the later row wins. The flush keeps, per cache slot, the last row written
+for it (a stable sort; the rest write the KV pool's padding slot 0, which SGLang reserves for
+dummy writes), which is what immediate writes in step order would have left. A finished request's
+rows are still written: its tokens may sit in the radix cache, whose K/V later prefix hits read.
+
+Proof at run time (new state: the pending rows): on the steps ``contract.sampled`` picks, the OFF
+step also runs the immediate KV-only extend (itself proven against SGLang's full draft extend) and
+snapshots the K/V it stored; after the flush that writes those rows, the K/V there must equal the
+snapshot within bf16 rounding (the flush's GEMMs run at another batch size:
+``draft_kv_only.ROUNDING_RTOL``), except where a later row took the slot. A mismatch on any TP rank
+stops deferral for the server's life (logged as an error); OFF steps keep the immediate extend.
+
+Opt-in (``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1``) until its oracle run on the GPU;
+``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_TOKENS`` sizes the buffer (tokens, default 8192: 8192 x 3 x
+4096 x 2 bytes = 192 MiB of GPU memory for an 8B target's aux hidden states).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Callable, List, Optional, Tuple
+
+from server_patch import options
+from server_patch.draft_kv_only import KvProof
+
+logger = logging.getLogger("server_patch.spec_gate")
+
+ENV_SWITCH = "SPECCONSOLE_OFF_DEFERRED_DRAFT_KV"
+TOKENS_ENV = "SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_TOKENS"
+DEFAULT_TOKENS = 8192
+#: the KV pool's reserved slot for dummy writes (SGLang's ``token_to_kv_pool`` allocates from 1)
+PADDING_SLOT = 0
+
+
+def enabled_by_env() -> bool:
+    """True when ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1`` asks for deferred draft K/V on v2 OFF steps."""
+    return options.switch(ENV_SWITCH, False)
+
+
+def capacity_from_env() -> int:
+    """Pending rows the buffer holds (``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_TOKENS``, default 8192).
+
+    Raises:
+        ValueError: the variable is set to something other than a whole number >= 1.
+    """
+    raw = os.environ.get(TOKENS_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_TOKENS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{TOKENS_ENV} must be a whole number of tokens >= 1, got {raw!r}")
+    return value
+
+
+def server_reason(server_args: Any) -> Optional[str]:
+    """Why a server's draft K/V cannot wait (something reads the KV pool outside the forward
+    passes), or None: hierarchical cache (host copies of the pool), PD disaggregation (KV
+    transfers)."""
+    if getattr(server_args, "enable_hierarchical_cache", False):
+        return "hierarchical cache (host copies of the KV pool)"
+    if getattr(server_args, "disaggregation_mode", "null") not in (None, "null"):
+        return "PD disaggregation (KV transfers)"
+    return None
+
+
+def keep_last_per_slot(slots: Any) -> Any:
+    """For rows in write order with cache slots ``slots`` (N,) int64: a bool mask (N,) that is True
+    on the last row of each slot. No wait for the GPU (a stable sort and a scatter)."""
+    import torch
+
+    n = slots.shape[0]
+    ordered, order = torch.sort(slots, stable=True)
+    last = torch.ones(n, dtype=torch.bool, device=slots.device)
+    if n > 1:
+        last[:-1] = ordered[1:] != ordered[:-1]
+    keep = torch.empty_like(last)
+    keep[order] = last
+    return keep
+
+
+class DeferredDraftKv(KvProof):
+    """Pending draft K/V rows of OFF decode steps and their flush (module docstring).
+
+    Args:
+        store: ``store(input_ids, positions, hidden, token_to_kv_pool, out_cache_loc)``
+            (``draft_kv_only.kv_store`` of the draft model): computes and stores K/V for T tokens.
+        token_to_kv_pool: the draft's KV pool (``get_key_buffer``/``get_value_buffer``).
+        layer: the draft's attention layer (its ``layer_id`` indexes the pool).
+        capacity: pending rows at most (tokens).
+        context: a fresh context manager per call for the draft's TP/MoE contexts.
+        sampled, any_rank: as ``draft_kv_only.KvProof``.
+
+    Counters: ``count`` (OFF steps whose rows were appended), ``rows`` and ``flushes`` (written),
+    ``checks``, ``mismatches``, ``inexact``, ``ok`` (``KvProof``).
+    """
+
+    what = "deferred draft K/V"
+    reason: Optional[str] = None  # why deferral stopped other than a failed proof
+    reference = "the immediate KV-only extend's"
+    fallback = "OFF steps store the draft's K/V at once from now on"
+
+    def __init__(self, store: Callable[..., Any], token_to_kv_pool: Any, layer: Any, capacity: int,
+                 context: Callable[[], Any], sampled: Callable[[int], bool],
+                 any_rank: Callable[[bool], bool] = bool):
+        super().__init__(layer, sampled, any_rank, rounding=True)
+        self.store = store
+        self.pool = token_to_kv_pool
+        self.capacity = capacity
+        self.context = context
+        self.fill = 0
+        self.rows = 0
+        self.flushes = 0
+        self._buffers: Optional[Tuple[Any, Any, Any, Any]] = None  # tokens, positions, slots, hidden
+        self._snapshots: List[Tuple[int, int, Any, Any]] = []  # (first row, rows, K, V) to prove
+
+    def takes(self, n: int, hidden: Any) -> bool:
+        """Whether a step of ``n`` rows with hidden states like ``hidden`` (bs, D) can be deferred:
+        proof intact, ``n`` within the capacity, the buffers there (allocated at the first call,
+        on every TP rank or on none: a failed allocation stops deferral, ``reason`` says so)."""
+        if not self.ok or not 0 < n <= self.capacity:
+            return False
+        if self._buffers is None:
+            self._allocate(hidden)
+        return self.ok
+
+    def _allocate(self, hidden: Any) -> None:
+        import torch
+
+        device, failed = hidden.device, False
+        try:
+            self._buffers = (torch.empty(self.capacity, dtype=torch.int64, device=device),
+                             torch.empty(self.capacity, dtype=torch.int64, device=device),
+                             torch.empty(self.capacity, dtype=torch.int64, device=device),
+                             torch.empty((self.capacity, hidden.shape[-1]), dtype=hidden.dtype, device=device))
+        except torch.OutOfMemoryError as exc:
+            failed = True
+            logger.warning("spec_gate: no GPU memory for %d deferred draft K/V rows (%s)", self.capacity, exc)
+        if self.any_rank(failed):
+            self._buffers = None
+            self.ok = False
+            self.reason = f"no GPU memory for {self.capacity} tokens of hidden states"
+
+    def wants_check(self) -> bool:
+        """Whether the next appended step is a proof step (run the immediate extend, then
+        :meth:`snapshot`, then :meth:`append`)."""
+        return self.sampled(self.count + 1)
+
+    def snapshot(self, slots: Any) -> Tuple[Any, Any]:
+        """Copies of the draft's K and V at ``slots`` (N,) as the immediate extend stored them."""
+        layer_id = self.layer.layer_id
+        return (self.pool.get_key_buffer(layer_id)[slots].clone(),
+                self.pool.get_value_buffer(layer_id)[slots].clone())
+
+    def append(self, tokens: Any, positions: Any, slots: Any, hidden: Any,
+               reference: Optional[Tuple[Any, Any]] = None) -> None:
+        """Queue one OFF step's rows: ``tokens`` (the drawn tokens), ``positions``, ``slots`` (the
+        cache slots the draft's K/V go to) (bs,), ``hidden`` (bs, D) the target's hidden states at
+        those positions. Flushes first when the rows would not fit. ``reference``: the step's
+        :meth:`snapshot` on a proof step.
+
+        Raises:
+            ValueError: more rows than the capacity, or no buffers (callers check :meth:`takes`).
+        """
+        n = tokens.shape[0]
+        if n > self.capacity:
+            raise ValueError(f"{n} rows do not fit a deferred draft K/V buffer of {self.capacity}")
+        if self._buffers is None:
+            raise ValueError("append before takes(): no buffers")
+        if self.fill + n > self.capacity:
+            self.flush()
+        for buffer, rows in zip(self._buffers, (tokens, positions, slots, hidden)):
+            buffer[self.fill:self.fill + n].copy_(rows, non_blocking=True)
+        if reference is not None:
+            self._snapshots.append((self.fill, n) + tuple(reference))
+        self.fill += n
+        self.count += 1
+
+    def flush(self) -> None:
+        """Store the K/V of every pending row (one eager forward, last row per slot), then prove
+        the sampled steps' rows (waits for the GPU then)."""
+        if self.fill == 0:
+            return
+        n = self.fill
+        tokens, positions, slots, hidden = (b[:n] for b in self._buffers)
+        import torch
+
+        keep = keep_last_per_slot(slots)
+        loc = torch.where(keep, slots, torch.full_like(slots, PADDING_SLOT))
+        with self.context():
+            self.store(tokens, positions, hidden, self.pool, loc)
+        self.fill = 0
+        self.rows += n
+        self.flushes += 1
+        snapshots, self._snapshots = self._snapshots, []
+        for first, count, k_ref, v_ref in snapshots:
+            self._prove_rows(slots[first:first + count], keep[first:first + count], k_ref, v_ref)
+
+    def _prove_rows(self, slots: Any, keep: Any, k_ref: Any, v_ref: Any) -> None:
+        """The K/V now at ``slots`` against the immediate extend's (``k_ref``/``v_ref``), where
+        ``keep`` (no later row took the slot)."""
+        layer_id = self.layer.layer_id
+        k_now = self.pool.get_key_buffer(layer_id)[slots]
+        v_now = self.pool.get_value_buffer(layer_id)[slots]
+        rows = keep.nonzero().squeeze(1)  # waits for the GPU (a proof step only)
+        self.judge((k_now[rows], v_now[rows]), (k_ref[rows], v_ref[rows]))

@@ -1,0 +1,311 @@
+"""Deferred draft K/V of v2 OFF decode steps (``server_patch/deferred_draft_kv.py``): rows queued
+per OFF step, stored in one flush with the last row per cache slot winning, flushed before every
+forward that is not a deferred OFF step, and proven against the immediate KV-only extend. CPU tests:
+a fake KV pool and a K/V function of (token, position, hidden) stand in for the draft model."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from server_patch import deferred_draft_kv as dkv
+from server_patch import off_state
+from server_patch import scheduler_hooks as sh
+from server_patch.off_state import OffStepRunner
+
+SLOTS, HEADS, DIM, HIDDEN = 64, 2, 4, 6
+
+
+class Pool:
+    """A draft KV pool of one layer: K and V buffers (SLOTS, HEADS, DIM); writes are logged."""
+
+    def __init__(self):
+        self.k = torch.zeros(SLOTS, HEADS, DIM)
+        self.v = torch.zeros(SLOTS, HEADS, DIM)
+        self.writes = []
+
+    def get_key_buffer(self, layer_id):
+        return self.k
+
+    def get_value_buffer(self, layer_id):
+        return self.v
+
+
+def kv_of(tokens, positions, hidden):
+    """The draft's K/V of tokens (T,) at positions (T,) with hidden (T, HIDDEN): a function of
+    each token's own inputs only, as EAGLE-3's first-layer K/V are."""
+    base = tokens.float()[:, None] * 1000 + positions.float()[:, None] + hidden.float().sum(1, keepdim=True)
+    k = (base[:, :, None] + torch.arange(HEADS * DIM).float().view(1, HEADS, DIM)).expand(-1, HEADS, DIM)
+    return k, -k
+
+
+def make_store(offset=0.0):
+    def store(tokens, positions, hidden, pool, loc):
+        k, v = kv_of(tokens, positions, hidden)
+        pool.k[loc] = k + offset
+        pool.v[loc] = v + offset
+        pool.writes.append(loc.clone())
+        return hidden
+
+    return store
+
+
+def immediate_write(pool, tokens, positions, slots, hidden):
+    k, v = kv_of(tokens, positions, hidden)
+    pool.k[slots] = k
+    pool.v[slots] = v
+
+
+def make_deferred(pool, capacity=16, store=None, sampled=lambda n: False, any_rank=bool):
+    import contextlib
+
+    return dkv.DeferredDraftKv(store or make_store(), pool, types.SimpleNamespace(layer_id=0), capacity,
+                               contextlib.nullcontext, sampled, any_rank)
+
+
+def rows(tokens, positions, slots):
+    t = torch.tensor(tokens)
+    return (t, torch.tensor(positions), torch.tensor(slots), torch.arange(len(tokens) * HIDDEN).float().view(-1, HIDDEN) + t[:, None])
+
+
+def test_keep_last_per_slot_marks_the_last_row_of_each_slot():
+    keep = dkv.keep_last_per_slot(torch.tensor([5, 3, 5, 7, 3, 9]))
+    assert keep.tolist() == [False, False, True, True, True, True]
+    assert dkv.keep_last_per_slot(torch.tensor([4])).tolist() == [True]
+
+
+def test_a_flush_leaves_the_pool_as_immediate_writes_in_step_order_would_with_reused_slots():
+    """Step 1: requests A (slot 10) and B (slot 11); A finishes, its slot 10 goes to B's next
+    token at step 2 (and C's at 12). The later row wins slot 10, as immediate writes would."""
+    steps = [rows([1, 2], [7, 3], [10, 11]), rows([3, 4], [4, 9], [10, 12]), rows([5], [5], [13])]
+    reference = Pool()
+    for step in steps:
+        immediate_write(reference, step[0], step[1], step[2], step[3])
+    pool = Pool()
+    d = make_deferred(pool)
+    assert d.takes(2, steps[0][3])
+    for step in steps:
+        d.append(*step)
+    assert d.fill == 5 and pool.writes == []  # nothing stored yet
+    d.flush()
+    used = [10, 11, 12, 13]
+    assert torch.equal(pool.k[used], reference.k[used]) and torch.equal(pool.v[used], reference.v[used])
+    # the superseded row went to the padding slot, one forward stored all rows
+    assert len(pool.writes) == 1 and pool.writes[0].tolist() == [0, 11, 10, 12, 13]
+    assert (d.fill, d.rows, d.flushes, d.count) == (0, 5, 1, 3)
+    d.flush()  # nothing pending: no forward
+    assert len(pool.writes) == 1
+
+
+def test_rows_that_do_not_fit_flush_first_and_more_rows_than_the_capacity_are_refused():
+    pool = Pool()
+    d = make_deferred(pool, capacity=4)
+    first = rows([1, 2, 3], [0, 1, 2], [1, 2, 3])
+    assert d.takes(3, first[3])
+    d.append(*first)
+    d.append(*rows([4, 5], [3, 4], [4, 5]))  # 3 + 2 > 4: the first step is stored, then queued
+    assert pool.writes[0].tolist() == [1, 2, 3] and d.fill == 2
+    assert not d.takes(5, first[3])
+    with pytest.raises(ValueError, match="do not fit"):
+        d.append(*rows([1, 2, 3, 4, 5], [0] * 5, [1, 2, 3, 4, 5]))
+
+
+def test_append_before_the_buffers_exist_is_a_clear_error():
+    d = make_deferred(Pool())
+    with pytest.raises(ValueError, match="takes"):
+        d.append(*rows([1], [0], [1]))
+
+
+def test_the_proof_passes_when_the_flush_stores_what_the_immediate_extend_stored():
+    pool = Pool()
+    d = make_deferred(pool, sampled=lambda n: n == 2)
+    step1, step2, step3 = rows([1, 2], [0, 0], [1, 2]), rows([3, 4], [1, 1], [3, 4]), rows([5], [2], [3])
+    assert d.takes(2, step1[3])
+    assert not d.wants_check()
+    d.append(*step1)
+    assert d.wants_check()
+    immediate_write(pool, *step2)
+    d.append(*step2, reference=d.snapshot(step2[2]))
+    d.append(*step3)  # takes slot 3 after step 2: step 2's row there is not checked
+    d.flush()
+    assert (d.checks, d.mismatches, d.ok) == (1, 0, True)
+
+
+def test_a_flush_that_stores_other_kv_fails_the_proof_on_every_rank_and_stops_deferral(caplog):
+    pool = Pool()
+    calls = []
+
+    def any_rank(flag):
+        calls.append(flag)
+        return flag
+
+    d = make_deferred(pool, store=make_store(offset=500.0), sampled=lambda n: True, any_rank=any_rank)
+    step = rows([1, 2], [0, 0], [1, 2])
+    assert d.takes(2, step[3])
+    immediate_write(pool, *step)
+    d.append(*step, reference=d.snapshot(step[2]))
+    d.flush()
+    assert (d.checks, d.mismatches, d.ok) == (1, 1, False)
+    assert "deferred draft K/V" in caplog.text and "immediate KV-only extend" in caplog.text
+    assert calls == [False, True]  # the allocation's agreement, then the proof's
+    assert not d.takes(2, step[3])
+
+
+def test_a_failed_buffer_allocation_stops_deferral_with_its_reason(monkeypatch):
+    d = make_deferred(Pool())
+
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch, "empty", no_memory)
+    assert not d.takes(2, torch.zeros(2, HIDDEN))
+    assert not d.ok and "no GPU memory" in d.reason
+
+
+def test_capacity_from_the_environment(monkeypatch):
+    monkeypatch.delenv(dkv.TOKENS_ENV, raising=False)
+    assert dkv.capacity_from_env() == dkv.DEFAULT_TOKENS
+    monkeypatch.setenv(dkv.TOKENS_ENV, "512")
+    assert dkv.capacity_from_env() == 512
+    for bad in ("0", "-3", "lots"):
+        monkeypatch.setenv(dkv.TOKENS_ENV, bad)
+        with pytest.raises(ValueError, match=dkv.TOKENS_ENV):
+            dkv.capacity_from_env()
+
+
+def test_servers_whose_kv_pool_is_read_outside_the_forward_keep_immediate_writes():
+    ns = types.SimpleNamespace
+    assert dkv.server_reason(ns(enable_hierarchical_cache=False, disaggregation_mode="null")) is None
+    assert "hierarchical" in dkv.server_reason(ns(enable_hierarchical_cache=True))
+    assert "disaggregation" in dkv.server_reason(ns(disaggregation_mode="prefill"))
+
+
+# -- the OFF step's draft extend (off_state.OffStepRunner._deferred_draft_extend_v2) ------------
+
+
+def make_runner(pool, sampled=lambda n: False, capacity=16):
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.deferred_kv = make_deferred(pool, capacity=capacity, sampled=sampled)
+    return runner
+
+
+def off_step(tokens, positions, slots, bs_hidden=None):
+    t, p, s, h = rows(tokens, positions, slots)
+    batch = types.SimpleNamespace(seq_lens=p, out_cache_loc=s)
+    ndi = types.SimpleNamespace(topk_p=None, topk_index=None, hidden_states=None)
+    result = types.SimpleNamespace(next_token_ids=t, logits_output=types.SimpleNamespace(hidden_states=h),
+                                   next_draft_input=ndi)
+    old = types.SimpleNamespace(topk_p=torch.ones(len(tokens), 1), topk_index=torch.zeros(len(tokens), 1),
+                                hidden_states=torch.full((len(tokens), 3), 2.0))
+    return batch, result, old
+
+
+def test_an_off_step_queues_its_rows_and_keeps_its_stale_top_k_instead_of_a_draft_extend():
+    pool = Pool()
+    runner = make_runner(pool)
+    immediate = []
+    step = runner._deferred_draft_extend_v2(lambda b, r: immediate.append(b))
+    batch, result, old = off_step([1, 2], [5, 6], [3, 4])
+    runner._off_draft_input = old
+    step(batch, result)
+    assert immediate == [] and runner.deferred_kv.fill == 2
+    ndi = result.next_draft_input
+    assert ndi.topk_p is old.topk_p and ndi.topk_index is old.topk_index and ndi.hidden_states is old.hidden_states
+    runner.flush_deferred_kv()
+    k, _ = kv_of(torch.tensor([1, 2]), torch.tensor([5, 6]), result.logits_output.hidden_states)
+    assert torch.equal(pool.k[[3, 4]], k)
+
+
+def test_a_proof_step_also_runs_the_immediate_extend_and_is_checked_at_the_flush():
+    pool = Pool()
+    runner = make_runner(pool, sampled=lambda n: True)
+
+    def immediate(batch, result):
+        immediate_write(pool, result.next_token_ids, batch.seq_lens, batch.out_cache_loc,
+                        result.logits_output.hidden_states)
+
+    step = runner._deferred_draft_extend_v2(immediate)
+    batch, result, old = off_step([1, 2], [5, 6], [3, 4])
+    runner._off_draft_input = old
+    step(batch, result)
+    runner.flush_deferred_kv()
+    assert (runner.deferred_kv.checks, runner.deferred_kv.mismatches) == (1, 0)
+
+
+def test_a_step_that_cannot_be_deferred_flushes_the_pending_rows_then_writes_at_once():
+    pool = Pool()
+    runner = make_runner(pool, capacity=2)
+    order = []
+    step = runner._deferred_draft_extend_v2(lambda b, r: order.append("immediate"))
+    batch, result, old = off_step([1, 2], [5, 6], [3, 4])
+    runner._off_draft_input = old
+    step(batch, result)
+    big, big_result, big_old = off_step([1, 2, 3], [7, 8, 9], [3, 4, 5])
+    runner._off_draft_input = big_old
+    step(big, big_result)  # 3 rows > capacity 2
+    assert len(pool.writes) == 1 and order == ["immediate"] and runner.deferred_kv.fill == 0
+
+
+def test_off_deferred_draft_kv_says_on_or_why_not():
+    runner = OffStepRunner.__new__(OffStepRunner)
+    assert runner.off_deferred_draft_kv is None  # not asked for
+    runner._deferred_kv_reason = "v1 (EAGLEWorker)"
+    assert runner.off_deferred_draft_kv == "v1 (EAGLEWorker)"
+    runner.deferred_kv = make_deferred(Pool())
+    runner.kv_only = types.SimpleNamespace(ok=True)
+    assert runner.off_deferred_draft_kv == "on"
+    runner.deferred_kv.ok = False
+    assert runner.off_deferred_draft_kv == "proof failed"
+
+
+def test_run_off_step_flushes_before_a_resume_step_and_not_before_a_deferred_one(monkeypatch):
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.v2 = True
+    runner.early_seq_lens = False
+    runner.kv_only = types.SimpleNamespace(ok=True, count=0)
+    runner.deferred_kv = types.SimpleNamespace(fill=3, count=0, flush=lambda: flushed.append(True))
+    runner.lean_v1 = None
+    runner.off_target_graph = types.SimpleNamespace(count=0)
+    runner.resume_steps = runner.off_steps_cuda_graph = 0
+    flushed = []
+
+    def deferred_step(self, forward, batch, kv_only):
+        runner.deferred_kv.count += 1  # the step's rows were queued
+        return "result"
+
+    monkeypatch.setattr(OffStepRunner, "_run_sglang_off_step", deferred_step)
+    runner.run_off_step(None, "batch")
+    assert flushed == [] and runner.draft_stale  # the resume step must refresh the top-k
+    monkeypatch.setattr(OffStepRunner, "_run_sglang_off_step", lambda self, forward, batch, kv_only: "result")
+    runner.run_off_step(None, "batch", resume=True)
+    assert flushed == [True] and not runner.draft_stale
+
+
+# -- the scheduler's forwards (scheduler_hooks.GateRuntime) -------------------------------------
+
+
+def test_every_forward_but_a_gated_off_step_flushes_the_deferred_rows_first():
+    from tests.test_scheduler_hooks import Batch, make_scheduler, step as gate_step
+
+    sched, worker, rt = make_scheduler(threshold=4)
+    flushes = []
+    rt.runner.flush_deferred_kv = lambda: flushes.append(len(worker.forwarded))
+    gate_step(sched, Batch(5))  # OFF: no flush
+    assert flushes == []
+    worker.forward_batch_generation(Batch(3, decode=False))  # a prefill: flushed before it
+    assert flushes == [1]
+    gate_step(sched, Batch(2))  # ON (a resume step: the runner flushes it itself)
+    gate_step(sched, Batch(2))  # ON: flushed before it
+    assert flushes == [1, 3]
+
+
+def test_the_runtime_reports_deferred_rows_flushes_and_counts_their_checks_with_the_kv_only_ones():
+    runtime = sh.GateRuntime.__new__(sh.GateRuntime)
+    runtime.runner = types.SimpleNamespace(
+        kv_only=types.SimpleNamespace(checks=2, mismatches=0),
+        deferred_kv=types.SimpleNamespace(checks=3, mismatches=1, rows=40, flushes=5))
+    assert (runtime.off_kv_only_checks, runtime.off_kv_only_mismatches) == (5, 1)
+    assert (runtime.off_deferred_draft_kv_rows, runtime.off_deferred_draft_kv_flushes) == (40, 5)
+    assert off_state.deferred_draft_kv is dkv
