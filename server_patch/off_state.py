@@ -463,18 +463,84 @@ class OffStepRunner:
     def run_prefill(self, forward: Callable, batch: Any):
         """Run a prefill batch (``forward``: the worker's original ``forward_batch_generation``)
         while the gate is off: with the KV-only draft prefill where it is built and its proof
-        holds, which leaves the draft stale (the next ON decode batch runs the resume step first);
-        else as SGLang runs it."""
+        holds, its rows deferred where deferral runs (``deferred_draft_kv``: then the pending rows
+        need no flush first, nothing here reads the draft's KV cache), which leaves the draft stale
+        (the next ON decode batch runs the resume step first); else as SGLang runs it."""
         kv = getattr(self, "prefill_kv_only", None)
+        deferred = self.deferred_kv if (kv is not None and kv.ok and self.deferred_kv is not None
+                                        and self.deferred_kv.ok) else None  # built on v2 only
+        if deferred is None:
+            self.flush_deferred_kv()
         if kv is None or not kv.ok:
             return forward(batch)
-        before = kv.count
-        with kv.installed():
-            result = forward(batch)
-        if kv.count > before:  # the draft's own forward ran (not a graph of it): K/V only
-            self.kv_only_prefills += 1
+        before, appended = kv.count, deferred.count if deferred is not None else 0
+        owner = self._draft_owner if deferred is not None else None
+        if deferred is not None:
+            immediate = type(owner)._draft_extend_for_prefill.__get__(owner)
+            owner._draft_extend_for_prefill = self._deferred_draft_extend_for_prefill(immediate)
+        try:
+            with kv.installed():
+                result = forward(batch)
+        finally:
+            if deferred is not None:
+                del owner._draft_extend_for_prefill
+        if kv.count > before or (deferred is not None and deferred.count > appended):
+            self.kv_only_prefills += 1  # the draft's own forward ran (not a graph of it): K/V only
             self.draft_stale = True
         return result
+
+    def _deferred_draft_extend_for_prefill(self, immediate: Callable) -> Callable:
+        """A replacement for ``EagleDraftWorker._draft_extend_for_prefill`` (``eagle_worker_v2.py``
+        in 0.5.12) while the gate is off: the prompt's draft K/V rows are queued
+        (``deferred_draft_kv``) with the inputs SGLang's draft prefill would use (each request's
+        tokens shifted left by one with its drawn token last, written back into ``input_ids`` as
+        SGLang does; positions ``prefix_len ..``; the prefill's cache slots; the target's hidden
+        states (T, D)), and the next draft input gets placeholder top-k and hidden state of
+        SGLang's shapes (stale by design, as after a KV-only prefill: the resume step refreshes
+        them). On proof prefills, and where the rows cannot be deferred (multimodal embeddings,
+        more rows than the buffer), ``immediate`` (the KV-only draft prefill) runs."""
+        runner = self
+        deferred = self.deferred_kv
+
+        def draft_extend_for_prefill(batch: Any, target_hidden_states: Any, next_token_ids: Any,
+                                     mm_input_embeds: Any = None):
+            rows = target_hidden_states.shape[0] if target_hidden_states is not None else 0
+            if (mm_input_embeds is not None or batch.forward_mode.is_idle()
+                    or not deferred.takes(rows, target_hidden_states)):
+                runner.flush_deferred_kv()
+                return immediate(batch, target_hidden_states, next_token_ids, mm_input_embeds)
+            tokens, positions = prefill_rows(batch.input_ids, next_token_ids, batch.extend_prefix_lens,
+                                             batch.extend_seq_lens)
+            reference = None
+            if deferred.wants_check():
+                ndi = immediate(batch, target_hidden_states, next_token_ids, mm_input_embeds)
+                reference = deferred.snapshot(batch.out_cache_loc)
+            else:
+                batch.input_ids.copy_(tokens)  # SGLang's draft prefill leaves them shifted
+                ndi = runner._placeholder_draft_input(batch, target_hidden_states, next_token_ids)
+            deferred.append(tokens, positions, batch.out_cache_loc, target_hidden_states, reference=reference)
+            return ndi
+
+        return draft_extend_for_prefill
+
+    def _placeholder_draft_input(self, batch: Any, target_hidden_states: Any, next_token_ids: Any):
+        """The next draft input of a deferred draft prefill: SGLang's fields (bonus tokens, the new
+        ``seq_lens``, 1 token per request) and zero top-k / hidden state of the shapes and dtypes
+        SGLang's draft prefill returns: ``topk_p`` (R, topk) float32, ``topk_index`` (R, topk)
+        int64, ``hidden_states`` (R, draft hidden) in the draft's dtype (``EagleDraftInput``'s
+        ``hidden_size_for`` / ``dtype_for``, as SGLang's idle input)."""
+        cls = _eagle_draft_input_cls()
+        dw = self.worker.draft_worker
+        r = next_token_ids.shape[0]
+        device = next_token_ids.device
+        ndi = cls(hidden_states=target_hidden_states, bonus_tokens=next_token_ids, new_seq_lens=batch.seq_lens,
+                  num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)
+        batch.spec_info = ndi
+        size, dtype = cls.hidden_size_for(dw), cls.dtype_for(dw)
+        ndi.topk_p = torch.zeros((r, self.topk), dtype=torch.float32, device=device)
+        ndi.topk_index = torch.zeros((r, self.topk), dtype=torch.int64, device=device)
+        ndi.hidden_states = torch.zeros((r, size), dtype=dtype, device=device) if size is not None else None
+        return ndi
 
     def _agree_on_kv_only(self) -> None:
         """KV-only OFF steps on every TP rank or on none (a capture can fail on one rank only)."""
@@ -816,6 +882,25 @@ class OffStepRunner:
                 return
         ndi.new_seq_lens = new_seq_lens
         ndi.verify_done = done
+
+
+def prefill_rows(input_ids: torch.Tensor, next_token_ids: torch.Tensor, prefix_lens: List[int],
+                 extend_lens: List[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The draft prefill's inputs for a prefill of R requests, T tokens in all: ``(tokens,
+    positions)`` (T,) each. ``tokens``: each request's ``input_ids`` shifted left by one with its
+    drawn token (``next_token_ids`` (R,)) last, as ``_draft_extend_for_prefill`` builds them
+    (``eagle_worker_v2.py`` in 0.5.12; an EAGLE draft sees at each position the token after it);
+    ``positions``: ``prefix_len .. prefix_len + extend_len - 1`` per request, as ``ForwardBatch``
+    computes them for an EXTEND batch. ``prefix_lens`` / ``extend_lens``: CPU lists (R,)."""
+    import numpy as np
+
+    device = input_ids.device
+    tokens = torch.empty_like(input_ids)
+    tokens[:-1] = input_ids[1:]
+    last = np.cumsum(np.asarray(extend_lens, dtype=np.int64)) - 1
+    tokens[torch.from_numpy(last).to(device, non_blocking=True)] = next_token_ids.to(input_ids.dtype)
+    positions = np.concatenate([np.arange(p, p + e, dtype=np.int64) for p, e in zip(prefix_lens, extend_lens)])
+    return tokens, torch.from_numpy(positions).to(device, non_blocking=True)
 
 
 def _eagle_draft_input_cls() -> type:

@@ -101,10 +101,11 @@ class GateRuntime:
 
         def forward_batch_generation(batch, *args, **kwargs):
             if not batch.forward_mode.is_decode():
-                runtime.flush_deferred_kv()
-                # a prefill while speculation is off: its draft extend may store K/V only
+                # a prefill while speculation is off: its draft extend may store K/V only, or defer
+                # them (the runner flushes the deferred rows where it does not)
                 if getattr(batch.forward_mode, "name", None) == "EXTEND" and not runtime.gate.spec_enabled:
                     return runtime.runner.run_prefill(lambda b: forward(b, *args, **kwargs), batch)
+                runtime.flush_deferred_kv()
                 return forward(batch, *args, **kwargs)
             off = runtime.gate.current_off
             runtime.gate.current_off = False  # one decision, one batch

@@ -292,13 +292,14 @@ def test_every_forward_but_a_gated_off_step_flushes_the_deferred_rows_first():
     sched, worker, rt = make_scheduler(threshold=4)
     flushes = []
     rt.runner.flush_deferred_kv = lambda: flushes.append(len(worker.forwarded))
+    worker.forward_batch_generation(Batch(3, decode=False))  # a prefill, speculation on: flushed before it
+    assert flushes == [0]
     gate_step(sched, Batch(5))  # OFF: no flush
-    assert flushes == []
-    worker.forward_batch_generation(Batch(3, decode=False))  # a prefill: flushed before it
-    assert flushes == [1]
+    worker.forward_batch_generation(Batch(3, decode=False))  # a prefill while OFF: the runner's (run_prefill)
+    assert flushes == [0] and len(rt.runner.prefill_batches) == 1
     gate_step(sched, Batch(2))  # ON (a resume step: the runner flushes it itself)
     gate_step(sched, Batch(2))  # ON: flushed before it
-    assert flushes == [1, 3]
+    assert flushes == [0, 4]
 
 
 def test_the_runtime_reports_deferred_rows_flushes_and_counts_their_checks_with_the_kv_only_ones():
@@ -309,3 +310,113 @@ def test_the_runtime_reports_deferred_rows_flushes_and_counts_their_checks_with_
     assert (runtime.off_kv_only_checks, runtime.off_kv_only_mismatches) == (5, 1)
     assert (runtime.off_deferred_draft_kv_rows, runtime.off_deferred_draft_kv_flushes) == (40, 5)
     assert off_state.deferred_draft_kv is dkv
+
+
+# -- prefills while OFF (off_state.OffStepRunner.run_prefill with deferral) ---------------------
+
+
+def test_prefill_rows_shift_each_request_left_with_its_drawn_token_last_at_its_positions():
+    ids = torch.tensor([10, 11, 12, 20, 21])
+    tokens, positions = off_state.prefill_rows(ids, torch.tensor([13, 22]), [0, 7], [3, 2])
+    assert tokens.tolist() == [11, 12, 13, 21, 22]  # what _draft_extend_for_prefill writes
+    assert positions.tolist() == [0, 1, 2, 7, 8]
+    assert ids.tolist() == [10, 11, 12, 20, 21]  # the caller decides whether to write them back
+
+
+class DraftInput:
+    """Stands in for SGLang's ``EagleDraftInput`` (its constructor and the idle input's helpers)."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    @classmethod
+    def hidden_size_for(cls, worker):
+        return 3
+
+    @classmethod
+    def dtype_for(cls, worker):
+        return torch.bfloat16
+
+
+def prefill_runner(pool, monkeypatch, sampled=lambda n: False, capacity=16):
+    monkeypatch.setattr(off_state, "_eagle_draft_input_cls", lambda: DraftInput)
+    runner = make_runner(pool, sampled=sampled, capacity=capacity)
+    runner.v2, runner.topk = True, 1
+    runner.worker = types.SimpleNamespace(draft_worker=types.SimpleNamespace())
+    return runner
+
+
+def prefill_batch():
+    mode = types.SimpleNamespace(is_idle=lambda: False)
+    return types.SimpleNamespace(input_ids=torch.tensor([10, 11, 12, 20, 21]), extend_prefix_lens=[0, 7],
+                                 extend_seq_lens=[3, 2], out_cache_loc=torch.tensor([5, 6, 7, 8, 9]),
+                                 seq_lens=torch.tensor([3, 9]), forward_mode=mode)
+
+
+def test_a_prefill_while_off_queues_its_prompt_rows_and_returns_placeholder_top_k(monkeypatch):
+    pool = Pool()
+    runner = prefill_runner(pool, monkeypatch)
+    immediate = []
+    extend = runner._deferred_draft_extend_for_prefill(lambda *a: immediate.append(a))
+    batch, hidden = prefill_batch(), torch.arange(30).float().view(5, 6)
+    ndi = extend(batch, hidden, torch.tensor([13, 22]))
+    assert immediate == [] and runner.deferred_kv.fill == 5 and pool.writes == []
+    assert batch.input_ids.tolist() == [11, 12, 13, 21, 22] and batch.spec_info is ndi
+    assert ndi.bonus_tokens.tolist() == [13, 22] and ndi.new_seq_lens is batch.seq_lens
+    assert ndi.topk_p.shape == (2, 1) and ndi.topk_p.dtype == torch.float32
+    assert ndi.topk_index.dtype == torch.int64 and ndi.hidden_states.shape == (2, 3)
+    assert ndi.hidden_states.dtype == torch.bfloat16
+    runner.flush_deferred_kv()
+    k, _ = kv_of(torch.tensor([11, 12, 13, 21, 22]), torch.tensor([0, 1, 2, 7, 8]), hidden)
+    assert torch.equal(pool.k[[5, 6, 7, 8, 9]], k)
+
+
+def test_a_prefill_that_does_not_fit_flushes_and_runs_the_kv_only_draft_prefill(monkeypatch):
+    pool = Pool()
+    runner = prefill_runner(pool, monkeypatch, capacity=4)
+    extend = runner._deferred_draft_extend_for_prefill(lambda *a: "immediate")
+    assert extend(prefill_batch(), torch.zeros(5, 6), torch.tensor([13, 22])) == "immediate"
+    assert runner.deferred_kv.fill == 0
+
+
+def test_a_proof_prefill_runs_the_kv_only_draft_prefill_too_and_is_checked_at_the_flush(monkeypatch):
+    pool = Pool()
+    runner = prefill_runner(pool, monkeypatch, sampled=lambda n: True)
+
+    def immediate(batch, hidden, next_ids, mm):
+        tokens, positions = off_state.prefill_rows(batch.input_ids, next_ids, batch.extend_prefix_lens,
+                                                   batch.extend_seq_lens)
+        immediate_write(pool, tokens, positions, batch.out_cache_loc, hidden)
+        return "kv-only prefill's draft input"
+
+    extend = runner._deferred_draft_extend_for_prefill(immediate)
+    assert extend(prefill_batch(), torch.arange(30).float().view(5, 6), torch.tensor([13, 22])) \
+        == "kv-only prefill's draft input"
+    runner.flush_deferred_kv()
+    assert (runner.deferred_kv.checks, runner.deferred_kv.mismatches) == (1, 0)
+
+
+def test_run_prefill_defers_without_flushing_first_and_leaves_the_draft_stale(monkeypatch):
+    import contextlib
+
+    pool = Pool()
+    runner = prefill_runner(pool, monkeypatch)
+    runner.kv_only_prefills, runner.draft_stale = 0, False
+    runner.prefill_kv_only = types.SimpleNamespace(ok=True, count=0, installed=contextlib.nullcontext)
+
+    class Owner:
+        def _draft_extend_for_prefill(self, *a):
+            return "immediate"
+
+    runner._draft_owner = owner = Owner()
+    step = rows([1], [4], [30])
+    assert runner.deferred_kv.takes(1, step[3])
+    runner.deferred_kv.append(*step)  # a pending OFF decode row
+
+    def forward(batch):
+        return owner._draft_extend_for_prefill(batch, torch.zeros(5, 6), torch.tensor([13, 22]))
+
+    runner.run_prefill(forward, prefill_batch())
+    assert pool.writes == [] and runner.deferred_kv.fill == 6  # queued behind the decode row
+    assert runner.kv_only_prefills == 1 and runner.draft_stale
+    assert "_draft_extend_for_prefill" not in vars(owner)  # SGLang's method is back

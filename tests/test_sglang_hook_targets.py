@@ -627,3 +627,36 @@ def test_the_v1_draft_extend_triton_mend_targets_the_fixed_stride_sglang_lays_ou
                  "forward_batch.spec_info.num_accept_tokens = buffers.num_accept_tokens[:bs]",
                  "forward_mode=self.forward_mode, spec_info=forward_batch.spec_info"):
         assert line in runner, line
+
+
+def test_what_the_deferred_draft_kv_repeats_of_sglangs_draft_extends():
+    """``deferred_draft_kv`` (via ``off_state``) queues, instead of ``_draft_extend_for_decode``'s
+    extend, the rows it would store: the verify's drawn tokens at the old ``seq_lens`` (positions:
+    ``extend_prefix_lens`` = the old ``seq_lens``), the verify's ``out_cache_loc`` (the extend keeps
+    it), the target's hidden states; and instead of ``_draft_extend_for_prefill``'s, each request's
+    tokens shifted left by one with its drawn token last (written back into ``input_ids``), its
+    next draft input's fields, and placeholders shaped as SGLang's idle input."""
+    worker = _methods(_classes(SRT / "speculative/eagle_worker_v2.py")["EagleDraftWorker"])
+    assert _params(worker["_draft_extend_for_prefill"]) == [
+        "self", "batch", "target_hidden_states", "next_token_ids", "mm_input_embeds"]
+    assert _params(worker["_draft_extend_for_decode"]) == ["self", "batch", "batch_result"]
+    prefill = ast.unparse(worker["_draft_extend_for_prefill"])
+    for line in ("for i, extend_len in enumerate(batch.extend_seq_lens):",
+                 "batch.input_ids[pt:pt + extend_len] = torch.cat((input_ids[1:], next_token_ids[i].reshape(1)))",
+                 "next_draft_input = EagleDraftInput(hidden_states=target_hidden_states, bonus_tokens=next_token_ids, "
+                 "new_seq_lens=batch.seq_lens, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1)",
+                 "batch.spec_info = next_draft_input"):
+        assert line in prefill, line
+    fill = ast.unparse(_methods(_classes(SRT / "speculative/eagle_info_v2.py")["EagleDraftInputV2Mixin"])[
+        "prepare_for_extend_to_fill_draft_kvcache"])
+    for line in ("batch.input_ids = predict", "batch.extend_prefix_lens = seq_lens_cpu_.tolist()",
+                 "batch.seq_lens = batch.seq_lens + num_draft_tokens"):
+        assert line in fill, line
+    assert "out_cache_loc" not in fill  # the extend writes where the verify did
+    draft_input = _methods(_classes(SRT / "speculative/eagle_info.py")["EagleDraftInput"])
+    idle = ast.unparse(draft_input["create_idle_input"])
+    for line in ("topk_p=torch.empty((0, topk), device=device, dtype=torch.float32)",
+                 "topk_index=torch.empty((0, topk), device=device, dtype=torch.int64)",
+                 "torch.empty((0, hidden_size), device=device, dtype=dtype)"):
+        assert line in idle, line
+    assert {"hidden_size_for", "dtype_for"} <= set(draft_input)
