@@ -370,6 +370,11 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     rec["off_lean_v1"] = g.get("off_lean_v1")
     rec["off_lean_v1_steps"] = g.get("off_lean_v1_steps", 0)
     rec["off_verify_metadata"] = g.get("off_verify_metadata")  # fa3: the fused OFF verify metadata
+    # v2 lean OFF verify (opt-in): SGLang's verify sampling drew the same tokens on sampled steps
+    rec["off_lean_v2_verify"] = g.get("off_lean_v2_verify")
+    rec["off_lean_v2_verify_steps"] = g.get("off_lean_v2_verify_steps", 0)
+    _rank_proof(rec, g, "off_lean_v2_verify",
+                active=g.get("off_lean_v2_verify") == "on" or g.get("off_lean_v2_verify_steps", 0) > 0)
     # v2 deferred draft K/V (opt-in): its checks count in off_kv_only's proof
     rec["off_deferred_draft_kv"] = g.get("off_deferred_draft_kv")
     rec["off_deferred_draft_kv_rows"] = g.get("off_deferred_draft_kv_rows", 0)
@@ -380,6 +385,8 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
                        "lean_draft_extend": rec["off_lean_draft_extend_steps"] > 0, "lean_v1": rec["off_lean_v1"]}
     if rec["off_deferred_draft_kv_rows"] > 0:  # a key only where it ran: earlier entries keep their identity
         rec["off_path"]["deferred_draft_kv"] = True
+    if rec["off_lean_v2_verify_steps"] > 0:
+        rec["off_path"]["lean_v2_verify"] = True
     # built (on) or run: it must have run and been checked, and never failed (no pass with 0 lean steps)
     _rank_proof(rec, g, "off_lean_v1", active=g.get("off_lean_v1") == "on" or g.get("off_lean_v1_steps", 0) > 0)
     _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
@@ -726,7 +733,8 @@ def load_pair(ap: argparse.ArgumentParser, a: argparse.Namespace) -> Any:
 LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "switches", "ranks_agree",
              "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
              "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok", "off_lean_v1",
-             "off_lean_v1_proof_ok", "target_prefill", "target_prefill_proof_ok", "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
+             "off_lean_v1_proof_ok", "off_lean_v2_verify", "off_lean_v2_verify_proof_ok", "off_deferred_draft_kv",
+             "off_deferred_draft_kv_rows", "target_prefill", "target_prefill_proof_ok", "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
              "recovery_matches_oracle", "forced_on_verify_ct_matches_oracle", "varied_lengths_ok", "error")
 
 

@@ -190,6 +190,8 @@ class SimulatedRunner:
     off_verify_metadata_checks = 0
     off_verify_metadata_mismatches = 0
     off_deferred_draft_kv = None  # opt-in (SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1), v2 only
+    off_lean_v2_verify = None  # opt-in (SPECCONSOLE_OFF_LEAN_V2_VERIFY=1), v2 only
+    off_lean_v2_verify_steps = off_lean_v2_verify_checks = off_lean_v2_verify_mismatches = 0
     off_deferred_draft_kv_rows = off_deferred_draft_kv_flushes = 0
     off_sampling = "plain-decode-sampler"  # server_patch's default at topk 1 (off_sampling.PLAIN)
     off_attention_mismatches = off_kv_only_mismatches = off_early_seq_lens_mismatches = 0

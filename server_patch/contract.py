@@ -350,6 +350,10 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_kv_only_inexact": "int",
     "off_kv_only_prefills": "int",
     "off_lean_draft_extend_steps": "int",
+    "off_lean_v2_verify": "str",
+    "off_lean_v2_verify_steps": "int",
+    "off_lean_v2_verify_checks": "int",
+    "off_lean_v2_verify_mismatches": "int",
     "off_deferred_draft_kv": "str",
     "off_deferred_draft_kv_rows": "int",
     "off_deferred_draft_kv_flushes": "int",
@@ -390,6 +394,7 @@ RANK_FIELDS: Tuple[str, ...] = (
     "decode_steps_off", "off_attention_checks", "off_attention_mismatches",
     "off_early_seq_lens_checks", "off_early_seq_lens_mismatches", "off_kv_only_checks",
     "off_kv_only_mismatches", "off_lean_v1_checks", "off_lean_v1_mismatches",
+    "off_lean_v2_verify_checks", "off_lean_v2_verify_mismatches",
     "off_verify_metadata_checks", "off_verify_metadata_mismatches", "off_resume_steps", "target_prefill_checks", "target_prefill_mismatches", "mode",
     "decisions_digest", "host", "node_rank", "gpu",
 )

@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from server_patch import deferred_draft_kv, draft_kv_only, off_attention, off_fa3, off_step_v1, options
+from server_patch import deferred_draft_kv, draft_kv_only, off_attention, off_fa3, off_step_v1, off_verify_v2, options
 from server_patch import off_sampling as sampling
 from server_patch.contract import sampled
 
@@ -247,6 +247,9 @@ class OffStepRunner:
     deferred_kv: Optional[deferred_draft_kv.DeferredDraftKv] = None
     _deferred_kv_reason: Optional[str] = None
     _off_draft_input: Any = None  # the OFF step's draft input (its stale top-k and hidden state)
+    #: ``off_verify_v2`` (v2, opt-in): the lean verify of all-greedy OFF batches (None: not built) and why not
+    lean_v2_verify: Optional[off_verify_v2.LeanVerifyV2] = None
+    _lean_v2_verify_reason: Optional[str] = None
 
     def __init__(self, worker: Any, spec_version: str, any_rank: Callable[[bool], bool] = bool):
         self.worker = worker
@@ -278,6 +281,7 @@ class OffStepRunner:
         self.off_sampling = sampling.mode(self.v2, self.topk)
         self._init_lean_v1()
         self._init_deferred_kv()
+        self._init_lean_v2_verify()
         # fa3: the OFF verify's replay metadata with the decode path's fused kernel (off_fa3, opt-in)
         self.fa3_verify_metadata, self.off_verify_metadata = off_fa3.install(
             self.off_state.target_attn_backend, sampled, self.any_rank)
@@ -355,6 +359,25 @@ class OffStepRunner:
         if self.off_draft_extend != draft_kv_only.KV_ONLY:
             return "KV-only draft extend off (its proof failed)"
         return "on"
+
+    def _init_lean_v2_verify(self) -> None:
+        """The lean verify of v2 OFF steps (``off_verify_v2``, ``SPECCONSOLE_OFF_LEAN_V2_VERIFY=1``)."""
+        if not off_verify_v2.enabled_by_env():
+            return
+        reason = off_verify_v2.server_reason(self.worker) if self.v2 else "v1 (EAGLEWorker)"
+        if reason is not None:
+            self._lean_v2_verify_reason = reason
+            logger.info("spec_gate: OFF steps keep SGLang's verify: %s", reason)
+            return
+        self.lean_v2_verify = off_verify_v2.LeanVerifyV2(self.worker, sampled, self.any_rank)
+
+    @property
+    def off_lean_v2_verify(self) -> Optional[str]:
+        """``on`` while v2 OFF steps of all-greedy batches take the lean verify; else why not
+        (``proof failed``, or why it was never built); None when not asked for."""
+        if self.lean_v2_verify is None:
+            return self._lean_v2_verify_reason
+        return "on" if self.lean_v2_verify.ok else "proof failed"
 
     def flush_deferred_kv(self) -> None:
         """Store every pending deferred draft K/V row now (before any forward that is not a
@@ -763,6 +786,9 @@ class OffStepRunner:
                     else contextlib.nullcontext())
         lean = kv_only and getattr(self, "lean_draft_extend", False) and isinstance(self.kv_only, draft_kv_only.KvOnlyRunner)
         deferred = kv_only and self.v2 and self.deferred_kv is not None
+        lean_verify = self.v2 and self.lean_v2_verify is not None
+        if lean_verify:
+            self.worker.verify = self.lean_v2_verify.wrap(type(self.worker).verify.__get__(self.worker))
         if lean or deferred:
             step = type(owner)._draft_extend_for_decode.__get__(owner)
             if lean:
@@ -776,6 +802,8 @@ class OffStepRunner:
             self._off_draft_input = None
             if lean or deferred:
                 del owner._draft_extend_for_decode
+            if lean_verify:
+                del self.worker.verify  # back to the class's verify()
             self._apply(self.on_state)
         return result
 

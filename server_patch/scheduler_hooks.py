@@ -213,6 +213,18 @@ class GateRuntime:
         return sum(_kv(self.runner, "mismatches", which) for which in KV_PROOFS)
 
     @property
+    def off_lean_v2_verify_steps(self) -> int:
+        return _kv(self.runner, "steps", "lean_v2_verify")
+
+    @property
+    def off_lean_v2_verify_checks(self) -> int:
+        return _kv(self.runner, "checks", "lean_v2_verify")
+
+    @property
+    def off_lean_v2_verify_mismatches(self) -> int:
+        return _kv(self.runner, "mismatches", "lean_v2_verify")
+
+    @property
     def off_deferred_draft_kv_rows(self) -> int:
         return _kv(self.runner, "rows", "deferred_kv")
 
@@ -302,6 +314,7 @@ class _RunnerDefaults:
     off_lean_v1 = None  # v2, or v1 without SPECCONSOLE_OFF_LEAN_V1=1
     off_verify_metadata = None  # not fa3, or SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA not 1
     off_deferred_draft_kv = None  # SPECCONSOLE_OFF_DEFERRED_DRAFT_KV not 1
+    off_lean_v2_verify = None  # SPECCONSOLE_OFF_LEAN_V2_VERIFY not 1
 
 
 #: the runner's proofs of the draft's K/V (``off_kv_only_checks`` / ``_mismatches`` sum them): the

@@ -72,6 +72,7 @@ def test_server_info_has_spec_gate_per_contract(server):
                                      "off_attention_mismatches", "off_early_seq_lens_checks",
                                      "off_early_seq_lens_mismatches", "off_kv_only_checks",
                                      "off_kv_only_mismatches", "off_lean_v1_checks", "off_lean_v1_mismatches",
+                                     "off_lean_v2_verify_checks", "off_lean_v2_verify_mismatches",
                                      "off_verify_metadata_checks", "off_verify_metadata_mismatches",
                                      "off_resume_steps", "target_prefill_checks",
                                          "target_prefill_mismatches", "mode", "decisions_digest",

@@ -299,6 +299,7 @@ def test_internal_state_carries_spec_gate_for_the_console():
                               "off_early_seq_lens_checks": 0, "off_early_seq_lens_mismatches": 0,
                               "off_kv_only_checks": 0, "off_kv_only_mismatches": 0,
                               "off_lean_v1_checks": 0, "off_lean_v1_mismatches": 0,
+                              "off_lean_v2_verify_checks": 0, "off_lean_v2_verify_mismatches": 0,
                               "off_verify_metadata_checks": 0, "off_verify_metadata_mismatches": 0,
                               "off_resume_steps": 0, "target_prefill_checks": 0, "target_prefill_mismatches": 0,
                               "mode": "manual", "decisions_digest": 2}]

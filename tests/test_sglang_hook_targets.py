@@ -660,3 +660,37 @@ def test_what_the_deferred_draft_kv_repeats_of_sglangs_draft_extends():
                  "torch.empty((0, hidden_size), device=device, dtype=dtype)"):
         assert line in idle, line
     assert {"hidden_size_for", "dtype_for"} <= set(draft_input)
+
+
+def test_what_the_lean_v2_off_verify_repeats_of_sglangs_verify():
+    """``off_verify_v2.LeanVerifyV2.run`` repeats ``EAGLEWorkerV2.verify`` up to the target forward
+    and builds its result, with the argmax of a greedy 1-node tree as the drawn token; the worker's
+    ``forward_batch_generation`` reaches it as ``self.verify``."""
+    worker = _methods(_classes(SRT / "speculative/eagle_worker_v2.py")["EAGLEWorkerV2"])
+    assert "batch_output = self.verify(model_worker_batch)" in ast.unparse(worker["forward_batch_generation"])
+    verify = ast.unparse(worker["verify"])
+    for line in ("batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())",
+                 "verify_input.num_tokens_per_req = self.speculative_num_steps + 1",
+                 "self.plan_stream.wait_event(self._draft_done_event)",
+                 "verify_forward_batch, can_run_cuda_graph = verify_input.prepare_for_v2_verify("
+                 "self.req_to_token_pool, batch, self.target_worker)",
+                 "self.target_worker.model_runner.attn_backend.update_verify_buffers_to_fill_after_draft(verify_input, "
+                 "self.target_worker.model_runner.graph_runner.bs if can_run_cuda_graph else None)",
+                 "forward_batch_output = self.target_worker.forward_batch_generation(model_worker_batch=None, "
+                 "forward_batch=verify_forward_batch, is_verify=True, skip_attn_backend_init=True)",
+                 "predict, accept_lens, accept_index = verify_input.sample(batch, logits_output, vocab_mask)",
+                 "new_seq_lens = batch.seq_lens + accept_lens",
+                 "next_draft_input = EagleDraftInput(bonus_tokens=bonus_tokens, new_seq_lens=new_seq_lens, "
+                 "verify_done=verify_done)",
+                 "return GenerationBatchResult(logits_output=logits_output, next_token_ids=predict, "
+                 "can_run_cuda_graph=can_run_cuda_graph, speculative_num_draft_tokens=self.speculative_num_draft_tokens, "
+                 "next_draft_input=next_draft_input, accept_lens=accept_lens, "
+                 "routed_experts_output=forward_batch_output.routed_experts_output, "
+                 "indexer_topk_output=forward_batch_output.indexer_topk_output)"):
+        assert line in verify, line
+    sample = ast.unparse(_methods(_classes(SRT / "speculative/eagle_info_v2.py")["EagleVerifyInputV2Mixin"])["sample"])
+    for line in ("if sampling_info.is_all_greedy or _is_npu or _is_hip:",
+                 "target_predict = torch.argmax(next_token_logits, dim=-1)",
+                 "predict = torch.zeros(predict_shape, dtype=torch.int32, device=device).flatten()",
+                 "return (predict, num_correct_drafts + 1, accept_index)"):
+        assert line in sample, line
