@@ -36,6 +36,7 @@ Opt-in (``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1``) until its oracle run on the GPU
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any, Callable, List, Optional, Tuple
@@ -190,7 +191,7 @@ class DeferredDraftKv(KvProof):
         if self._buffers is None:
             raise ValueError("append before takes(): no buffers")
         if self.fill + n > self.capacity:
-            self.flush()
+            self.flush(enter_context=False)  # callers run inside SGLang's draft TP context
         for buffer, rows in zip(self._buffers, (tokens, positions, slots, hidden)):
             buffer[self.fill:self.fill + n].copy_(rows, non_blocking=True)
         if reference is not None:
@@ -198,9 +199,10 @@ class DeferredDraftKv(KvProof):
         self.fill += n
         self.count += 1
 
-    def flush(self) -> None:
+    def flush(self, enter_context: bool = True) -> None:
         """Store the K/V of every pending row (one eager forward, last row per slot), then prove
-        the sampled steps' rows (waits for the GPU then)."""
+        the sampled steps' rows (waits for the GPU then). ``enter_context``: False where the caller
+        already runs inside SGLang's draft TP context (``draft_tp_context`` refuses to nest)."""
         if self.fill == 0:
             return
         n = self.fill
@@ -209,7 +211,7 @@ class DeferredDraftKv(KvProof):
 
         keep = keep_last_per_slot(slots)
         loc = torch.where(keep, slots, torch.full_like(slots, PADDING_SLOT))
-        with self.context():
+        with self.context() if enter_context else contextlib.nullcontext():
             self.store(tokens, positions, hidden, self.pool, loc)
         self.fill = 0
         self.rows += n

@@ -379,11 +379,12 @@ class OffStepRunner:
             return self._lean_v2_verify_reason
         return "on" if self.lean_v2_verify.ok else "proof failed"
 
-    def flush_deferred_kv(self) -> None:
+    def flush_deferred_kv(self, inside_draft: bool = False) -> None:
         """Store every pending deferred draft K/V row now (before any forward that is not a
-        deferred OFF step: ``scheduler_hooks``, :meth:`run_off_step`)."""
+        deferred OFF step: ``scheduler_hooks``, :meth:`run_off_step`). ``inside_draft``: called
+        from within SGLang's draft stage, which already holds the draft TP context."""
         if self.deferred_kv is not None and self.deferred_kv.fill:
-            self.deferred_kv.flush()
+            self.deferred_kv.flush(enter_context=not inside_draft)
 
     def _init_kv_only(self) -> None:
         """The KV-only OFF draft extend (``draft_kv_only``): a second OFF state whose draft-extend
@@ -530,7 +531,7 @@ class OffStepRunner:
             rows = target_hidden_states.shape[0] if target_hidden_states is not None else 0
             if (mm_input_embeds is not None or batch.forward_mode.is_idle()
                     or not deferred.takes(rows, target_hidden_states)):
-                runner.flush_deferred_kv()
+                runner.flush_deferred_kv(inside_draft=True)
                 return immediate(batch, target_hidden_states, next_token_ids, mm_input_embeds)
             tokens, positions = prefill_rows(batch.input_ids, next_token_ids, batch.extend_prefix_lens,
                                              batch.extend_seq_lens)
@@ -823,7 +824,7 @@ class OffStepRunner:
             old = runner._off_draft_input
             if (hidden is None or old is None or getattr(old, "topk_p", None) is None
                     or not deferred.takes(bs, hidden)):
-                runner.flush_deferred_kv()
+                runner.flush_deferred_kv(inside_draft=True)
                 return immediate(batch, batch_result)
             rows = (batch_result.next_token_ids, batch.seq_lens, batch.out_cache_loc, hidden)
             reference = None

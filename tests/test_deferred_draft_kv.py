@@ -265,7 +265,7 @@ def test_run_off_step_flushes_before_a_resume_step_and_not_before_a_deferred_one
     runner.v2 = True
     runner.early_seq_lens = False
     runner.kv_only = types.SimpleNamespace(ok=True, count=0)
-    runner.deferred_kv = types.SimpleNamespace(fill=3, count=0, flush=lambda: flushed.append(True))
+    runner.deferred_kv = types.SimpleNamespace(fill=3, count=0, flush=lambda enter_context: flushed.append(enter_context))
     runner.lean_v1 = None
     runner.off_target_graph = types.SimpleNamespace(count=0)
     runner.resume_steps = runner.off_steps_cuda_graph = 0
@@ -420,3 +420,33 @@ def test_run_prefill_defers_without_flushing_first_and_leaves_the_draft_stale(mo
     assert pool.writes == [] and runner.deferred_kv.fill == 6  # queued behind the decode row
     assert runner.kv_only_prefills == 1 and runner.draft_stale
     assert "_draft_extend_for_prefill" not in vars(owner)  # SGLang's method is back
+
+
+def test_a_flush_from_inside_sglangs_draft_stage_does_not_enter_the_draft_tp_context_again():
+    """SGLang's ``draft_tp_context`` refuses to nest (``patch_tensor_parallel_group`` asserts): a
+    flush on a full buffer runs inside the draft stage (an OFF step's or a prefill's), others not."""
+    import contextlib
+
+    entered = []
+
+    @contextlib.contextmanager
+    def context():
+        assert not entered or entered[-1] == "out", "nested draft TP context"
+        entered.append("in")
+        yield
+        entered.append("out")
+
+    pool = Pool()
+    d = dkv.DeferredDraftKv(make_store(), pool, types.SimpleNamespace(layer_id=0), 3, context, lambda n: False)
+    first = rows([1, 2], [0, 1], [1, 2])
+    assert d.takes(2, first[3])
+    d.append(*first)
+    d.append(*rows([3, 4], [2, 3], [3, 4]))  # full: flushed where it is, inside the draft stage
+    assert len(pool.writes) == 1 and entered == []
+    d.flush()  # from the scheduler's side
+    assert len(pool.writes) == 2 and entered == ["in", "out"]
+    runner = make_runner(pool)
+    runner.deferred_kv = d
+    d.append(*rows([5], [4], [5]))
+    runner.flush_deferred_kv(inside_draft=True)
+    assert entered == ["in", "out"] and d.fill == 0
