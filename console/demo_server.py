@@ -182,15 +182,17 @@ class SimulatedRunner:
     off_kv_only_inexact = 0  # the demo's proof is the triton one: against the full graph, bit for bit
     off_kv_only_prefills = 0  # prefills are not simulated
     off_lean_draft_extend_steps = 0  # not simulated (needs the KV-only graph's outputs)
-    off_lean_v1 = None  # opt-in (SPECCONSOLE_OFF_LEAN_V1=1), v1 only
+    # the demo simulates the per-step KV-only draft extend: it reports what a server with the lean
+    # v1 step, the lean v2 verify and deferred draft K/V switched off (=0) reports
+    off_lean_v1 = None
     off_lean_v1_steps = 0
     off_lean_v1_checks = 0
     off_lean_v1_mismatches = 0
     off_verify_metadata = None  # fa3 only, opt-in (SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1)
     off_verify_metadata_checks = 0
     off_verify_metadata_mismatches = 0
-    off_deferred_draft_kv = None  # opt-in (SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1), v2 only
-    off_lean_v2_verify = None  # opt-in (SPECCONSOLE_OFF_LEAN_V2_VERIFY=1), v2 only
+    off_deferred_draft_kv = None
+    off_lean_v2_verify = None
     off_lean_v2_verify_steps = off_lean_v2_verify_checks = off_lean_v2_verify_mismatches = 0
     off_deferred_draft_kv_rows = off_deferred_draft_kv_flushes = 0
     off_sampling = "plain-decode-sampler"  # server_patch's default at topk 1 (off_sampling.PLAIN)

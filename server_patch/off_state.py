@@ -243,11 +243,11 @@ class OffStepRunner:
     #: ``off_fa3``: the fused OFF verify metadata (None: not built) and spec_gate's word for it
     fa3_verify_metadata: Optional[off_fa3.FusedVerifyMetadata] = None
     off_verify_metadata: Optional[str] = None
-    #: ``deferred_draft_kv`` (v2, opt-in): pending draft K/V of OFF steps (None: not built) and why not
+    #: ``deferred_draft_kv`` (v2): pending draft K/V of OFF steps (None: not built) and why not
     deferred_kv: Optional[deferred_draft_kv.DeferredDraftKv] = None
     _deferred_kv_reason: Optional[str] = None
     _off_draft_input: Any = None  # the OFF step's draft input (its stale top-k and hidden state)
-    #: ``off_verify_v2`` (v2, opt-in): the lean verify of all-greedy OFF batches (None: not built) and why not
+    #: ``off_verify_v2`` (v2): the lean verify of all-greedy OFF batches (None: not built) and why not
     lean_v2_verify: Optional[off_verify_v2.LeanVerifyV2] = None
     _lean_v2_verify_reason: Optional[str] = None
 
@@ -287,8 +287,8 @@ class OffStepRunner:
             self.off_state.target_attn_backend, sampled, self.any_rank)
 
     def _init_lean_v1(self) -> None:
-        """The lean v1 OFF step (``off_step_v1``, ``SPECCONSOLE_OFF_LEAN_V1=1``): ``lean_v1`` (None
-        when not built) and ``off_lean_v1`` (``on``, or why not; None when not asked for)."""
+        """The lean v1 OFF step (``off_step_v1``, default on, ``SPECCONSOLE_OFF_LEAN_V1=0`` off):
+        ``lean_v1`` (None when not built) and ``off_lean_v1`` (``on``, or why not; None when switched off)."""
         self.lean_v1: Optional[off_step_v1.LeanOffStepV1] = None
         self._lean_v1_reason: Optional[str] = None
         if self.v2 or not off_step_v1.enabled_by_env():
@@ -313,7 +313,7 @@ class OffStepRunner:
     @property
     def off_lean_v1(self) -> Optional[str]:
         """``on`` while lean v1 OFF steps run; else why not (a proof failed since, or the reason it
-        was never built); None when not asked for (v2, or ``SPECCONSOLE_OFF_LEAN_V1`` not 1)."""
+        was never built); None on v2 and where ``SPECCONSOLE_OFF_LEAN_V1=0`` switched it off."""
         if self.lean_v1 is None:
             return self._lean_v1_reason
         if not self.lean_v1.ok:
@@ -323,9 +323,9 @@ class OffStepRunner:
         return "on"
 
     def _init_deferred_kv(self) -> None:
-        """Deferred draft K/V on v2 KV-only OFF steps (``deferred_draft_kv``,
-        ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1``): ``deferred_kv`` (None when not built) and
-        ``off_deferred_draft_kv`` (``on``, or why not; None when not asked for)."""
+        """Deferred draft K/V on v2 KV-only OFF steps (``deferred_draft_kv``, default on,
+        ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=0`` off): ``deferred_kv`` (None when not built) and
+        ``off_deferred_draft_kv`` (``on``, or why not; None when switched off)."""
         if not deferred_draft_kv.enabled_by_env():
             return
         reason = deferred_draft_kv.server_reason(self.worker.server_args) if self.v2 else "v1 (EAGLEWorker)"
@@ -361,7 +361,7 @@ class OffStepRunner:
         return "on"
 
     def _init_lean_v2_verify(self) -> None:
-        """The lean verify of v2 OFF steps (``off_verify_v2``, ``SPECCONSOLE_OFF_LEAN_V2_VERIFY=1``)."""
+        """The lean verify of v2 OFF steps (``off_verify_v2``, default on, ``SPECCONSOLE_OFF_LEAN_V2_VERIFY=0`` off)."""
         if not off_verify_v2.enabled_by_env():
             return
         reason = off_verify_v2.server_reason(self.worker) if self.v2 else "v1 (EAGLEWorker)"
@@ -470,7 +470,7 @@ class OffStepRunner:
         request's last token (``prefill_kv_only``; None when not asked for or the draft cannot)."""
         self.prefill_kv_only: Optional[draft_kv_only.EagerKvOnly] = None
         self.kv_only_prefills = 0  # prefills whose draft extend stored only K/V
-        # v1: SPECCONSOLE_OFF_LEAN_V1=1 asks for them too (measured together on the H200)
+        # v1: with the lean v1 step (default; measured together on the H200)
         if (not draft_kv_only.prefill_enabled_by_env(self.v2 or off_step_v1.enabled_by_env())
                 or not draft_kv_only.enabled_by_env()):
             return  # not asked for, or every KV-only draft forward switched off (the escape hatch)

@@ -63,14 +63,18 @@ from server_patch import options
 
 logger = logging.getLogger("server_patch.spec_gate")
 
-#: "1": v1 OFF steps take the lean path where they can, and v1 prefills while OFF the KV-only draft
-#: prefill (``draft_kv_only``), as measured together (opt-in until their oracle run on the GPU)
+#: unset or "1": v1 OFF steps take the lean path where they can, and v1 prefills while OFF the
+#: KV-only draft prefill (``draft_kv_only``), as measured together; "0": SGLang's OFF path. Oracle-exact
+#: with exact recovery on the KV-sensitive pair (100 checks over 9,391 lean steps, 0 mismatches,
+#: ``bench/results/h200-2026-12-04d/``) once SGLang's triton draft-extend graph was mended
+#: (``triton_draft_extend``); 0.94-0.97x of a v1 server without speculation (``h200-2026-12-04b``)
 ENV_SWITCH = "SPECCONSOLE_OFF_LEAN_V1"
 
 
 def enabled_by_env() -> bool:
-    """True when ``SPECCONSOLE_OFF_LEAN_V1=1`` asks for lean v1 OFF steps (and the v1 KV-only prefill)."""
-    return options.switch(ENV_SWITCH, False)
+    """False when ``SPECCONSOLE_OFF_LEAN_V1=0`` keeps SGLang's OFF path on v1 (lean steps and the v1
+    KV-only prefill are the default)."""
+    return options.switch(ENV_SWITCH, True)
 
 
 def draft_preprocess(batch: Any, seq_lens_sum: int) -> None:

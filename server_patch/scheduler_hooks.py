@@ -311,10 +311,10 @@ class _RunnerDefaults:
     off_sampling = "speculative-verify"
     off_attention_checks = 0
     off_attention_mismatches = 0
-    off_lean_v1 = None  # v2, or v1 without SPECCONSOLE_OFF_LEAN_V1=1
+    off_lean_v1 = None  # v2, or v1 with SPECCONSOLE_OFF_LEAN_V1=0
     off_verify_metadata = None  # not fa3, or SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA not 1
-    off_deferred_draft_kv = None  # SPECCONSOLE_OFF_DEFERRED_DRAFT_KV not 1
-    off_lean_v2_verify = None  # SPECCONSOLE_OFF_LEAN_V2_VERIFY not 1
+    off_deferred_draft_kv = None  # SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=0
+    off_lean_v2_verify = None  # SPECCONSOLE_OFF_LEAN_V2_VERIFY=0
 
 
 #: the runner's proofs of the draft's K/V (``off_kv_only_checks`` / ``_mismatches`` sum them): the

@@ -696,12 +696,12 @@ def prefill_runner(monkeypatch, env="1", reason=None, v2=True):
     return runner, model
 
 
-def test_kv_only_prefills_are_the_default_on_v2_and_asked_for_on_v1(monkeypatch):
+def test_kv_only_prefills_are_the_default_on_v2_and_with_the_lean_v1_step_on_v1(monkeypatch):
     assert prefill_runner(monkeypatch, None)[0].prefill_kv_only is not None
+    assert prefill_runner(monkeypatch, None, v2=False)[0].prefill_kv_only is not None  # lean v1: default
+    monkeypatch.setenv("SPECCONSOLE_OFF_LEAN_V1", "0")  # measured together with the lean v1 step
     assert prefill_runner(monkeypatch, None, v2=False)[0].prefill_kv_only is None
     assert prefill_runner(monkeypatch, "1", v2=False)[0].prefill_kv_only is not None
-    monkeypatch.setenv("SPECCONSOLE_OFF_LEAN_V1", "1")  # measured together with the lean v1 step
-    assert prefill_runner(monkeypatch, None, v2=False)[0].prefill_kv_only is not None
     assert prefill_runner(monkeypatch, "0", v2=False)[0].prefill_kv_only is None
     assert prefill_runner(monkeypatch, "0")[0].prefill_kv_only is None
 

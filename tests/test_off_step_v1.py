@@ -387,9 +387,10 @@ def init_runner(monkeypatch, env, v2=False, kv_only_cls=draft_kv_only.KvOnlyRunn
     return runner
 
 
-def test_lean_v1_steps_are_built_only_when_asked_for_on_v1_with_the_kv_only_graph(monkeypatch):
-    assert init_runner(monkeypatch, None).off_lean_v1 is None
-    assert init_runner(monkeypatch, "0").lean_v1 is None
+def test_lean_v1_steps_are_built_by_default_on_v1_with_the_kv_only_graph(monkeypatch):
+    assert init_runner(monkeypatch, None).off_lean_v1 == "on"
+    assert init_runner(monkeypatch, "0").lean_v1 is None and init_runner(monkeypatch, "0").off_lean_v1 is None
+    assert init_runner(monkeypatch, None, v2=True).off_lean_v1 is None
     assert init_runner(monkeypatch, "1", v2=True).off_lean_v1 is None
     built = init_runner(monkeypatch, "1")
     assert built.off_lean_v1 == "on" and built.lean_v1.draft_extend == "kv graph"

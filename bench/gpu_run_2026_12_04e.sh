@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The next GPU run (one H200), the second of 2026-12-04's fourth session, after the oracle run
+# The GPU run of 2026-12-04e (one H200), the second of the day's fourth session, after the oracle run
 # bench/gpu_run_2026_12_04d.sh (the new v2 OFF levers oracle-exact on triton, the mend and lean v1
 # too): A/B inside the run with bench.ab_traffic (both servers up at once, rows alternated, 2
 # repeats, varied-closed at 32 / 64 / 128, 8B pair p = 0.2) on fa3: no speculation against forced
 # off with the new levers (deferred draft K/V, lean v2 verify; their run-time proofs run under the
-# traffic), then forced off without them against with them. Rename it to its date when run. Steps and
+# traffic), then forced off without them against with them. Steps and
 # carries as bench/gpu_run_2026_12_03c.sh (models, install, part 1..6, wait).
 set -uo pipefail
-export SELF=bench/gpu_run_next.sh
+export SELF=bench/gpu_run_2026_12_04e.sh
 [ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
 R=/tmp/run
 source .gpuwheels/B/env.sh
