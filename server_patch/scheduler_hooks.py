@@ -370,13 +370,16 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     runtime.rank_gpu.start()
     logger.info(contract.worker_line(runtime.worker_class, runtime.spec_version, runtime.overlap, config))
     kv_reason = getattr(runtime.runner, "off_draft_extend_reason", None)
+    deferred = getattr(runtime.runner, "off_deferred_draft_kv", None) == "on"
+    lean_verify = getattr(runtime.runner, "off_lean_v2_verify", None) == "on"
     logger.info(
-        "spec_gate: OFF step = 1-token verify (%s, sampling: %s) + 1-token draft extend (%s, %s), "
+        "spec_gate: OFF step = 1-token verify (%s, sampling: %s%s) + 1-token draft extend (%s, %s), "
         "CUDA graphs %s, next batch prepared %s",
         getattr(runtime.runner, "off_target_attention", None),
         getattr(runtime.runner, "off_sampling", _RunnerDefaults.off_sampling),
+        ", greedy batches: argmax" if lean_verify else "",
         getattr(runtime.runner, "off_draft_extend", "full")
-        + (f": {kv_reason}" if kv_reason else ""),
+        + (f": {kv_reason}" if kv_reason else "") + (", K/V deferred" if deferred else ""),
         getattr(runtime.runner, "off_draft_extend_attention", None),
         "on" if runtime.runner.has_off_cuda_graph else "off",
         "during the verify" if getattr(runtime.runner, "early_seq_lens", False) else "after the verify",
