@@ -40,12 +40,10 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import logging
 from typing import Any, Callable, Optional
 
 from server_patch import options
-
-logger = logging.getLogger("server_patch.spec_gate")
+from server_patch.proof import SampledProof
 
 #: "0" keeps the full 1-token draft extend on every OFF step (escape hatch; costs OFF-step speed)
 ENV_SWITCH = "SPECCONSOLE_OFF_DRAFT_KV_ONLY"
@@ -410,7 +408,7 @@ def _row_tolerance(reference: Any) -> Any:
     return (ROUNDING_ATOL + ROUNDING_RTOL * scale).reshape((-1,) + (1,) * (ref.dim() - 1))
 
 
-class KvProof:
+class KvProof(SampledProof):
     """The sampled bit-for-bit proof of a KV-only draft extend against the full one, and its
     counters: ``count`` (KV-only extends run), ``checks``, ``mismatches`` (this rank's) and ``ok``,
     which turns False at the first mismatch on any TP rank (``any_rank(flag)``: True when some rank
@@ -427,16 +425,13 @@ class KvProof:
 
     def __init__(self, layer: Any, sampled: Callable[[int], bool], any_rank: Callable[[bool], bool] = bool,
                  rounding: bool = False):
+        super().__init__(any_rank)
         self.layer = layer
         self.sampled = sampled
-        self.any_rank = any_rank
         self.rounding = rounding
         self.count = 0
-        self.checks = 0
-        self.mismatches = 0
         self.inexact = 0  # checks that passed within rounding, not bit for bit
         self.max_abs_diff = 0.0
-        self.ok = True
 
     def _agree(self, kv_only: tuple, reference: tuple) -> bool:
         """Whether the KV-only (K, V) pass against the reference's; counts ``inexact``."""
@@ -472,17 +467,9 @@ class KvProof:
         """Count one check of ``stored`` (K, V) against ``reference`` (K, V); a mismatch on any TP
         rank turns ``ok`` False, logged as an error. Waits for the GPU."""
         differ = not self._agree(stored, reference)
-        self.checks += 1
-        if differ:
-            self.mismatches += 1
-            logger.error("spec_gate: OFF step %s stored K/V that differ from %s "
-                         "(check %d%s); %s, on every TP rank", self.what, self.reference, self.checks,
-                         f", max |diff| {self.max_abs_diff:.3g}" if self.rounding else "", self.fallback)
-        if self.any_rank(differ) and self.ok:
-            self.ok = False
-            if not differ:
-                logger.error("spec_gate: another TP rank's %s check failed (check %d); %s",
-                             self.what, self.checks, self.fallback)
+        diff = f", max |diff| {self.max_abs_diff:.3g}" if self.rounding else ""
+        self.verdict(f"OFF step {self.what} stored K/V that differ from {self.reference} (check {self.checks + 1}{diff})"
+                     if differ else None, self.fallback)
 
 
 class KvOnlyRunner(KvProof):

@@ -28,6 +28,7 @@ import logging
 from typing import Any, Callable, Optional
 
 from server_patch import options
+from server_patch.proof import SampledProof
 
 logger = logging.getLogger("server_patch.spec_gate")
 
@@ -57,19 +58,18 @@ def _fused_kernel() -> Callable:
     return normal_decode_set_metadata
 
 
-class FusedVerifyMetadata:
+class FusedVerifyMetadata(SampledProof):
     """Replaces ``init_forward_metadata_replay_cuda_graph`` on one backend instance (module docstring).
     Counters: ``replays`` (fused), ``checks``, ``mismatches`` (this rank's); ``ok`` False after a
     failed proof on any TP rank. ``kernel``: SGLang's ``normal_decode_set_metadata`` unless given."""
 
     def __init__(self, backend: Any, sampled: Callable[[int], bool], any_rank: Callable[[bool], bool] = bool,
                  kernel: Optional[Callable] = None):
+        super().__init__(any_rank)
         self.backend = backend
         self.sampled = sampled
-        self.any_rank = any_rank
         self.kernel = kernel or _fused_kernel()
-        self.replays = self.checks = self.mismatches = 0
-        self.ok = True
+        self.replays = 0
         original = backend.init_forward_metadata_replay_cuda_graph  # the class's, bound
         runner = self
 
@@ -110,13 +110,8 @@ class FusedVerifyMetadata:
         run_sglang()
         sglang = (metadata.cache_seqlens_int32, metadata.cu_seqlens_k, metadata.page_table[:, :pages])
         differ = not all(torch.equal(a, b) for a, b in zip(fused, sglang))
-        self.checks += 1
-        if differ:
-            self.mismatches += 1
-            logger.error("spec_gate: the fused OFF verify metadata differs from FlashAttention's own (check %d); "
-                         "OFF verifies use FlashAttention's from now on, on every TP rank", self.checks)
-        if self.any_rank(differ) and self.ok:
-            self.ok = False
+        self.verdict(f"the fused OFF verify metadata differs from FlashAttention's own (check {self.checks + 1})"
+                     if differ else None, "OFF verifies use FlashAttention's from now on")
 
 
 def install(backend: Any, sampled: Callable[[int], bool], any_rank: Callable[[bool], bool] = bool):

@@ -55,13 +55,11 @@ A request that finishes on the step drops out of the next draft input, as SGLang
 from __future__ import annotations
 
 import collections
-import logging
 import types
 from typing import Any, Callable, Dict, Optional
 
 from server_patch import options
-
-logger = logging.getLogger("server_patch.spec_gate")
+from server_patch.proof import SampledProof
 
 #: unset or "1": v1 OFF steps take the lean path where they can, and v1 prefills while OFF the
 #: KV-only draft prefill (``draft_kv_only``), as measured together; "0": SGLang's OFF path. Oracle-exact
@@ -166,7 +164,7 @@ def _sglang() -> types.SimpleNamespace:
                                  extend_after_decode=extend_after_decode)
 
 
-class LeanOffStepV1:
+class LeanOffStepV1(SampledProof):
     """Runs lean v1 OFF steps (module docstring) and keeps their counters: ``steps``, ``checks``,
     ``mismatches`` (this rank's), ``fallbacks`` (per reason), ``ok`` (False after a failed proof on
     any rank).
@@ -184,17 +182,14 @@ class LeanOffStepV1:
     def __init__(self, worker: Any, draft_extend: Any, graph_takes: Callable[[int], bool],
                  context: Callable[[], Any], sampled: Callable[[int], bool],
                  any_rank: Callable[[bool], bool] = bool):
+        super().__init__(any_rank)
         self.worker = worker
         self.draft_extend = draft_extend
         self.graph_takes = graph_takes
         self.context = context
         self.sampled = sampled
-        self.any_rank = any_rank
         self.steps = 0
-        self.checks = 0
-        self.mismatches = 0
         self.fallbacks: Dict[str, int] = collections.Counter()
-        self.ok = True
         self._zeros = self._ones = None  # (max bs,) int32, sliced per step
 
     def reason(self, batch: Any) -> Optional[str]:
@@ -327,13 +322,5 @@ class LeanOffStepV1:
             bad.append("the draft's positions are not what SGLang's prepare_extend_after_decode computes")
         if argmax is not None and not torch.equal(tokens.to(torch.int64), argmax.to(torch.int64)):
             bad.append("a greedy token is not the argmax of the target's logits")
-        self.checks += 1
-        if bad:
-            self.mismatches += 1
-            logger.error("spec_gate: lean v1 OFF step %d: %s; OFF steps take SGLang's path from now on, "
-                         "on every TP rank", self.steps, "; ".join(bad))
-        if self.any_rank(bool(bad)) and self.ok:
-            self.ok = False
-            if not bad:
-                logger.error("spec_gate: another TP rank's lean v1 OFF step check failed; OFF steps take "
-                             "SGLang's path from now on")
+        self.verdict(f"lean v1 OFF step {self.steps}: " + "; ".join(bad) if bad else None,
+                     "OFF steps take SGLang's path from now on")

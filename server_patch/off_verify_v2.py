@@ -31,12 +31,10 @@ KV-sensitive pair (v2 triton, 106 checks over 10,842 steps, ``bench/results/h200
 from __future__ import annotations
 
 import collections
-import logging
 from typing import Any, Callable, Dict, Optional
 
 from server_patch import options
-
-logger = logging.getLogger("server_patch.spec_gate")
+from server_patch.proof import SampledProof
 
 ENV_SWITCH = "SPECCONSOLE_OFF_LEAN_V2_VERIFY"
 
@@ -80,7 +78,7 @@ def _sglang():
     return GenerationBatchResult, EagleDraftInput
 
 
-class LeanVerifyV2:
+class LeanVerifyV2(SampledProof):
     """The lean verify of v2 OFF steps (module docstring) and its counters: ``steps``, ``checks``,
     ``mismatches`` (this rank's), ``fallbacks`` (per reason), ``ok`` (False after a failed proof
     on any TP rank).
@@ -91,14 +89,11 @@ class LeanVerifyV2:
     """
 
     def __init__(self, worker: Any, sampled: Callable[[int], bool], any_rank: Callable[[bool], bool] = bool):
+        super().__init__(any_rank)
         self.worker = worker
         self.sampled = sampled
-        self.any_rank = any_rank
         self.steps = 0
-        self.checks = 0
-        self.mismatches = 0
         self.fallbacks: Dict[str, int] = collections.Counter()
-        self.ok = True
 
     def wrap(self, original: Callable) -> Callable:
         """A replacement for the worker's bound ``verify`` (``original``) for one OFF step."""
@@ -162,13 +157,5 @@ class LeanVerifyV2:
         predict, accept_lens, _ = verify_input.sample(batch, logits_output, None)
         differ = not (torch.equal(predict.to(torch.int32), tokens)
                       and bool((accept_lens == 1).all()))
-        self.checks += 1
-        if differ:
-            self.mismatches += 1
-            logger.error("spec_gate: lean v2 OFF verify %d: the drawn tokens or accept lengths differ from "
-                         "SGLang's verify; OFF steps take SGLang's verify from now on, on every TP rank", self.steps)
-        if self.any_rank(differ) and self.ok:
-            self.ok = False
-            if not differ:
-                logger.error("spec_gate: another TP rank's lean v2 OFF verify check failed; OFF steps take "
-                             "SGLang's verify from now on")
+        self.verdict(f"lean v2 OFF verify {self.steps}: the drawn tokens or accept lengths differ from SGLang's "
+                     "verify" if differ else None, "OFF steps take SGLang's verify from now on")
