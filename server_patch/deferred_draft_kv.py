@@ -12,8 +12,10 @@ into preallocated buffers (the drawn token, the position, the cache slot, the ta
 state); :meth:`DeferredDraftKv.flush` stores all pending K/V in one eager forward.
 
 When the K/V must be there: before anything else runs on the draft's KV cache, i.e. before every
-forward that is not a deferred OFF step (a prefill, an ON or resume step, an OFF step on SGLang's
-path) and when the buffer is full (the caller: ``off_state.OffStepRunner``). Everything runs on the
+forward that is not a deferred OFF step (a prefill while ON, an ON or resume step, an OFF step on
+SGLang's path), before a weight update or a memory release (``scheduler_hooks``), and when the
+buffer is full (the caller: ``off_state.OffStepRunner``). A prefill while OFF needs no flush first:
+nothing in it reads the draft's KV cache, and its rows queue behind the pending ones. Everything runs on the
 forward stream, so a flush precedes in stream order every later write or read of the same slots.
 
 Slots freed and handed out again while rows wait (a request finished and its slot went to another
@@ -233,4 +235,6 @@ class DeferredDraftKv(KvProof):
         k_now = self.pool.get_key_buffer(layer_id)[slots]
         v_now = self.pool.get_value_buffer(layer_id)[slots]
         rows = keep.nonzero().squeeze(1)  # waits for the GPU (a proof step only)
+        if rows.numel() == 0:  # every slot taken by a later row: nothing of this step to compare
+            return
         self.judge((k_now[rows], v_now[rows]), (k_ref[rows], v_ref[rows]))

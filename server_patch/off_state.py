@@ -522,14 +522,17 @@ class OffStepRunner:
         states (T, D)), and the next draft input gets placeholder top-k and hidden state of
         SGLang's shapes (stale by design, as after a KV-only prefill: the resume step refreshes
         them). On proof prefills, and where the rows cannot be deferred (multimodal embeddings,
-        more rows than the buffer), ``immediate`` (the KV-only draft prefill) runs."""
+        requests sent as embeddings or with embedding overrides, more rows than the buffer),
+        ``immediate`` (the KV-only draft prefill) runs."""
         runner = self
         deferred = self.deferred_kv
 
         def draft_extend_for_prefill(batch: Any, target_hidden_states: Any, next_token_ids: Any,
                                      mm_input_embeds: Any = None):
             rows = target_hidden_states.shape[0] if target_hidden_states is not None else 0
-            if (mm_input_embeds is not None or batch.forward_mode.is_idle()
+            # embeddings given as such (or overridden) reach the draft's forward, not its embed_tokens
+            given = any(getattr(batch, f, None) is not None for f in ("input_embeds", "replace_embeds"))
+            if (mm_input_embeds is not None or given or batch.forward_mode.is_idle()
                     or not deferred.takes(rows, target_hidden_states)):
                 runner.flush_deferred_kv(inside_draft=True)
                 return immediate(batch, target_hidden_states, next_token_ids, mm_input_embeds)

@@ -511,11 +511,20 @@ def around_update_weights_from_disk(original, scheduler, recv_req, *args, **kwar
     as SGLang answers a failed update; any other weight update runs as SGLang's."""
     runtime = _runtime(scheduler)
     if runtime is None or not getattr(recv_req, "recapture_cuda_graph", False):
-        return original(scheduler, recv_req, *args, **kwargs)
+        return around_weight_change(original, scheduler, recv_req, *args, **kwargs)
     from sglang.srt.managers.io_struct import UpdateWeightFromDiskReqOutput
 
     logger.error(RECAPTURE_REFUSED)
     return UpdateWeightFromDiskReqOutput(False, RECAPTURE_REFUSED, 0)
+
+
+def around_weight_change(original, scheduler, *args, **kwargs):
+    """Before SGLang changes the weights or releases GPU memory: the draft K/V that OFF steps
+    deferred are stored with the weights their hidden states came from (``deferred_draft_kv``)."""
+    runtime = _runtime(scheduler)
+    if runtime is not None:
+        runtime.flush_deferred_kv()
+    return original(scheduler, *args, **kwargs)
 
 
 def around_set_internal_state(original, scheduler, recv_req, *args, **kwargs):
@@ -597,4 +606,8 @@ HOOKS = [
     (f"{SCHEDULER}.set_internal_state", around_set_internal_state, "AROUND"),
     (f"{SCHEDULER}.get_internal_state", after_get_internal_state, "AFTER"),
     (f"{SCHEDULER}.update_weights_from_disk", around_update_weights_from_disk, "AROUND"),
+    (f"{SCHEDULER}.update_weights_from_distributed", around_weight_change, "AROUND"),
+    (f"{SCHEDULER}.update_weights_from_tensor", around_weight_change, "AROUND"),
+    (f"{SCHEDULER}.update_weights_from_ipc", around_weight_change, "AROUND"),
+    (f"{SCHEDULER}.release_memory_occupation", around_weight_change, "AROUND"),
 ]

@@ -450,3 +450,44 @@ def test_a_flush_from_inside_sglangs_draft_stage_does_not_enter_the_draft_tp_con
     d.append(*rows([5], [4], [5]))
     runner.flush_deferred_kv(inside_draft=True)
     assert entered == ["in", "out"] and d.fill == 0
+
+
+def test_weight_updates_and_memory_release_store_the_deferred_rows_first():
+    """Rows queued before a weight update are stored with the weights their hidden states came from."""
+    from tests.test_scheduler_hooks import make_scheduler
+
+    sched, worker, rt = make_scheduler(threshold=4)
+    order = []
+    rt.runner.flush_deferred_kv = lambda: order.append("flush")
+    for hook in ("update_weights_from_distributed", "update_weights_from_tensor", "update_weights_from_ipc",
+                 "release_memory_occupation"):
+        assert (f"{sh.SCHEDULER}.{hook}", sh.around_weight_change, "AROUND") in sh.HOOKS
+    assert sh.around_weight_change(lambda s, req: order.append(("update", req)) or "done", sched, "req") == "done"
+    update = types.SimpleNamespace(recapture_cuda_graph=False)
+    sh.around_update_weights_from_disk(lambda s, req: order.append("disk"), sched, update)
+    assert order == ["flush", ("update", "req"), "flush", "disk"]
+    plain = types.SimpleNamespace()  # a scheduler without the gate: nothing to flush
+    assert sh.around_weight_change(lambda s, req: "plain", plain, "req") == "plain"
+
+
+def test_requests_sent_as_embeddings_take_the_kv_only_draft_prefill(monkeypatch):
+    pool = Pool()
+    runner = prefill_runner(pool, monkeypatch)
+    extend = runner._deferred_draft_extend_for_prefill(lambda *a: "immediate")
+    for field in ("input_embeds", "replace_embeds"):
+        batch = prefill_batch()
+        setattr(batch, field, torch.zeros(5, 4))
+        assert extend(batch, torch.zeros(5, 6), torch.tensor([13, 22])) == "immediate"
+        assert runner.deferred_kv.fill == 0 and batch.input_ids.tolist() == [10, 11, 12, 20, 21]
+
+
+def test_a_proof_step_whose_slots_were_all_taken_later_is_not_counted_as_a_check():
+    pool = Pool()
+    d = make_deferred(pool, sampled=lambda n: n == 1)
+    step = rows([1], [0], [7])
+    assert d.takes(1, step[3])
+    immediate_write(pool, *step)
+    d.append(*step, reference=d.snapshot(step[2]))
+    d.append(*rows([2], [3], [7]))  # slot 7 handed to another request's token
+    d.flush()
+    assert (d.checks, d.mismatches, d.ok) == (0, 0, True)

@@ -91,6 +91,10 @@ EXPECTED_PARAMS = {
     "set_internal_state": ["self", "recv_req"],
     "get_internal_state": ["self", "recv_req"],
     "update_weights_from_disk": ["self", "recv_req"],
+    "update_weights_from_distributed": ["self", "recv_req"],
+    "update_weights_from_tensor": ["self", "recv_req"],
+    "update_weights_from_ipc": ["self", "recv_req"],
+    "release_memory_occupation": ["self", "recv_req"],
 }
 
 
