@@ -124,6 +124,7 @@ class ConsoleModel:
         self._sample_at = 0.0  # when the poll behind the current sample started
         self._rejected_against: tuple[int | None, int | None] = (None, None)  # N/H when rejected
         self._gate_values: tuple[int | None, int | None] | None = None  # spec_gate's N/H at the last poll
+        self._restarted = False  # the server was restarted since the last spec_gate poll
         self._sent: deque[tuple[float, dict[str, int]]] = deque(maxlen=256)  # changes POSTed (time, change)
 
     # -- inputs ----------------------------------------------------------------------------
@@ -448,6 +449,7 @@ class ConsoleModel:
         self._queued, self._inflight = [], None
         self._accepted_at = None
         self._unanswered = None
+        self._restarted = True  # the next N/H change is the restart's, not someone else's
 
     def _check_external(self, gate: st.GateState | None) -> list[str]:
         """spec_gate's N or H changed to a value this console did not send (another console, curl):
@@ -456,6 +458,7 @@ class ConsoleModel:
             return []
         now_values, before = (set_threshold(gate), gate.hysteresis), self._gate_values
         self._gate_values = now_values
+        restarted, self._restarted = self._restarted, False
         if before is None or now_values == before or self.pending is not None or self.sending:
             return []  # nothing to compare, no change, or this console's own change under way
         parts = []
@@ -464,6 +467,11 @@ class ConsoleModel:
                 parts.append(f"{key} changed to {new}")
         if not parts:
             return []
+        if restarted:
+            text = (" and ".join(parts) + " with the restart (the server's launch arguments; values set in "
+                    "this console before it are not kept)")
+            self.set_message(text, "info")
+            return [text]
         text = " and ".join(parts) + " outside this console"
         self.set_message(text, "info")
         return [text]

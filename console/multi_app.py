@@ -227,4 +227,5 @@ class MultiServerMixin:
         sent = [s.request_change(req.threshold, req.hysteresis).ok for s in self.sessions]
         if not all(sent):
             refused = [self.server_label(i) for i, ok in enumerate(sent) if not ok]
-            self.console_line(f"refused before sending by {', '.join(refused)} (see its line)")  # type: ignore[attr-defined]
+            self.console_line(f"refused before sending by {', '.join(refused)} "
+                              f"(see {'its line' if len(refused) == 1 else 'their lines'})")  # type: ignore[attr-defined]

@@ -373,6 +373,22 @@ def test_a_rejection_reason_goes_once_the_server_has_other_values():
     assert m.snapshot().message == "threshold changed to 40 and hysteresis changed to 8 outside this console"
 
 
+def test_values_a_restarted_server_comes_back_with_are_said_to_be_the_restarts_not_another_clients():
+    """Fresh-user finding: after r restarted a crashed demo server at its launch arguments' 32 / 4,
+    the log said 'threshold changed to 32 ... outside this console'."""
+    m = ConsoleModel()
+    m.on_sample(_sample(threshold=23, hysteresis=4))
+    m.reset_changes()  # the console restarted the server
+    m.on_sample(_sample(threshold=32, hysteresis=4))
+    assert m.snapshot().message.startswith("threshold changed to 32 with the restart")
+    m.on_sample(_sample(threshold=40, hysteresis=4))  # later changes are someone else's again
+    assert m.snapshot().message == "threshold changed to 40 outside this console"
+    m.reset_changes()
+    m.on_sample(_sample(threshold=40, hysteresis=4))  # came back with the same values: nothing to say
+    m.on_sample(_sample(threshold=44, hysteresis=4))
+    assert m.snapshot().message == "threshold changed to 44 outside this console"
+
+
 def test_a_change_replaced_by_another_client_is_said_at_once_not_after_the_confirm_timeout():
     """Fresh-user finding: with two consoles, the one whose 30 was overwritten by another's 34 showed
     '-> 30 pending' for ~16 s, then 'accepted but spec_gate still shows threshold 34'."""
