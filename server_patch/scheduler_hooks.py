@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from server_patch import (auto_threshold, compat, contract, metrics, options, prefill_graph, rank_gpu,
                           sampling_warmup, triton_draft_extend)
@@ -456,14 +456,35 @@ def around_update_spec_metrics(original, scheduler, bs, num_correct_drafts, *arg
 
 
 def around_resolve_spec_overlap_tokens(original, scheduler, result, batch, *args, **kwargs):
+    """An OFF result (v2 overlap): :func:`resolve_off_tokens`, SGLang's resolution without the
+    per-request speculative counters an OFF step must not add to; others as SGLang resolves them."""
     runtime = _runtime(scheduler)
     if runtime is None or not getattr(result, OFF_RESULT_ATTR, False):
         return original(scheduler, result, batch, *args, **kwargs)
-    saved = snapshot_req_spec_counters(batch.reqs)
-    try:
-        return original(scheduler, result, batch, *args, **kwargs)
-    finally:
-        restore_req_spec_counters(saved)
+    return resolve_off_tokens(scheduler, result, batch)
+
+
+def resolve_off_tokens(scheduler: Any, result: Any, batch: Any) -> List[List[int]]:
+    """``Scheduler._resolve_spec_overlap_tokens`` (``scheduler_output_processor_mixin.py`` in
+    0.5.12) for an OFF result: the same token lists, ``num_correct_drafts`` and committed KV
+    lengths, without the per-request verify count, accepted-draft count and histogram (an OFF step
+    is not a speculative step: SGLang's version would add to them, and restoring them cost a copy of
+    every request's histogram per step, on a server that is CPU-bound there). Shapes:
+    ``result.next_token_ids`` (bs * stride,) and ``accept_lens`` (bs,), on the CPU."""
+    next_token_ids = result.next_token_ids.tolist()
+    accept_lens = result.accept_lens.tolist()
+    result.num_correct_drafts = sum(accept_lens) - len(batch.reqs)
+    result.num_correct_drafts_per_req_cpu = [x - 1 for x in accept_lens]
+    scheduler.model_worker.on_verify_complete_cpu(result.num_correct_drafts_per_req_cpu)
+    stride = result.speculative_num_draft_tokens
+    predict_tokens = []
+    for i, req in enumerate(batch.reqs):
+        predict_tokens.append(next_token_ids[i * stride: i * stride + accept_lens[i]])
+        if req.is_retracted:
+            continue
+        # -1: prepare_for_decode pre-claimed the bonus slot
+        req.kv_committed_len += -1 if req.finished() else accept_lens[i] - 1
+    return predict_tokens
 
 
 def around_report_decode_stats(original, scheduler, *args, **kwargs):

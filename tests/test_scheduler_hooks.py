@@ -175,21 +175,69 @@ def test_v1_off_step_leaves_per_request_spec_counters_untouched():
     assert [r.spec_correct_drafts_histogram for r in batch.reqs] == [[], [], []]
 
 
-def test_v2_overlap_result_counters_restored_for_off_results():
+def sglang_resolve(self, result, batch):
+    """``Scheduler._resolve_spec_overlap_tokens`` of SGLang 0.5.12, as it reads (the reference of
+    ``resolve_off_tokens``; ``update_spec_correct_drafts_histogram`` appends here)."""
+    next_token_ids = result.next_token_ids.tolist()
+    accept_lens = result.accept_lens.tolist()
+    result.num_correct_drafts = sum(accept_lens) - len(batch.reqs)
+    result.num_correct_drafts_per_req_cpu = [x - 1 for x in accept_lens]
+    self.model_worker.on_verify_complete_cpu(result.num_correct_drafts_per_req_cpu)
+    predict_tokens = []
+    stride = result.speculative_num_draft_tokens
+    for i, req in enumerate(batch.reqs):
+        predict_tokens.append(next_token_ids[i * stride: i * stride + accept_lens[i]])
+        if req.is_retracted:
+            continue
+        if req.finished():
+            req.kv_committed_len -= 1
+            continue
+        req.kv_committed_len += accept_lens[i] - 1
+        req.spec_verify_ct += 1
+        num_correct_drafts = result.num_correct_drafts_per_req_cpu[i]
+        req.spec_num_correct_drafts += num_correct_drafts
+        req.spec_correct_drafts_histogram.append(num_correct_drafts)
+    return predict_tokens
+
+
+def test_v2_overlap_off_results_resolve_as_sglang_does_without_the_speculative_counters():
+    import torch
+
     sched, worker, rt = make_scheduler("EAGLEWorkerV2", threshold=1)
-    batch = Batch(2)
-    result = step(sched, batch)
+    sched.model_worker = types.SimpleNamespace(on_verify_complete_cpu=lambda per_req: seen.append(per_req))
+    seen = []
 
-    def resolve(self, result, batch):
-        for r in batch.reqs:
-            r.spec_verify_ct += 1
-        return "tokens"
+    def reqs():
+        out = []
+        for retracted, finished in ((False, False), (False, True), (True, False)):
+            r = Req()
+            r.kv_committed_len, r.is_retracted = 10, retracted
+            r.finished = (lambda f: lambda: f)(finished)
+            out.append(r)
+        return out
 
-    assert sh.around_resolve_spec_overlap_tokens(resolve, sched, result, batch) == "tokens"
-    assert [r.spec_verify_ct for r in batch.reqs] == [1, 1]  # the fake forward's +1 only
-    on_result = Result()
-    sh.around_resolve_spec_overlap_tokens(resolve, sched, on_result, batch)
-    assert [r.spec_verify_ct for r in batch.reqs] == [2, 2]
+    def result(off):
+        res = Result()
+        res.next_token_ids, res.accept_lens = torch.tensor([5, 6, 7]), torch.tensor([1, 1, 1])
+        res.speculative_num_draft_tokens = 1
+        if off:
+            setattr(res, sh.OFF_RESULT_ATTR, True)
+        return res
+
+    off_batch, ref_batch = Batch(0), Batch(0)
+    off_batch.reqs, ref_batch.reqs = reqs(), reqs()
+    off, ref = result(True), result(False)
+    tokens = sh.around_resolve_spec_overlap_tokens(lambda *a: pytest.fail("SGLang's ran"), sched, off, off_batch)
+    assert tokens == sglang_resolve(sched, ref, ref_batch) == [[5], [6], [7]]
+    assert (off.num_correct_drafts, off.num_correct_drafts_per_req_cpu) == (0, [0, 0, 0]) == (
+        ref.num_correct_drafts, ref.num_correct_drafts_per_req_cpu)
+    assert [r.kv_committed_len for r in off_batch.reqs] == [r.kv_committed_len for r in ref_batch.reqs] == [10, 9, 10]
+    assert [r.spec_verify_ct for r in off_batch.reqs] == [0, 0, 0]  # SGLang's would count a verify
+    assert [r.spec_verify_ct for r in ref_batch.reqs] == [1, 0, 0]
+    assert [r.spec_correct_drafts_histogram for r in off_batch.reqs] == [[], [], []]
+    assert seen == [[0, 0, 0], [0, 0, 0]]
+    on = result(False)  # an ON result: SGLang's own
+    assert sh.around_resolve_spec_overlap_tokens(lambda s, r, b: "sglang", sched, on, off_batch) == "sglang"
 
 
 def test_spec_metrics_count_on_steps_only():

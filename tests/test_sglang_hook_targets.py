@@ -698,3 +698,24 @@ def test_what_the_lean_v2_off_verify_repeats_of_sglangs_verify():
                  "predict = torch.zeros(predict_shape, dtype=torch.int32, device=device).flatten()",
                  "return (predict, num_correct_drafts + 1, accept_index)"):
         assert line in sample, line
+
+
+def test_what_the_off_resolution_repeats_of_sglangs_overlap_token_resolution():
+    """``scheduler_hooks.resolve_off_tokens`` is ``_resolve_spec_overlap_tokens`` without the
+    per-request speculative counters (its CPU test holds a copy of this body as the reference)."""
+    body = ast.unparse(_methods(_classes(SRT / "managers/scheduler_output_processor_mixin.py")[
+        "SchedulerOutputProcessorMixin"])["_resolve_spec_overlap_tokens"])
+    for line in ("next_token_ids = result.next_token_ids.tolist()",
+                 "accept_lens = result.accept_lens.tolist()",
+                 "result.num_correct_drafts = sum(accept_lens) - len(batch.reqs)",
+                 "result.num_correct_drafts_per_req_cpu = [x - 1 for x in accept_lens]",
+                 "self.model_worker.on_verify_complete_cpu(result.num_correct_drafts_per_req_cpu)",
+                 "stride = result.speculative_num_draft_tokens",
+                 "predict_tokens.append(next_token_ids[i * stride:i * stride + accept_lens[i]])",
+                 "if req.is_retracted:", "req.kv_committed_len -= 1",
+                 "req.kv_committed_len += accept_lens[i] - 1", "req.spec_verify_ct += 1",
+                 "req.spec_num_correct_drafts += num_correct_drafts",
+                 "req.update_spec_correct_drafts_histogram(num_correct_drafts)",
+                 "return predict_tokens"):
+        assert line in body, line
+    assert body.count("req.") == 7  # nothing else of a request is touched
