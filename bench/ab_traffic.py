@@ -4,9 +4,10 @@ Why: the OFF mode's servers are CPU-bound and a single 16 s row of one varies by
 and a CPU-bound server's speed moves with the host's CPU from one machine to the next
 (``bench/results/h200-2026-12-04c/README.md``: v1 and triton forced off beat no speculation at
 128 requests and lost 8-13% at 64 in the same run). One row per server, servers one after the
-other, cannot tell a 2% lever from noise. This tool starts both servers once (B after A is ready,
-each with a KV pool of ``--max-total-tokens``, so both fit and neither sizes its pool from what
-the other left), then measures ``bench.throughput traffic``'s rows ``--repeats`` times on each,
+other, cannot tell a 2% lever from noise. This tool starts both servers once and at once (each
+with a KV pool capped at ``--max-total-tokens``, so both fit and neither sizes its pool from what
+the other left; an 8B server takes 2.5-3.5 min to start on the H200, a GPU session has 30), then
+measures ``bench.throughput traffic``'s rows ``--repeats`` times on each,
 alternating the order (A B, B A, A B, ...) so drift and warm-up count against both alike; while
 one is measured the other is idle (``--sleep-on-idle`` on both: an idle SGLang scheduler
 otherwise spins a core).
@@ -179,14 +180,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                               "servers": {}, "steps": []}
     servers = {}
     try:
-        for i, side in enumerate(SIDES):  # one after the other: the second sizes nothing from the first
+        for i, side in enumerate(SIDES):  # both at once: the pools are capped, neither sizes from the other
             args = server_args(a.configs[side], a.models, a)
-            server = server_harness.start_server(f"ab-{side}-{a.configs[side]}-p{p_wrong}", args, a.port + 10 * i,
-                                                 a.out / "server-logs", env=envs[side])
-            servers[side] = server
-            server_harness.wait_ready(server, timeout_s=900)
-            record["servers"][side] = {"config": a.configs[side], "env": envs[side], "args": args,
-                                       "startup_s": round(server.ready_s, 1)}
+            servers[side] = server_harness.start_server(f"ab-{side}-{a.configs[side]}-p{p_wrong}", args,
+                                                        a.port + 10 * i, a.out / "server-logs", env=envs[side])
+            record["servers"][side] = {"config": a.configs[side], "env": envs[side], "args": args}
+        for side in SIDES:
+            server_harness.wait_ready(servers[side], timeout_s=900)
+            record["servers"][side]["startup_s"] = round(servers[side].ready_s, 1)
             _log({"step": "ready", "side": side, **record["servers"][side]})
         record["steps"] = measure(a, {s: servers[s].url for s in SIDES}, p_wrong)
     except Exception as exc:  # noqa: BLE001 - recorded with what was measured

@@ -65,11 +65,16 @@ def test_two_servers_alternate_and_the_summary_is_b_over_a(pair, tmp_path, monke
 
 
 def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair, tmp_path, monkeypatch):
-    stopped = []
-    monkeypatch.setattr(server_harness, "start_server",
-                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=f"u{port}", ready_s=1.0))
+    stopped, events = [], []
+
+    def start_server(name, args, port, log_dir, env=None):
+        events.append(("start", port))
+        return types.SimpleNamespace(url=f"u{port}", ready_s=1.0)
+
+    monkeypatch.setattr(server_harness, "start_server", start_server)
 
     def wait_ready(server, timeout_s):
+        events.append(("wait", server.url))
         if server.url == "u30730":
             raise RuntimeError("Not enough memory")
 
@@ -80,7 +85,9 @@ def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair,
     assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", str(out)]) == 1
     rec = json.loads((out / "ab-summary.json").read_text())
     assert rec["error"] == "RuntimeError: Not enough memory" and stopped == ["u30720", "u30730"]
-    assert rec["servers"]["b"] == {"config": "off", "exit_code": -9} and rec["summary"] == []
+    # both started before either is waited for: their start-ups overlap
+    assert events == [("start", 30720), ("start", 30730), ("wait", "u30720"), ("wait", "u30730")]
+    assert rec["servers"]["b"]["exit_code"] == -9 and "startup_s" not in rec["servers"]["b"] and rec["summary"] == []
 
 
 @pytest.mark.parametrize("args, message", [
