@@ -38,7 +38,8 @@ traffic on fa3 182 checks, 0 mismatches (1.5 M rows in 191 flushes); forced off 
 v2 verify ran 0.976 / 0.971 / 0.941x of a server without speculation at 32 / 64 / 128 requests, both
 servers up in one run (without them, another run: 0.908 / 0.879 / 0.925x). Not run at TP > 1.
 ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_TOKENS`` sizes the buffer (tokens, default 8192: 8192 x 3 x
-4096 x 2 bytes = 192 MiB of GPU memory for an 8B target's aux hidden states).
+4096 x 2 bytes = 192 MiB of GPU memory for an 8B target's aux hidden states), allocated at
+start-up (a server without that memory says so in its log and ``off_deferred_draft_kv``).
 """
 
 from __future__ import annotations
@@ -146,24 +147,30 @@ class DeferredDraftKv(KvProof):
         self._snapshots: List[Tuple[int, int, Any, Any]] = []  # (first row, rows, K, V) to prove
 
     def takes(self, n: int, hidden: Any) -> bool:
-        """Whether a step of ``n`` rows with hidden states like ``hidden`` (bs, D) can be deferred:
-        proof intact, ``n`` within the capacity, the buffers there (allocated at the first call,
-        on every TP rank or on none: a failed allocation stops deferral, ``reason`` says so)."""
+        """Whether a step of ``n`` rows with hidden states ``hidden`` (bs, D) can be deferred: proof
+        intact, ``n`` within the capacity, and buffers of D's width and dtype (:meth:`allocate`d
+        at start-up, or here at the first call where start-up could not say the width)."""
         if not self.ok or not 0 < n <= self.capacity:
             return False
         if self._buffers is None:
-            self._allocate(hidden)
-        return self.ok
+            self.allocate(hidden.shape[-1], hidden.dtype, hidden.device)
+            if not self.ok:
+                return False
+        held = self._buffers[3]
+        return hidden.shape[-1] == held.shape[-1] and hidden.dtype == held.dtype
 
-    def _allocate(self, hidden: Any) -> None:
+    def allocate(self, width: int, dtype: Any, device: Any) -> bool:
+        """The buffers for ``capacity`` rows of hidden states (``width`` wide, ``dtype``), on every
+        TP rank or on none (an all-reduce: call it at the same point on every rank); a failed
+        allocation stops deferral and ``reason`` says so. Returns ``ok``."""
         import torch
 
-        device, failed = hidden.device, False
+        failed = False
         try:
             self._buffers = (torch.empty(self.capacity, dtype=torch.int64, device=device),
                              torch.empty(self.capacity, dtype=torch.int64, device=device),
                              torch.empty(self.capacity, dtype=torch.int64, device=device),
-                             torch.empty((self.capacity, hidden.shape[-1]), dtype=hidden.dtype, device=device))
+                             torch.empty((self.capacity, width), dtype=dtype, device=device))
         except torch.OutOfMemoryError as exc:
             failed = True
             logger.warning("spec_gate: no GPU memory for %d deferred draft K/V rows (%s)", self.capacity, exc)
@@ -171,6 +178,7 @@ class DeferredDraftKv(KvProof):
             self._buffers = None
             self.ok = False
             self.reason = f"no GPU memory for {self.capacity} tokens of hidden states"
+        return self.ok
 
     def wants_check(self) -> bool:
         """Whether the next appended step is a proof step (run the immediate extend, then

@@ -345,6 +345,11 @@ class OffStepRunner:
         self.deferred_kv = deferred_draft_kv.DeferredDraftKv(
             draft_kv_only.kv_store(model), self.worker.draft_worker.draft_runner.token_to_kv_pool,
             model.model.layers[0].self_attn.attn, capacity, self._build_context, sampled, self.any_rank)
+        # the buffers now, not at the first OFF step: a server without the memory says so at start-up
+        width, dtype = _extend_hidden_layout(self.worker.draft_worker)
+        if width is not None and not self.deferred_kv.allocate(width, dtype, self.worker.device):
+            logger.warning("spec_gate: OFF steps store the draft's K/V at once: %s", self.deferred_kv.reason)
+            return
         logger.info("spec_gate: OFF steps defer the draft's K/V (up to %d tokens)", capacity)
 
     @property
@@ -933,6 +938,18 @@ def prefill_rows(input_ids: torch.Tensor, next_token_ids: torch.Tensor, prefix_l
     tokens[torch.from_numpy(last).to(device, non_blocking=True)] = next_token_ids.to(input_ids.dtype)
     positions = np.concatenate([np.arange(p, p + e, dtype=np.int64) for p, e in zip(prefix_lens, extend_lens)])
     return tokens, torch.from_numpy(positions).to(device, non_blocking=True)
+
+
+def _extend_hidden_layout(draft_worker: Any) -> Tuple[Optional[int], Any]:
+    """``(width, dtype)`` of the target hidden states a draft extend reads, as SGLang sizes its
+    draft-extend graph buffers (``EagleDraftExtendInput.hidden_size_for`` / ``dtype_for``:
+    ``num_aux * target_hidden`` for EAGLE-3); ``(None, None)`` where SGLang cannot say."""
+    from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
+
+    try:
+        return EagleDraftExtendInput.hidden_size_for(draft_worker), EagleDraftExtendInput.dtype_for(draft_worker)
+    except AttributeError:
+        return None, None
 
 
 def _eagle_draft_input_cls() -> type:

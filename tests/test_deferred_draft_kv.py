@@ -491,3 +491,33 @@ def test_a_proof_step_whose_slots_were_all_taken_later_is_not_counted_as_a_check
     d.append(*rows([2], [3], [7]))  # slot 7 handed to another request's token
     d.flush()
     assert (d.checks, d.mismatches, d.ok) == (0, 0, True)
+
+
+def test_buffers_allocated_at_start_up_take_only_hidden_states_of_their_width_and_dtype():
+    d = make_deferred(Pool())
+    assert d.allocate(HIDDEN, torch.float32, "cpu")
+    assert d.takes(2, torch.zeros(2, HIDDEN))
+    assert not d.takes(2, torch.zeros(2, HIDDEN + 1))  # another width: stored at once instead
+    assert not d.takes(2, torch.zeros(2, HIDDEN, dtype=torch.float64))
+    assert d.ok
+
+
+def test_the_runner_allocates_the_buffers_at_start_up_as_sglang_sizes_its_draft_extend_buffers(monkeypatch):
+    monkeypatch.delenv(dkv.ENV_SWITCH, raising=False)
+    monkeypatch.delenv(dkv.TOKENS_ENV, raising=False)
+    monkeypatch.setattr(off_state, "_extend_hidden_layout", lambda draft_worker: (HIDDEN, torch.bfloat16))
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.v2, runner.any_rank = True, bool
+    runner.kv_only = types.SimpleNamespace(ok=True)
+    layer = types.SimpleNamespace(layer_id=0)
+    model = types.SimpleNamespace(model=types.SimpleNamespace(layers=[types.SimpleNamespace(
+        self_attn=types.SimpleNamespace(attn=layer))]))
+    runner._draft_model = lambda: model
+    monkeypatch.setattr(off_state.draft_kv_only, "kv_store", lambda m: make_store())
+    runner.worker = types.SimpleNamespace(
+        device="cpu", server_args=types.SimpleNamespace(),
+        draft_worker=types.SimpleNamespace(draft_runner=types.SimpleNamespace(token_to_kv_pool=Pool())))
+    runner._init_deferred_kv()
+    assert runner.off_deferred_draft_kv == "on"
+    assert runner.deferred_kv._buffers[3].shape == (dkv.DEFAULT_TOKENS, HIDDEN)
+    assert runner.deferred_kv._buffers[3].dtype == torch.bfloat16

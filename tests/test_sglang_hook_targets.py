@@ -664,6 +664,11 @@ def test_what_the_deferred_draft_kv_repeats_of_sglangs_draft_extends():
                  "torch.empty((0, hidden_size), device=device, dtype=dtype)"):
         assert line in idle, line
     assert {"hidden_size_for", "dtype_for"} <= set(draft_input)
+    # the buffer's width and dtype, as SGLang sizes its draft-extend graph's hidden-state buffer
+    extend_input = _methods(_classes(SRT / "speculative/eagle_info.py")["EagleDraftExtendInput"])
+    assert {"hidden_size_for", "dtype_for"} <= set(extend_input)
+    assert "EagleDraftExtendInput.hidden_size_for(self.eagle_worker)" in (
+        SRT / "speculative/eagle_draft_extend_cuda_graph_runner.py").read_text()
 
 
 def test_what_the_lean_v2_off_verify_repeats_of_sglangs_verify():
