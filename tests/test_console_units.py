@@ -926,6 +926,14 @@ def test_details_say_how_the_targets_prefills_run_and_what_v1_gives_up():
     assert "OFF step path SGLang's verify path (topk > 1)" in topk4 and "SPECCONSOLE_OFF_LEAN_V1" not in topk4
     assert "SPECCONSOLE_OFF_LEAN_V1" not in text(spec_version="v1", topk=4)  # the lean step takes topk 1 only
     assert "OFF step path" not in text(spec_version="v2")
+    assert "OFF draft K/V deferred, 1,496,719 rows in 191 flushes" in text(
+        off_deferred_draft_kv="on", off_deferred_draft_kv_rows=1496719, off_deferred_draft_kv_flushes=191)
+    assert "OFF draft K/V stored at once (v1 (EAGLEWorker))" in text(off_deferred_draft_kv="v1 (EAGLEWorker)")
+    assert "OFF draft K/V" not in text()  # switched off, or a plugin before it
+    assert "OFF verify argmax of greedy batches, 11,642 steps, 109 checked, 0 wrong" in text(
+        off_lean_v2_verify="on", off_lean_v2_verify_steps=11642, off_lean_v2_verify_checks=109,
+        off_lean_v2_verify_mismatches=0)
+    assert "OFF verify SGLang's tree verify (proof failed)" in text(off_lean_v2_verify="proof failed")
     assert "OFF verify metadata fused, 64 checked, 0 wrong" in text(
         off_verify_metadata="fused", off_verify_metadata_checks=64, off_verify_metadata_mismatches=0)
     assert "OFF verify metadata FlashAttention's (topk > 1)" in text(off_verify_metadata="topk > 1")

@@ -203,9 +203,9 @@ def _t(*pieces: tuple[str, object]) -> Text:
     return text
 
 
-def _opt_in_row(d: dict, label: str, status: str, on: str, on_value: str, on_proof: str, off_value: str) -> list:
-    """A details row for an opt-in OFF-path cut: ``on_value`` and its proof while ``status`` is
-    ``on``, else ``off_value`` and ``status`` (why not) in parentheses."""
+def _cut_row(d: dict, label: str, status: str, on: str, on_value: str, on_proof: str, off_value: str) -> list:
+    """A details row for an OFF-path cut (server_patch): ``on_value`` and its proof while ``status``
+    is ``on``, else ``off_value`` and ``status`` (why not) in parentheses."""
     value, proof = (on_value, on_proof) if status == on else (off_value, f" ({status})")
     return [_t((label, d["label"]), (value, d["value"]), (proof, d["dim"]))]
 
@@ -323,14 +323,24 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         else:
             proof = f" ({g.off_draft_extend_reason})" if g.off_draft_extend_reason else ""
         rows.append([_t(("OFF draft extend ", d["label"]), (value, d["value"]), (proof, d["dim"]))])
+    if g.off_deferred_draft_kv is not None:
+        # v2: OFF steps and prefills while OFF queue the draft's K/V, stored many at a time (deferred_draft_kv)
+        rows.append(_cut_row(d, "OFF draft K/V ", g.off_deferred_draft_kv, "on", "deferred",
+                             f", {fmt.num(g.off_deferred_draft_kv_rows)} rows in "
+                             f"{fmt.num(g.off_deferred_draft_kv_flushes)} flushes", "stored at once"))
+    if g.off_lean_v2_verify is not None:
+        # v2: an all-greedy OFF batch verified as an argmax (off_verify_v2)
+        rows.append(_cut_row(d, "OFF verify ", g.off_lean_v2_verify, "on", "argmax of greedy batches",
+                             f", {fmt.num(g.off_lean_v2_verify_steps)} steps, {fmt.num(g.off_lean_v2_verify_checks)} "
+                             f"checked, {fmt.num(g.off_lean_v2_verify_mismatches)} wrong", "SGLang's tree verify"))
     if g.off_verify_metadata is not None:
         # fa3, SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1: the OFF verify's replay metadata fused (server_patch/off_fa3.py)
-        rows.append(_opt_in_row(d, "OFF verify metadata ", g.off_verify_metadata, "fused", "fused",
+        rows.append(_cut_row(d, "OFF verify metadata ", g.off_verify_metadata, "fused", "fused",
                                 f", {fmt.num(g.off_verify_metadata_checks)} checked, "
                                 f"{fmt.num(g.off_verify_metadata_mismatches)} wrong", "FlashAttention's"))
     if g.off_lean_v1 is not None:
-        # v1, SPECCONSOLE_OFF_LEAN_V1=1: OFF steps without SGLang's mid-step syncs (server_patch/off_step_v1.py)
-        rows.append(_opt_in_row(d, "OFF step path ", g.off_lean_v1, "on", "lean",
+        # v1 (default; =0 off): OFF steps without SGLang's mid-step syncs (server_patch/off_step_v1.py)
+        rows.append(_cut_row(d, "OFF step path ", g.off_lean_v1, "on", "lean",
                                 f", {fmt.num(g.off_lean_v1_steps)} steps, {fmt.num(g.off_lean_v1_checks)} checked, "
                                 f"{fmt.num(g.off_lean_v1_mismatches)} wrong", "SGLang's verify path"))
     if g.off_early_seq_lens is not None:
