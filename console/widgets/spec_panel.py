@@ -203,6 +203,11 @@ def _t(*pieces: tuple[str, object]) -> Text:
     return text
 
 
+def _checked(checks, mismatches) -> str:
+    """``, N checked, M wrong``: a run-time proof's counts as the details show them."""
+    return f", {fmt.num(checks)} checked, {fmt.num(mismatches)} wrong"
+
+
 def _cut_row(d: dict, label: str, status: str, on: str, on_value: str, on_proof: str, off_value: str) -> list:
     """A details row for an OFF-path cut (server_patch): ``on_value`` and its proof while ``status``
     is ``on``, else ``off_value`` and ``status`` (why not) in parentheses."""
@@ -307,7 +312,7 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         kernels = g.off_target_attention
         if g.off_draft_extend_attention and g.off_draft_extend_attention != g.off_target_attention:
             kernels += f" / draft {g.off_draft_extend_attention}"
-        proof = (f", {fmt.num(g.off_attention_checks)} checked, {fmt.num(g.off_attention_mismatches)} wrong"
+        proof = (_checked(g.off_attention_checks, g.off_attention_mismatches)
                  if "decode-kernel" in kernels else "")
         rows.append([_t(("OFF-step attention ", d["label"]), (kernels, d["value"]), (proof, d["dim"]))])
     if g.off_draft_extend is not None:
@@ -316,7 +321,7 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         if g.off_draft_extend == "kv-only":
             if g.off_kv_only_runs == "eager":  # no CUDA graph for it (v2 on fa3, --disable-cuda-graph)
                 value += " (eager)"
-            proof = (f", {fmt.num(g.off_kv_only_checks)} checked, {fmt.num(g.off_kv_only_mismatches)} wrong, "
+            proof = (_checked(g.off_kv_only_checks, g.off_kv_only_mismatches) + ", "
                      f"{fmt.num(g.off_resume_steps)} resume step{'' if g.off_resume_steps == 1 else 's'}")
             if g.off_kv_only_prefills:  # prompts prefilled while OFF (draft_kv_only: KV-only draft prefill)
                 proof += f", {fmt.num(g.off_kv_only_prefills)} KV-only prefills"
@@ -331,27 +336,28 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     if g.off_lean_v2_verify is not None:
         # v2: an all-greedy OFF batch verified as an argmax (off_verify_v2)
         rows.append(_cut_row(d, "OFF verify ", g.off_lean_v2_verify, "on", "argmax of greedy batches",
-                             f", {fmt.num(g.off_lean_v2_verify_steps)} steps, {fmt.num(g.off_lean_v2_verify_checks)} "
-                             f"checked, {fmt.num(g.off_lean_v2_verify_mismatches)} wrong", "SGLang's tree verify"))
+                             f", {fmt.num(g.off_lean_v2_verify_steps)} steps"
+                             + _checked(g.off_lean_v2_verify_checks, g.off_lean_v2_verify_mismatches),
+                             "SGLang's tree verify"))
     if g.off_verify_metadata is not None:
         # fa3, SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1: the OFF verify's replay metadata fused (server_patch/off_fa3.py)
         rows.append(_cut_row(d, "OFF verify metadata ", g.off_verify_metadata, "fused", "fused",
-                                f", {fmt.num(g.off_verify_metadata_checks)} checked, "
-                                f"{fmt.num(g.off_verify_metadata_mismatches)} wrong", "FlashAttention's"))
+                             _checked(g.off_verify_metadata_checks, g.off_verify_metadata_mismatches),
+                             "FlashAttention's"))
     if g.off_lean_v1 is not None:
         # v1 (default; =0 off): OFF steps without SGLang's mid-step syncs (server_patch/off_step_v1.py)
         rows.append(_cut_row(d, "OFF step path ", g.off_lean_v1, "on", "lean",
-                                f", {fmt.num(g.off_lean_v1_steps)} steps, {fmt.num(g.off_lean_v1_checks)} checked, "
-                                f"{fmt.num(g.off_lean_v1_mismatches)} wrong", "SGLang's verify path"))
+                             f", {fmt.num(g.off_lean_v1_steps)} steps"
+                             + _checked(g.off_lean_v1_checks, g.off_lean_v1_mismatches), "SGLang's verify path"))
     if g.off_early_seq_lens is not None:
         # v2: does the scheduler prepare the next batch while an OFF verify runs (server_patch/off_state.py)
         when = "during the OFF verify" if g.off_early_seq_lens else "after the OFF verify"
-        proof = (f", {fmt.num(g.off_early_seq_lens_checks)} checked, {fmt.num(g.off_early_seq_lens_mismatches)} wrong"
+        proof = (_checked(g.off_early_seq_lens_checks, g.off_early_seq_lens_mismatches)
                  if g.off_early_seq_lens else "")
         rows.append([_t(("next batch prepared ", d["label"]), (when, d["value"]), (proof, d["dim"]))])
     if g.target_prefill is not None:
         # the target's prefills on SGLang's piecewise CUDA graph, checked against the eager forward
-        proof = (f", {fmt.num(g.target_prefill_checks)} checked, {fmt.num(g.target_prefill_mismatches)} wrong"
+        proof = (_checked(g.target_prefill_checks, g.target_prefill_mismatches)
                  if g.target_prefill_reason is None else f" ({g.target_prefill_reason})")
         rows.append([_t(("target prefill ", d["label"]), (g.target_prefill, d["value"]), (proof, d["dim"]))])
     if g.off_target_graph_replays is not None or g.on_target_graph_replays is not None:
