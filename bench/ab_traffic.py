@@ -19,6 +19,12 @@ otherwise spins a core).
 Writes ``OUT/repeatN/{a,b}/real-traffic.csv`` (and each call's ``traffic-*.json``) and
 ``OUT/ab-summary.json``: per row, B's output tok/s over A's in every repeat, their geometric
 mean, min and max. One JSON line per step on stdout.
+
+``--profile-row`` / ``--cpu-profile-row WORKLOAD:LEVEL`` (``bench.throughput traffic``'s: SGLang's
+torch profiler over a pass after the row, py-spy on the scheduler during the row) add one pass per
+side after the repeats, that row alone, into ``OUT/profile/{a,b}/`` (its row is not in the
+summary: py-spy costs the row it samples); compare the two with ``bench.throughput compare-profiles``
+and ``bench.cpu_profile compare``.
 """
 
 from __future__ import annotations
@@ -78,6 +84,21 @@ def traffic_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Nam
     return argv + ([] if warmup else ["--no-warmup"])
 
 
+def profile_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Namespace) -> List[str]:
+    """``bench.throughput traffic`` for one side's profile pass: the profiled row alone (its
+    workload and level), with ``--profile-row`` and / or ``--cpu-profile-row``."""
+    spec = a.profile_row or a.cpu_profile_row
+    workload, _, level = spec.partition(":")
+    argv = ["traffic", "--url", url, "--config", config, "--p-wrong", p_wrong, "--out", str(out),
+            "--workloads", workload, "--row-seconds", str(a.row_seconds), "--work-dir", str(out / "work"),
+            "--no-warmup"]
+    argv += ["--concurrency", level] if workload.endswith("-closed") else ["--rates", level]
+    for flag, value in (("--profile-row", a.profile_row), ("--cpu-profile-row", a.cpu_profile_row)):
+        if value:
+            argv += [flag, value]
+    return argv
+
+
 def read_rows(path: Path) -> List[Dict[str, str]]:
     """The rows of a traffic CSV ([] when it is missing)."""
     if not path.exists():
@@ -126,6 +147,16 @@ def measure(a: argparse.Namespace, urls: Dict[str, str], p_wrong: str) -> List[D
                     "seconds": round(time.time() - t0, 1)}
             _log(step)
             steps.append(step)
+    if a.profile_row or a.cpu_profile_row:
+        for side in SIDES:
+            out = a.out / "profile" / side
+            out.mkdir(parents=True, exist_ok=True)
+            t0 = time.time()
+            rc = throughput.main_in_process(profile_argv(urls[side], a.configs[side], p_wrong, out, a))
+            step = {"step": "profile", "side": side, "config": a.configs[side], "rc": rc,
+                    "seconds": round(time.time() - t0, 1)}
+            _log(step)
+            steps.append(step)
     return steps
 
 
@@ -146,6 +177,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--max-total-tokens", type=int, default=262_144, help="each server's KV pool (tokens)")
     ap.add_argument("--mem-fraction", type=float, default=0.85)
     ap.add_argument("--port", type=int, default=30720, help="A's port; B's is PORT + 10")
+    ap.add_argument("--profile-row", metavar="WORKLOAD:LEVEL",
+                    help="after the repeats, one pass of that row per side with SGLang's profiler (bench.throughput "
+                         "traffic --profile-row) into OUT/profile/{a,b}/")
+    ap.add_argument("--cpu-profile-row", metavar="WORKLOAD:LEVEL",
+                    help="the same pass with py-spy on each server's scheduler during the row (--cpu-profile-row)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     try:
@@ -161,8 +197,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:  # as bench.throughput traffic will read them
         traffic._ints(a.concurrency)
         traffic._workloads(a.workloads)
-    except argparse.ArgumentTypeError as exc:
+        rows = {flag: traffic.parse_profile_row(v, flag) for flag, v in
+                (("--profile-row", a.profile_row), ("--cpu-profile-row", a.cpu_profile_row)) if v}
+    except (argparse.ArgumentTypeError, ValueError) as exc:
         ap.error(str(exc))
+    if len({(w.name, level) for w, level in rows.values()}) > 1:
+        ap.error("--profile-row and --cpu-profile-row name one row (the pass measures one)")
     if a.a == a.b and envs["a"] == envs["b"]:
         ap.error("A and B are the same server: give another --b or a --b-env")
     if not (a.models / "target").is_dir():

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The next GPU run (one H200), prepared on 2026-12-04 after h200-2026-12-04e (bench/GPU_PLAN.md):
-# A/B inside the run with bench.ab_traffic (both servers up at once, rows alternated, 2 repeats,
-# varied-closed at 32 / 64 / 128, 8B pair p = 0.2): 1. fa3 forced off without the deferred draft K/V
-# and the lean v2 verify (=0) against with them (the defaults), the A/B the 04e run lost to the
-# device time; 2. v1 (lean OFF step, default) against v1 without speculation; 3. triton v2 forced
-# off against none. Rename it to its date when run. Steps and carries as bench/gpu_run_2026_12_03c.sh
-# (models, install, part 1..6, wait).
+# The next GPU run (one H200), prepared on 2026-12-04 (fifth session) after h200-2026-12-04e
+# (bench/GPU_PLAN.md): A/B inside the run with bench.ab_traffic (both servers up at once, rows
+# alternated, 2 repeats, varied-closed at 32 / 64 / 128, 8B pair p = 0.2): 1. fa3 none against
+# forced off (defaults: deferred draft K/V, lean v2 verify), then one more 128 row per side with
+# py-spy on its scheduler (where the 128 gap goes); 2. v1 (lean OFF step) against v1 without
+# speculation; 3. triton v2 forced off against none. Rename it to its date when run. Steps and
+# carries as bench/gpu_run_2026_12_03c.sh (models, install, part 1..6, wait).
 set -uo pipefail
 export SELF=bench/gpu_run_next.sh
 [ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
@@ -20,8 +20,7 @@ ab() {  # ab NAME ARGS...: one bench.ab_traffic run
   echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
   pkill -f launch_server; sleep 2; pkill -9 -f launch_server
 }
-ab ab-fa3-levers --attention-backend fa3 --a off --b off \
-  --a-env SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=0 --a-env SPECCONSOLE_OFF_LEAN_V2_VERIFY=0
+ab ab-fa3 --attention-backend fa3 --a none --b off --cpu-profile-row varied-closed:128
 ab ab-v1 --worker v1 --a none --b off
 ab ab-triton --a none --b off
 touch "$R/all.done"

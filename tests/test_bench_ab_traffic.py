@@ -104,3 +104,43 @@ def test_bad_options_are_refused_before_a_server_starts(pair, tmp_path, monkeypa
     with pytest.raises(SystemExit) as exc:
         ab_traffic.main(["--models", str(pair), "--out", str(tmp_path / "o"), *args])
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_profile_pass_per_side_after_the_repeats_outside_the_summary(pair, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(server_harness, "start_server",
+                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=f"u{port}", ready_s=1.0))
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+
+    def main():
+        argv = sys.argv[1:]
+        calls.append(argv)
+        out = ab_traffic.Path(argv[argv.index("--out") + 1])
+        config = argv[argv.index("--config") + 1]
+        (out / "real-traffic.csv").write_text(HEADER + "\n" + fake_row(config, 128, 50.0 if "profile" in str(out) else 100.0) + "\n")
+
+    monkeypatch.setattr(throughput, "main", main)
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--repeats", "1", "--concurrency",
+                            "32,128", "--profile-row", "varied-closed:128", "--cpu-profile-row", "varied-closed:128",
+                            "--out", str(out)]) == 0
+    profile = calls[2:]
+    assert [c[c.index("--url") + 1] for c in profile] == ["u30720", "u30730"]
+    for c in profile:
+        assert c[c.index("--concurrency") + 1] == "128" and c[c.index("--workloads") + 1] == "varied-closed"
+        assert c[c.index("--profile-row") + 1] == c[c.index("--cpu-profile-row") + 1] == "varied-closed:128"
+        assert "/profile/" in c[c.index("--out") + 1]
+    summary = json.loads((out / "ab-summary.json").read_text())["summary"]
+    assert [s["b_over_a"] for s in summary] == [[1.0]]  # the profile pass's rows are not in it
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--profile-row", "varied-closed"], "not WORKLOAD:LEVEL"),
+    (["--profile-row", "varied-closed:64", "--cpu-profile-row", "varied-closed:128"], "name one row"),
+])
+def test_bad_profile_rows_are_refused_before_any_server(pair, tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("started a server"))
+    with pytest.raises(SystemExit) as exc:
+        ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", str(tmp_path / "o")] + extra)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
