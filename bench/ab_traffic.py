@@ -16,13 +16,23 @@ otherwise spins a core).
         --repeats 2 --out OUT                              # the OFF mode against no speculation
     python -m bench.ab_traffic --models ... --a off --b off --b-env SPECCONSOLE_OFF_KV_ONLY_LEAN_REPLAY=1 --out OUT
 
-Writes ``OUT/repeatN/{a,b}/real-traffic.csv`` (and each call's ``traffic-*.json``) and
+``--c`` adds a third server (A B C, then C B A, ...), e.g. the OFF mode with opt-in levers beside
+the OFF mode and no speculation, for one start-up of all three; ``--b-models`` / ``--c-models``
+give a side another synthetic pair (a draft of another quality beside the same target: rows are
+labelled with each side's p). Every server gets :data:`bench.traffic.GREEDY_SERVER_ENV` (the
+traffic is greedy) under its ``--X-env``.
+
+    python -m bench.ab_traffic --models /tmp/models/8b/p0.2 --a none --b off --c off \
+        --c-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 --attention-backend fa3 --out OUT
+
+Writes ``OUT/repeatN/{a,b[,c]}/real-traffic.csv`` (and each call's ``traffic-*.json``) and
 ``OUT/ab-summary.json``: per row, B's output tok/s over A's in every repeat, their geometric
-mean, min and max. One JSON line per step on stdout.
+mean, min and max (``b_over_a``, ``geomean``, ``min``, ``max``), and C's over A's with a ``c_``
+prefix. One JSON line per step on stdout.
 
 ``--profile-row`` / ``--cpu-profile-row WORKLOAD:LEVEL`` (``bench.throughput traffic``'s: SGLang's
 torch profiler over a pass after the row, py-spy on the scheduler during the row) add one pass per
-side after the repeats, that row alone, into ``OUT/profile/{a,b}/`` (its row is not in the
+side (``--profile-sides``, default all) after the repeats, that row alone, into ``OUT/profile/SIDE/`` (its row is not in the
 summary: py-spy costs the row it samples); compare the two with ``bench.throughput compare-profiles``
 and ``bench.cpu_profile compare``.
 """
@@ -39,7 +49,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 CONFIGS = ("none", "always", "off", "gate")
-SIDES = ("a", "b")
+SIDES = ("a", "b", "c")  # A is the reference every other side is divided by
 
 
 def _log(record: Dict[str, Any]) -> None:
@@ -71,9 +81,9 @@ def server_args(config: str, models: Path, a: argparse.Namespace) -> List[str]:
         "--max-total-tokens", str(a.max_total_tokens), "--sleep-on-idle"]
 
 
-def order(repeat: int) -> Tuple[str, str]:
-    """The sides in the order repeat ``repeat`` (0-based) measures them: A B, then B A, ..."""
-    return SIDES if repeat % 2 == 0 else SIDES[::-1]
+def order(repeat: int, sides: Sequence[str] = SIDES[:2]) -> Tuple[str, ...]:
+    """The sides in the order repeat ``repeat`` (0-based) measures them: A B (C), then (C) B A, ..."""
+    return tuple(sides) if repeat % 2 == 0 else tuple(sides)[::-1]
 
 
 def traffic_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Namespace, warmup: bool) -> List[str]:
@@ -112,47 +122,59 @@ def row_key(row: Dict[str, str]) -> Tuple[str, str, str]:
     return row["workload"], row["concurrency"], row["request_rate"]
 
 
-def summarize(out: Path, repeats: int) -> List[Dict[str, Any]]:
-    """Per planned row: B's output tok/s over A's in each repeat that measured both, their
-    geometric mean, min and max (None where no repeat has both)."""
-    ratios: Dict[Tuple[str, str, str], List[float]] = {}
+def ratio_stats(ratios: List[float], prefix: str = "") -> Dict[str, Any]:
+    """``{PREFIX + "over_a": [...], PREFIX + "geomean", "min", "max"}`` of per-repeat ratios (non-empty)."""
+    over = "b_over_a" if not prefix else f"{prefix}over_a"
+    return {over: [round(x, 4) for x in ratios],
+            f"{prefix}geomean": round(math.exp(sum(math.log(x) for x in ratios) / len(ratios)), 4),
+            f"{prefix}min": round(min(ratios), 4), f"{prefix}max": round(max(ratios), 4)}
+
+
+def summarize(out: Path, repeats: int, sides: Sequence[str] = SIDES[:2]) -> List[Dict[str, Any]]:
+    """Per planned row: each other side's output tok/s over A's in each repeat that measured both,
+    their geometric mean, min and max (B's as ``b_over_a`` / ``geomean`` / ``min`` / ``max``, C's
+    the same with a ``c_`` prefix); a row is listed when some side has a ratio for it."""
+    ratios: Dict[Tuple[str, str, str], Dict[str, List[float]]] = {}
     for r in range(repeats):
-        sides = {s: {row_key(x): float(x["output_tok_s"]) for x in read_rows(out / f"repeat{r}" / s / "real-traffic.csv")}
-                 for s in SIDES}
-        for key, b in sides["b"].items():
-            a = sides["a"].get(key)
-            if a:
-                ratios.setdefault(key, []).append(b / a)
+        rows = {s: {row_key(x): float(x["output_tok_s"]) for x in read_rows(out / f"repeat{r}" / s / "real-traffic.csv")}
+                for s in sides}
+        for side in sides[1:]:
+            for key, value in rows[side].items():
+                base = rows["a"].get(key)
+                if base:
+                    ratios.setdefault(key, {}).setdefault(side, []).append(value / base)
     summary = []
-    for (workload, conc, rate), rs in ratios.items():
-        summary.append({"workload": workload, "concurrency": conc, "request_rate": rate,
-                        "b_over_a": [round(x, 4) for x in rs],
-                        "geomean": round(math.exp(sum(math.log(x) for x in rs) / len(rs)), 4),
-                        "min": round(min(rs), 4), "max": round(max(rs), 4)})
+    for (workload, conc, rate), per_side in ratios.items():
+        entry: Dict[str, Any] = {"workload": workload, "concurrency": conc, "request_rate": rate}
+        for side, rs in per_side.items():
+            entry.update(ratio_stats(rs, "" if side == "b" else f"{side}_"))
+        summary.append(entry)
     return summary
 
 
-def measure(a: argparse.Namespace, urls: Dict[str, str], p_wrong: str) -> List[Dict[str, Any]]:
-    """Every repeat, each side in :func:`order`; returns the step records."""
+def measure(a: argparse.Namespace, urls: Dict[str, str], labels: Dict[str, str]) -> List[Dict[str, Any]]:
+    """Every repeat, each side in :func:`order`, then the profile passes; returns the step
+    records. ``labels``: each side's p (its pair's dir name without the ``p``)."""
     from bench import throughput
 
+    sides = tuple(urls)
     steps = []
     for r in range(a.repeats):
-        for side in order(r):
+        for side in order(r, sides):
             out = a.out / f"repeat{r}" / side
             out.mkdir(parents=True, exist_ok=True)
             t0 = time.time()
-            rc = throughput.main_in_process(traffic_argv(urls[side], a.configs[side], p_wrong, out, a, warmup=r == 0))
+            rc = throughput.main_in_process(traffic_argv(urls[side], a.configs[side], labels[side], out, a, warmup=r == 0))
             step = {"step": "traffic", "repeat": r, "side": side, "config": a.configs[side], "rc": rc,
                     "seconds": round(time.time() - t0, 1)}
             _log(step)
             steps.append(step)
     if a.profile_row or a.cpu_profile_row:
-        for side in SIDES:
+        for side in a.profile_sides:
             out = a.out / "profile" / side
             out.mkdir(parents=True, exist_ok=True)
             t0 = time.time()
-            rc = throughput.main_in_process(profile_argv(urls[side], a.configs[side], p_wrong, out, a))
+            rc = throughput.main_in_process(profile_argv(urls[side], a.configs[side], labels[side], out, a))
             step = {"step": "profile", "side": side, "config": a.configs[side], "rc": rc,
                     "seconds": round(time.time() - t0, 1)}
             _log(step)
@@ -160,38 +182,57 @@ def measure(a: argparse.Namespace, urls: Dict[str, str], p_wrong: str) -> List[D
     return steps
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.ab_traffic", description=__doc__.split("\n\n")[0],
                                  allow_abbrev=False)
     ap.add_argument("--models", type=Path, required=True, help="a synthetic pair dir (.../p0.2): rows labelled with its p")
     ap.add_argument("--a", choices=CONFIGS, required=True, help="side A's configuration (bench.throughput traffic --config)")
     ap.add_argument("--b", choices=CONFIGS, required=True, help="side B's configuration")
-    ap.add_argument("--a-env", action="append", default=[], metavar="NAME=VALUE", help="an environment variable of A's server")
-    ap.add_argument("--b-env", action="append", default=[], metavar="NAME=VALUE", help="an environment variable of B's server")
-    ap.add_argument("--worker", choices=("v2", "v1"), default="v2", help="v1: both servers --disable-overlap-schedule")
-    ap.add_argument("--attention-backend", default="", metavar="NAME", help="both servers' (default: the harness's triton)")
+    ap.add_argument("--c", choices=CONFIGS, help="a third server, side C (default: none started)")
+    for side in SIDES:
+        ap.add_argument(f"--{side}-env", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"an environment variable of {side.upper()}'s server")
+    for side in SIDES[1:]:
+        ap.add_argument(f"--{side}-models", type=Path, metavar="DIR",
+                        help=f"{side.upper()}'s synthetic pair (default: --models), e.g. another draft of the same target")
+    ap.add_argument("--worker", choices=("v2", "v1"), default="v2", help="v1: every server --disable-overlap-schedule")
+    ap.add_argument("--attention-backend", default="", metavar="NAME", help="every server's (default: the harness's triton)")
     ap.add_argument("--repeats", type=int, default=2, help="rows measured this many times on each side (default 2)")
     ap.add_argument("--workloads", default="varied-closed")
     ap.add_argument("--concurrency", default="32,64,128")
     ap.add_argument("--row-seconds", type=float, default=16.0)
-    ap.add_argument("--max-total-tokens", type=int, default=262_144, help="each server's KV pool (tokens)")
+    ap.add_argument("--max-total-tokens", type=int, default=262_144,
+                    help="each server's KV pool (tokens; 131072 lets three 8B servers fit an H200)")
     ap.add_argument("--mem-fraction", type=float, default=0.85)
-    ap.add_argument("--port", type=int, default=30720, help="A's port; B's is PORT + 10")
+    ap.add_argument("--port", type=int, default=30720, help="A's port; B's is PORT + 10, C's PORT + 20")
     ap.add_argument("--profile-row", metavar="WORKLOAD:LEVEL",
                     help="after the repeats, one pass of that row per side with SGLang's profiler (bench.throughput "
-                         "traffic --profile-row) into OUT/profile/{a,b}/")
+                         "traffic --profile-row) into OUT/profile/SIDE/")
     ap.add_argument("--cpu-profile-row", metavar="WORKLOAD:LEVEL",
                     help="the same pass with py-spy on each server's scheduler during the row (--cpu-profile-row)")
+    ap.add_argument("--profile-sides", default="", metavar="a,b",
+                    help="the sides the profile pass runs on (default: all)")
     ap.add_argument("--out", type=Path, required=True)
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = _parser()
     a = ap.parse_args(argv)
+    sides = SIDES if a.c else SIDES[:2]
     try:
-        envs = {"a": parse_env(a.a_env, "--a-env"), "b": parse_env(a.b_env, "--b-env")}
+        envs = {s: parse_env(getattr(a, f"{s}_env"), f"--{s}-env") for s in sides}
     except ValueError as exc:
         ap.error(str(exc))
+    if a.c_env and not a.c or a.c_models and not a.c:
+        ap.error("--c-env / --c-models need --c")
     if a.repeats < 1 or a.row_seconds <= 0 or a.max_total_tokens < 1 or not 0 < a.mem_fraction < 1:
         ap.error("--repeats and --max-total-tokens must be >= 1, --row-seconds > 0, --mem-fraction in (0, 1)")
-    if not 1 <= a.port <= 65535 - 10:
-        ap.error(f"--port must be in 1..{65535 - 10} (B's is PORT + 10)")
+    if not 1 <= a.port <= 65535 - 10 * (len(sides) - 1):
+        ap.error(f"--port must be in 1..{65535 - 10 * (len(sides) - 1)} (the last side's is PORT + {10 * (len(sides) - 1)})")
+    a.profile_sides = tuple(x for x in a.profile_sides.split(",") if x) or sides
+    if set(a.profile_sides) - set(sides):
+        ap.error(f"--profile-sides takes sides of this run ({','.join(sides)}), got {','.join(a.profile_sides)}")
     from bench import traffic
 
     try:  # as bench.throughput traffic will read them
@@ -203,13 +244,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(str(exc))
     if len({(w.name, level) for w, level in rows.values()}) > 1:
         ap.error("--profile-row and --cpu-profile-row name one row (the pass measures one)")
-    if a.a == a.b and envs["a"] == envs["b"]:
-        ap.error("A and B are the same server: give another --b or a --b-env")
-    if not (a.models / "target").is_dir():
-        print(f"no synthetic pair at {a.models}", file=sys.stderr)
-        return 2
-    a.configs = {"a": a.a, "b": a.b}
-    p_wrong = a.models.name.removeprefix("p")
+    a.configs = {s: getattr(a, s) for s in sides}
+    models = {s: getattr(a, f"{s}_models", None) or a.models for s in sides}
+    servers_asked = [(a.configs[s], sorted(envs[s].items()), str(models[s])) for s in sides]
+    for i, side in enumerate(sides):
+        if servers_asked[i] in servers_asked[:i]:
+            other = sides[servers_asked.index(servers_asked[i])]
+            ap.error(f"{other.upper()} and {side.upper()} are the same server: give another --{side}, "
+                     f"--{side}-env or --{side}-models")
+    for side in sides:
+        if not (models[side] / "target").is_dir():
+            print(f"no synthetic pair at {models[side]}", file=sys.stderr)
+            return 2
+    labels = {s: models[s].name.removeprefix("p") for s in sides}
     try:
         a.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -220,16 +267,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                               "servers": {}, "steps": []}
     servers = {}
     try:
-        for i, side in enumerate(SIDES):  # both at once: the pools are capped, neither sizes from the other
-            args = server_args(a.configs[side], a.models, a)
-            servers[side] = server_harness.start_server(f"ab-{side}-{a.configs[side]}-p{p_wrong}", args,
-                                                        a.port + 10 * i, a.out / "server-logs", env=envs[side])
-            record["servers"][side] = {"config": a.configs[side], "env": envs[side], "args": args}
-        for side in SIDES:
+        for i, side in enumerate(sides):  # all at once: the pools are capped, none sizes from another
+            args = server_args(a.configs[side], models[side], a)
+            env = traffic.greedy_server_env(envs[side])
+            servers[side] = server_harness.start_server(f"ab-{side}-{a.configs[side]}-p{labels[side]}", args,
+                                                        a.port + 10 * i, a.out / "server-logs", env=env)
+            record["servers"][side] = {"config": a.configs[side], "models": str(models[side]), "env": env, "args": args}
+        for side in sides:
             server_harness.wait_ready(servers[side], timeout_s=900)
             record["servers"][side]["startup_s"] = round(servers[side].ready_s, 1)
             _log({"step": "ready", "side": side, **record["servers"][side]})
-        record["steps"] = measure(a, {s: servers[s].url for s in SIDES}, p_wrong)
+        record["steps"] = measure(a, {s: servers[s].url for s in sides}, labels)
     except Exception as exc:  # noqa: BLE001 - recorded with what was measured
         record["error"] = f"{type(exc).__name__}: {exc}"
         _log({"step": "error", "error": record["error"]})
@@ -239,10 +287,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         for side, server in servers.items():
             record["servers"].setdefault(side, {"config": a.configs[side]})["exit_code"] = server_harness.stop_server(server)
-        record["summary"] = summarize(a.out, a.repeats)
+        record["summary"] = summarize(a.out, a.repeats, sides)
         (a.out / "ab-summary.json").write_text(json.dumps(record, indent=1))
     for row in record["summary"]:
-        _log({"step": "b_over_a", **row})
+        _log({"step": "over_a", **row})
     return 1 if "error" in record or any(step["rc"] for step in record["steps"]) else 0
 
 

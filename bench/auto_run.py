@@ -84,12 +84,13 @@ def traffic(url: str, config: str, p_wrong: str, out: Path, csv_name: str, a: ar
 def run_config(pair: Path, config: str, a: argparse.Namespace, record: Dict[str, Any]) -> None:
     from bench import throughput
     from bench.server_harness import set_gate, spec_gate, start_server, stop_server, wait_ready
+    from bench.traffic import greedy_server_env
 
     p_wrong = pair.name.removeprefix("p")
     port = a.port
     server = start_server(f"auto-run-{config}-p{p_wrong}",
                           server_args(pair, config, a.mem_fraction, a.attention_backend, a.worker), port,
-                          a.out / "server-logs")
+                          a.out / "server-logs", env=greedy_server_env())
     try:
         wait_ready(server, timeout_s=900)
         record["startup_s"] = round(server.ready_s, 1)

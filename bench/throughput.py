@@ -230,7 +230,8 @@ def run(a: argparse.Namespace) -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/bench-work")
     work.mkdir(parents=True, exist_ok=True)
-    server = start_server(f"bench-{a.config}-p{p_label}", args, a.port, Path("/tmp/specconsole-logs"))
+    server = start_server(f"bench-{a.config}-p{p_label}", args, a.port, Path("/tmp/specconsole-logs"),
+                          env=traffic.greedy_server_env())
     meta: Dict[str, Any] = {"config": a.config, "p_wrong": p_label, "launch_args": args,
                             "threshold": a.threshold if a.config == "gate" else None}
 

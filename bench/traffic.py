@@ -920,6 +920,23 @@ def _load_runs(path: Path) -> List[Any]:
         return []
 
 
+#: The environment of a benchmark server: its requests are greedy (``bench_serving`` sends
+#: temperature 0), so the gate's start-up build of the sampled verify's kernels
+#: (``server_patch/sampling_warmup.py``: ~2 min on a machine without FlashInfer's JIT cache, the
+#: H200 of 2026-12-04 took 115.8 s) buys nothing there and costs device time; a given variable wins.
+GREEDY_SERVER_ENV = {"SPECCONSOLE_WARM_SAMPLING": "0"}
+
+
+def greedy_server_env(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """:data:`GREEDY_SERVER_ENV` under ``env`` (a key in ``env``, or already in this process's
+    environment, keeps its value)."""
+    import os
+
+    out = {k: v for k, v in GREEDY_SERVER_ENV.items() if k not in os.environ}
+    out.update(env or {})
+    return out
+
+
 def launch_args(config: str, target: str, draft: Optional[str], *, worker: Optional[str],
                 attention_backend: Optional[str], mem_fraction: float, threshold: Any = None,
                 hysteresis: Optional[int] = None) -> List[str]:
@@ -1002,7 +1019,8 @@ def traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
         args = server_args_for(a, target, draft)
         meta["launch_args"] = args
         server = server_harness.start_server(f"traffic-{a.config}-{a.worker or 'v2'}-p{safe_label(a.p_wrong)}",
-                                             args, a.port, Path("/tmp/specconsole-logs"))
+                                             args, a.port, Path("/tmp/specconsole-logs"),
+                                             env=greedy_server_env())
         server_harness.wait_ready(server, timeout_s=600)
         meta["startup_s"] = round(server.ready_s, 1)
         return measure_server(a, server.url, meta, meta_path_for, live_threshold=False)

@@ -49,7 +49,9 @@ def test_two_servers_alternate_and_the_summary_is_b_over_a(pair, tmp_path, monke
     out = tmp_path / "out"
     assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--b-env", "X=1",
                             "--repeats", "3", "--concurrency", "32,64", "--out", str(out)]) == 0
-    assert [(n, p, e) for n, p, e, _ in started] == [("ab-a-none-p0.2", 30720, {}), ("ab-b-off-p0.2", 30730, {"X": "1"})]
+    greedy = {"SPECCONSOLE_WARM_SAMPLING": "0"}  # the traffic is greedy: no start-up build of sampling kernels
+    assert [(n, p, e) for n, p, e, _ in started] == [("ab-a-none-p0.2", 30720, greedy),
+                                                      ("ab-b-off-p0.2", 30730, {**greedy, "X": "1"})]
     assert all("--sleep-on-idle" in args and "--max-total-tokens" in args for *_, args in started)
     assert "--speculative-disable-batch-threshold" in started[1][3]  # the gate server that off sets to 1 live
     sides = [c[c.index("--url") + 1][-5:] for c in calls]
@@ -98,6 +100,11 @@ def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair,
     (["--a", "none", "--b", "off", "--concurrency", "0"], "positive integers"),
     (["--a", "none", "--b", "off", "--workloads", "bogus"], "bogus"),
     (["--a", "none", "--b", "off", "--port", "99999"], "--port"),
+    (["--a", "none", "--b", "off", "--c-env", "X=1"], "need --c"),
+    (["--a", "none", "--b", "off", "--c", "off"], "B and C are the same server"),
+    (["--a", "none", "--b", "off", "--c", "none"], "A and C are the same server"),
+    (["--a", "none", "--b", "off", "--c", "gate", "--port", "65520"], "--port"),
+    (["--a", "none", "--b", "off", "--profile-sides", "c"], "--profile-sides"),
 ])
 def test_bad_options_are_refused_before_a_server_starts(pair, tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("no server after a bad option"))
@@ -144,3 +151,47 @@ def test_bad_profile_rows_are_refused_before_any_server(pair, tmp_path, monkeypa
     with pytest.raises(SystemExit) as exc:
         ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", str(tmp_path / "o")] + extra)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_third_side_with_its_own_pair_rotates_and_is_divided_by_a(pair, tmp_path, monkeypatch):
+    """--c: three servers started at once, measured A B C then C B A, C's rows labelled with its pair's p
+    and summarized as c_over_a beside B's; a given SPECCONSOLE_WARM_SAMPLING wins over the greedy default."""
+    (tmp_path / "p0.5" / "target").mkdir(parents=True)
+    started, calls = [], []
+
+    def start_server(name, args, port, log_dir, env=None):
+        started.append((name, port, env, args))
+        return types.SimpleNamespace(url=f"u{port}", ready_s=1.0)
+
+    monkeypatch.setattr(server_harness, "start_server", start_server)
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+    speed = {"u30720": 100.0, "u30730": 90.0, "u30740": 99.0}
+
+    def main():
+        argv = sys.argv[1:]
+        calls.append(argv)
+        out = ab_traffic.Path(argv[argv.index("--out") + 1])
+        url = argv[argv.index("--url") + 1]
+        (out / "real-traffic.csv").write_text(HEADER + "\n" + fake_row("x", 64, speed[url]) + "\n")
+
+    monkeypatch.setattr(throughput, "main", main)
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--c", "off",
+                            "--c-models", str(tmp_path / "p0.5"), "--c-env", "SPECCONSOLE_WARM_SAMPLING=1",
+                            "--repeats", "2", "--concurrency", "64", "--cpu-profile-row", "varied-closed:64",
+                            "--profile-sides", "a,c", "--out", str(out)]) == 0
+    assert [(n, p) for n, p, *_ in started] == [("ab-a-none-p0.2", 30720), ("ab-b-off-p0.2", 30730),
+                                                ("ab-c-off-p0.5", 30740)]
+    assert started[2][2] == {"SPECCONSOLE_WARM_SAMPLING": "1"}
+    c_args = started[2][3]
+    assert c_args[c_args.index("--model-path") + 1] == str(tmp_path / "p0.5" / "target")
+    urls = [c[c.index("--url") + 1] for c in calls]
+    assert urls == ["u30720", "u30730", "u30740", "u30740", "u30730", "u30720", "u30720", "u30740"]  # + profile a, c
+    p_of = {c[c.index("--url") + 1]: c[c.index("--p-wrong") + 1] for c in calls}
+    assert p_of == {"u30720": "0.2", "u30730": "0.2", "u30740": "0.5"}
+    rec = json.loads((out / "ab-summary.json").read_text())
+    (row,) = rec["summary"]
+    assert row["b_over_a"] == [0.9, 0.9] and row["geomean"] == 0.9
+    assert row["c_over_a"] == [0.99, 0.99] and row["c_geomean"] == 0.99 and row["c_min"] == row["c_max"] == 0.99
+    assert rec["servers"]["c"]["models"].endswith("p0.5")

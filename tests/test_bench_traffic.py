@@ -575,8 +575,8 @@ def test_start_mode_launches_like_run_and_stops_the_server(servers, bench, tmp_p
         def log_tail(self, n):
             return ""
 
-    def start_server(name, args, port, log_dir):
-        started.append((name, args, port))
+    def start_server(name, args, port, log_dir, env=None):
+        started.append((name, args, port, env))
         return Started()
 
     monkeypatch.setattr(server_harness, "start_server", start_server)
@@ -585,8 +585,9 @@ def test_start_mode_launches_like_run_and_stops_the_server(servers, bench, tmp_p
     cli(monkeypatch, "traffic", "--models", pair, "--config", "gate", "--worker", "v1", "--attention-backend", "fa3",
         "--threshold", "32", "--workloads", "short-poisson", "--rates", "4", "--num-prompts", "4", "--no-warmup",
         "--out", tmp_path / "o", "--work-dir", tmp_path / "w", "--", "--tp-size", "2")
-    name, args, port = started[0]
+    name, args, port, env = started[0]
     assert name == "traffic-gate-v1-p0.5" and port == 30500 and len(stopped) == 1
+    assert env == {"SPECCONSOLE_WARM_SAMPLING": "0"}  # greedy traffic: no start-up build of sampling kernels
     assert args[args.index("--model-path") + 1] == str(pair / "target")
     assert "--disable-overlap-schedule" in args and opt(args, "--speculative-disable-batch-threshold") == "32"
     assert args[-4:] == ["--attention-backend", "fa3", "--tp-size", "2"]  # after BASE_ARGS' triton: it wins
