@@ -364,6 +364,10 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_verify_metadata": "str",
     "off_verify_metadata_checks": "int",
     "off_verify_metadata_mismatches": "int",
+    "off_lean_future_map": "str",
+    "off_lean_future_map_steps": "int",
+    "off_lean_future_map_checks": "int",
+    "off_lean_future_map_mismatches": "int",
     "off_resume_steps": "int",
     "off_early_seq_lens": "bool",
     "off_early_seq_lens_steps": "int",
@@ -395,7 +399,8 @@ RANK_FIELDS: Tuple[str, ...] = (
     "off_early_seq_lens_checks", "off_early_seq_lens_mismatches", "off_kv_only_checks",
     "off_kv_only_mismatches", "off_lean_v1_checks", "off_lean_v1_mismatches",
     "off_lean_v2_verify_checks", "off_lean_v2_verify_mismatches",
-    "off_verify_metadata_checks", "off_verify_metadata_mismatches", "off_resume_steps", "target_prefill_checks", "target_prefill_mismatches", "mode",
+    "off_verify_metadata_checks", "off_verify_metadata_mismatches", "off_lean_future_map_checks",
+    "off_lean_future_map_mismatches", "off_resume_steps", "target_prefill_checks", "target_prefill_mismatches", "mode",
     "decisions_digest", "host", "node_rank", "gpu",
 )
 #: ``last_switch``: decode step index, ``"on"``/``"off"``, batch size (req)

@@ -4,6 +4,8 @@ Where each decision lives (see ``sglang/srt/managers/scheduler.py`` 0.5.12):
 
 - ``init_model_worker`` (AFTER): the draft worker exists; classify it, refuse what is
   unsupported, capture the OFF graphs, wrap the live worker's ``forward_batch_generation``.
+- ``init_overlap`` (AFTER): the overlap scheduler's ``FutureMap`` exists; the lean OFF path
+  through it (``off_future_map``, opt-in) is installed.
 - ``get_next_batch_to_run`` (AFTER): the decode batch is final here (after retraction and
   ``prepare_for_decode``); the gate decides ON/OFF for exactly this batch.
 - ``process_batch_result_decode`` / ``update_spec_metrics`` / ``_resolve_spec_overlap_tokens``
@@ -20,8 +22,8 @@ import logging
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from server_patch import (auto_threshold, compat, contract, metrics, options, prefill_graph, rank_gpu,
-                          sampling_warmup, triton_draft_extend)
+from server_patch import (auto_threshold, compat, contract, metrics, off_future_map, options, prefill_graph,
+                          rank_gpu, sampling_warmup, triton_draft_extend)
 from server_patch.contract import (
     DECODE_STEP_KEY,
     GATE_KEYS,
@@ -91,6 +93,9 @@ class GateRuntime:
         # how the target's prefills run, set after init (prefill_graph: its spec_gate fields)
         self.prefill_graph: Any = prefill_graph.EagerPrefill("not set up")
         self.sampling_warmup_s: Optional[float] = None  # sampling_warmup: seconds, None = not warmed
+        # off_future_map (v2 overlap, opt-in): the lean OFF path through the FutureMap, and its status
+        self.lean_future_map: Optional[off_future_map.LeanFutureMap] = None
+        self._lean_future_map_status: Optional[str] = None
         self.rank_gpu = rank_gpu.for_scheduler(scheduler)
         self.metrics = metrics.GateMetrics.for_scheduler(scheduler)
         self._wrap_worker(worker)
@@ -261,6 +266,41 @@ class GateRuntime:
         return _kv(self.runner, "mismatches", "fa3_verify_metadata")
 
     @property
+    def off_lean_future_map(self) -> Optional[str]:
+        """``on``, ``proof failed``, why not built, or None when not asked for (off_future_map)."""
+        lean = self.lean_future_map
+        return lean.status if lean is not None else self._lean_future_map_status
+
+    @property
+    def off_lean_future_map_steps(self) -> int:
+        return getattr(self.lean_future_map, "lean_stores", 0)
+
+    @property
+    def off_lean_future_map_checks(self) -> int:
+        return getattr(self.lean_future_map, "checks", 0)
+
+    @property
+    def off_lean_future_map_mismatches(self) -> int:
+        return getattr(self.lean_future_map, "mismatches", 0)
+
+    def install_lean_future_map(self, future_map: Any) -> None:
+        """The lean OFF path through the overlap scheduler's ``future_map`` (``off_future_map``),
+        where asked for: OFF steps are the decode batches the worker wrapper runs through the
+        runner (the gate's OFF decision, or the resume step while the draft is stale)."""
+        runner = self.runner
+
+        def off_step() -> bool:
+            return bool(self.gate.current_off or getattr(runner, "draft_stale", False))
+
+        def stale_off_result(result: Any) -> bool:
+            return bool(getattr(result, OFF_RESULT_ATTR, False) and not getattr(result, RESUME_RESULT_ATTR, False)
+                        and getattr(runner, "draft_stale", False))
+
+        self.lean_future_map, self._lean_future_map_status = off_future_map.install(
+            future_map, self.spec_version, off_step, stale_off_result, contract.sampled,
+            getattr(runner, "any_rank", bool))
+
+    @property
     def off_kv_only_runs(self) -> Optional[str]:
         """``cuda-graph`` or ``eager`` (how the KV-only draft extend runs), None without one."""
         return _kv(self.runner, "runs", default=None)
@@ -411,6 +451,13 @@ def _log_triton_draft_extend_mend(spec_version: str, server_args: Any) -> None:
                                             patched)
     if line is not None:
         logger.log(*line)
+
+
+def after_init_overlap(result, scheduler, *args, **kwargs):
+    runtime = _runtime(scheduler)
+    if runtime is not None:
+        runtime.install_lean_future_map(getattr(scheduler, "future_map", None))
+    return None
 
 
 def after_get_next_batch_to_run(ret, scheduler, *args, **kwargs):
@@ -619,6 +666,7 @@ def register(registry, hook_type) -> None:
 
 HOOKS = [
     (f"{SCHEDULER}.init_model_worker", after_init_model_worker, "AFTER"),
+    (f"{SCHEDULER}.init_overlap", after_init_overlap, "AFTER"),
     (f"{SCHEDULER}.get_next_batch_to_run", after_get_next_batch_to_run, "AFTER"),
     (f"{SCHEDULER}.process_batch_result_decode", around_process_batch_result_decode, "AROUND"),
     (f"{SCHEDULER}.update_spec_metrics", around_update_spec_metrics, "AROUND"),

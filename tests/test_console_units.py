@@ -938,6 +938,11 @@ def test_details_say_how_the_targets_prefills_run_and_what_v1_gives_up():
         off_verify_metadata="fused", off_verify_metadata_checks=64, off_verify_metadata_mismatches=0)
     assert "OFF verify metadata FlashAttention's (topk > 1)" in text(off_verify_metadata="topk > 1")
     assert "OFF verify metadata" not in text()
+    assert "OFF future map tokens and seq_lens only, 9,000 steps, 64 checked, 0 wrong" in text(
+        off_lean_future_map="on", off_lean_future_map_steps=9000, off_lean_future_map_checks=64,
+        off_lean_future_map_mismatches=0)
+    assert "OFF future map SGLang's (v1 has no future map)" in text(off_lean_future_map="v1 has no future map")
+    assert "OFF future map" not in text()
 
 
 def test_stale_values_while_the_server_is_down():

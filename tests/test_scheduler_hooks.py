@@ -349,6 +349,7 @@ def test_internal_state_carries_spec_gate_for_the_console():
                               "off_lean_v1_checks": 0, "off_lean_v1_mismatches": 0,
                               "off_lean_v2_verify_checks": 0, "off_lean_v2_verify_mismatches": 0,
                               "off_verify_metadata_checks": 0, "off_verify_metadata_mismatches": 0,
+                              "off_lean_future_map_checks": 0, "off_lean_future_map_mismatches": 0,
                               "off_resume_steps": 0, "target_prefill_checks": 0, "target_prefill_mismatches": 0,
                               "mode": "manual", "decisions_digest": 2}]
     # a runner that reports no OFF draft-extend kind is taken as the full one
@@ -417,3 +418,38 @@ def test_prefills_while_the_gate_is_off_go_through_the_runners_prefill_path_and_
     idle.forward_mode.name = "IDLE"
     worker.forward_batch_generation(idle)  # not a prefill
     assert rt.runner.prefill_batches == [second]
+
+
+def test_the_lean_future_map_is_installed_after_init_overlap_and_asks_the_gate_and_the_runner(monkeypatch):
+    """off_future_map's predicates: an OFF step is the gate's OFF decision for the batch about to run or the
+    resume step (draft stale); a stale OFF result is an OFF step's, not the resume step's, that left it stale."""
+    monkeypatch.setenv("SPECCONSOLE_OFF_LEAN_FUTURE_MAP", "1")
+    sched, _, rt = make_scheduler(threshold=4)
+    calls = []
+    sched.future_map = types.SimpleNamespace(
+        resolve_future=lambda b: calls.append("resolve"), store_to_map=lambda i, r: calls.append("store"),
+        store_to_map_for_new_batch=lambda i, d: calls.append("store_new"), is_empty_slice=lambda s: False,
+        future_buffer_len=16, buf_initialized=False, spec_algo=types.SimpleNamespace(is_none=lambda: False))
+    sh.after_init_overlap(None, sched)
+    lean = rt.lean_future_map
+    assert rt.off_lean_future_map == "on" and sched.future_map.resolve_future == lean.resolve_future
+    assert rt.status(64)["off_lean_future_map"] == "on"
+    sh.after_get_next_batch_to_run(Batch(4), sched)  # the gate decides OFF for this batch
+    assert lean.off_step()
+    off = sched.draft_worker.forward_batch_generation(Batch(4))
+    assert rt.runner.draft_stale and lean.stale_off_result(off)
+    sh.after_get_next_batch_to_run(Batch(2), sched)  # ON, but the draft is stale: the resume step runs
+    assert lean.off_step()
+    resume = sched.draft_worker.forward_batch_generation(Batch(2))
+    assert not lean.stale_off_result(resume) and not rt.runner.draft_stale
+    sh.after_get_next_batch_to_run(Batch(2), sched)
+    assert not lean.off_step()
+
+
+def test_no_lean_future_map_unless_asked(monkeypatch):
+    monkeypatch.delenv("SPECCONSOLE_OFF_LEAN_FUTURE_MAP", raising=False)
+    sched, _, rt = make_scheduler()
+    sched.future_map = object()
+    sh.after_init_overlap(None, sched)
+    assert rt.lean_future_map is None and rt.off_lean_future_map is None
+    assert rt.status(64)["off_lean_future_map"] is None

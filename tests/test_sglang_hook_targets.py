@@ -95,6 +95,7 @@ EXPECTED_PARAMS = {
     "update_weights_from_tensor": ["self", "recv_req"],
     "update_weights_from_ipc": ["self", "recv_req"],
     "release_memory_occupation": ["self", "recv_req"],
+    "init_overlap": ["self"],
 }
 
 
@@ -724,3 +725,24 @@ def test_what_the_off_resolution_repeats_of_sglangs_overlap_token_resolution():
                  "return predict_tokens"):
         assert line in body, line
     assert body.count("req.") == 7  # nothing else of a request is touched
+
+
+def test_the_scheduler_resolves_futures_after_the_gate_decided_and_stores_them_after_the_worker_ran():
+    """off_future_map: ``resolve_future`` runs in ``run_batch`` before the worker's forward (the gate's
+    decision for the batch, made after ``get_next_batch_to_run``, is known there) and ``store_to_map``
+    right after it (the runner's stale flag is this step's); a v2 batch's filter / merge touch only its
+    future indices, so the OFF path's views must have the resolved batch size."""
+    run_batch = ast.get_source_segment((SRT / "managers" / "scheduler.py").read_text(),
+                                       _find_method(SRT / "managers" / "scheduler.py", "Scheduler", "run_batch"))
+    resolve = run_batch.index("self.future_map.resolve_future(model_worker_batch)")
+    forward = run_batch.index("self.model_worker.forward_batch_generation(", resolve)
+    store = run_batch.index("self.future_map.store_to_map(future_indices, batch_result)", forward)
+    assert resolve < forward < store
+    loop = ast.get_source_segment((SRT / "managers" / "scheduler.py").read_text(),
+                                  _find_method(SRT / "managers" / "scheduler.py", "Scheduler", "event_loop_overlap"))
+    assert loop.index("self.get_next_batch_to_run()") < loop.index("self.run_batch(batch)")
+    info = (SRT / "speculative" / "eagle_info.py").read_text()
+    for method in ("filter_batch", "merge_batch"):
+        src = ast.get_source_segment(info, _find_method(SRT / "speculative" / "eagle_info.py", "EagleDraftInput", method))
+        head = src.split("return", 1)[0]
+        assert "if self.future_indices is not None:" in head and "topk_p" not in head

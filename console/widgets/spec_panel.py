@@ -344,6 +344,12 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         rows.append(_cut_row(d, "OFF verify metadata ", g.off_verify_metadata, "fused", "fused",
                              _checked(g.off_verify_metadata_checks, g.off_verify_metadata_mismatches),
                              "FlashAttention's"))
+    if g.off_lean_future_map is not None:
+        # v2 overlap, SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1: OFF steps move 2 of the FutureMap's 5 fields (off_future_map)
+        rows.append(_cut_row(d, "OFF future map ", g.off_lean_future_map, "on", "tokens and seq_lens only",
+                             f", {fmt.num(g.off_lean_future_map_steps)} steps"
+                             + _checked(g.off_lean_future_map_checks, g.off_lean_future_map_mismatches),
+                             "SGLang's"))
     if g.off_lean_v1 is not None:
         # v1 (default; =0 off): OFF steps without SGLang's mid-step syncs (server_patch/off_step_v1.py)
         rows.append(_cut_row(d, "OFF step path ", g.off_lean_v1, "on", "lean",
