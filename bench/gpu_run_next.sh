@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
-# The next GPU run (one H200), prepared on 2026-12-04 (fifth session) after h200-2026-12-04e
-# (bench/GPU_PLAN.md): A/B inside the run with bench.ab_traffic (both servers up at once, rows
-# alternated, 2 repeats, varied-closed at 32 / 64 / 128, 8B pair p = 0.2): 1. fa3 none against
-# forced off (defaults: deferred draft K/V, lean v2 verify), then one more 128 row per side with
-# py-spy on its scheduler (where the 128 gap goes); 2. v1 (lean OFF step) against v1 without
-# speculation; 3. triton v2 forced off against none. Rename it to its date when run. Steps and
-# carries as bench/gpu_run_2026_12_03c.sh (models, install, part 1..6, wait).
+# The next GPU run (one H200), prepared on 2026-12-05 (no GPU that session) after the 2026-12-04 fifth
+# session's run, whose results were lost with its machine's files (bench/GPU_PLAN.md). All with
+# bench.ab_traffic (servers up at once, rows alternated, 2 repeats, varied-closed at 32 / 64 / 128, 8B
+# pair p = 0.2, greedy servers start without the sampling-kernel build):
+#   1. fa3: none / forced off (defaults) / forced off + the opt-in levers not yet on a GPU (fused verify
+#      metadata, lean future map), three servers with 131072-token KV pools, then one 128 row on A and
+#      B with py-spy on the scheduler (where the 128 gap goes);
+#   2. triton v2: none / forced off;  3. v1: none / forced off (the lean v1 step).
+# Steps and carries as bench/gpu_run_2026_12_03c.sh (install 3, part 1..6, wait), except `models`
+# here (the 8B pair only: nothing in this run needs the 1B pair). Rename it to its date when run.
 set -uo pipefail
 export SELF=bench/gpu_run_next.sh
-[ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
 R=/tmp/run
+case "${1:-}" in
+  models)
+    mkdir -p /tmp/whl "$R" /tmp/fa3parts && cp .gpuwheels/A/*.whl /tmp/whl/ && ls /tmp/whl | wc -l
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    setsid bash -c 'export PYTHONUNBUFFERED=1
+      python3 -m bench.synthetic_models --out /tmp/models/8b/p0.2 --preset 8b --p-wrong 0.2 --device cuda 2>&1 | tail -n 2
+      touch /tmp/run/models.done' >"$R/models.log" 2>&1 </dev/null &
+    sleep 1; exit 0 ;;
+  chain) ;;
+  *) exec bash bench/gpu_run_2026_12_03c.sh "$@" ;;
+esac
 source .gpuwheels/B/env.sh
 bash bench/gpu_run_2026_12_03c.sh heartbeat
 for t in $(seq 300); do [ -e "$R/models.done" ] && [ -e "$R/fa3.ready" ] && break; sleep 1; done
@@ -20,7 +33,9 @@ ab() {  # ab NAME ARGS...: one bench.ab_traffic run
   echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
   pkill -f launch_server; sleep 2; pkill -9 -f launch_server
 }
-ab ab-fa3 --attention-backend fa3 --a none --b off --cpu-profile-row varied-closed:128
-ab ab-v1 --worker v1 --a none --b off
+ab ab-fa3 --attention-backend fa3 --a none --b off --c off --max-total-tokens 131072 \
+  --c-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1 --c-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 \
+  --cpu-profile-row varied-closed:128 --profile-sides a,b
 ab ab-triton --a none --b off
+ab ab-v1 --worker v1 --a none --b off
 touch "$R/all.done"
