@@ -1599,6 +1599,7 @@ def generate_pair(
     families: int | None = None,
     p_wrong_families: Sequence[float] | None = None,
     kv_sensitive: bool = False,
+    target_from: str | os.PathLike | None = None,
 ) -> Oracle:
     """Write the synthetic target/draft pair and ``oracle.json`` under ``out_dir``; return the Oracle.
 
@@ -1630,10 +1631,16 @@ def generate_pair(
             sequence through its own attention, so a wrong or stale K/V of either model changes the
             output or the accept length. Same maps, shapes, configs and tokenizer; oracle.json
             format 3. Excludes ``proj_noise``.
+        target_from: a pair written before with the same target (same preset, vocab, seed, dtype,
+            device, proj_noise, kind and ``pi``: another ``p_wrong`` or per-family ``p_wrong`` of
+            the same families): ``out_dir/target`` becomes a link to its ``target/`` instead of a
+            second copy (16 GB for the 8b preset, most of its writing time), and the draft is made
+            after the target's tensors as without it, so its file is byte for byte the same.
 
     Raises ValueError for an unknown preset/dtype, ``p_wrong`` outside [0, 1], vocab < 2,
-    family options ``prompt_families`` refuses, or ``kv_sensitive`` with ``proj_noise`` or a shape
-    ``kv_layout`` refuses.
+    family options ``prompt_families`` refuses, ``kv_sensitive`` with ``proj_noise`` or a shape
+    ``kv_layout`` refuses, or a ``target_from`` without a pair or with another target (the field
+    named), or ``out_dir/target`` a directory holding files this generator did not write.
     Design: shared/design/synthetic-models.md; math: see the module docstring.
     """
     if preset not in PRESETS:
@@ -1658,7 +1665,15 @@ def generate_pair(
     lay = vocab_layout(vocab)
     out = Path(out_dir)
     tdir, ddir = out / "target", out / "draft"
-    for d in (tdir, ddir):
+    if target_from is not None:
+        shared = _same_target(Path(target_from), preset=preset, vocab=vocab, seed=int(seed), dtype=dtype,
+                              device=str(dev), proj_noise=float(proj_noise), kv_sensitive=kv_sensitive,
+                              pi=[int(x) for x in maps[0]])
+        out.mkdir(parents=True, exist_ok=True)
+        _clear_target_dir(tdir)
+        tdir.symlink_to(shared, target_is_directory=True)
+    written = (ddir,) if target_from is not None else (tdir, ddir)
+    for d in written:
         d.mkdir(parents=True, exist_ok=True)
         for old in d.glob("model*.safetensors*"):
             old.unlink()
@@ -1666,13 +1681,18 @@ def generate_pair(
     with torch.no_grad():
         b = (_KVWeightBuilder if kv_sensitive else _WeightBuilder)(p, maps, vocab, _DTYPES[dtype], dev, seed, proj_noise)
         max_bytes = int(max_shard_gb * (1 << 30))
-        write_sharded(tdir, b.target_specs(), max_bytes)
+        if target_from is None:
+            write_sharded(tdir, b.target_specs(), max_bytes)
+        else:
+            for spec in b.target_specs():  # the draft's random tensors come after the target's
+                spec.make()
         write_sharded(ddir, b.draft_specs(), max_bytes)
         del b
-    (tdir / "config.json").write_text(json.dumps(target_config(p, vocab, dtype), indent=1) + "\n")
+    if target_from is None:
+        (tdir / "config.json").write_text(json.dumps(target_config(p, vocab, dtype), indent=1) + "\n")
+        (tdir / "generation_config.json").write_text(json.dumps(generation_config(vocab), indent=1) + "\n")
     (ddir / "config.json").write_text(json.dumps(draft_config(p, vocab, dtype), indent=1) + "\n")
-    (tdir / "generation_config.json").write_text(json.dumps(generation_config(vocab), indent=1) + "\n")
-    for d in (tdir, ddir):
+    for d in written:
         write_tokenizer(d, vocab, p.max_position_embeddings)
 
     pi, succ, corrupted = maps
@@ -1688,6 +1708,50 @@ def generate_pair(
     )
     oracle.save(out / "oracle.json")
     return oracle
+
+
+#: what a pair's ``oracle.json`` must share with a new one for their targets to be the same
+SAME_TARGET_FIELDS = ("preset", "vocab", "seed", "dtype", "device", "proj_noise", "kv_sensitive", "pi")
+
+
+def _same_target(pair: Path, **want) -> Path:
+    """``pair/target`` resolved, after checking that ``pair/oracle.json`` has ``want``'s values.
+
+    Raises:
+        ValueError: no ``oracle.json`` or target there, or a field differs (named)."""
+    try:
+        have = Oracle.load(pair / "oracle.json")
+    except (OSError, ValueError, TypeError) as exc:
+        raise ValueError(f"--target-from {pair}: no pair there ({type(exc).__name__}: {exc})") from None
+    for name in SAME_TARGET_FIELDS:
+        value = getattr(have, name)
+        if (list(value) if name == "pi" else value) != want[name]:
+            shown = "another permutation" if name == "pi" else f"{value!r}, not {want[name]!r}"
+            raise ValueError(f"--target-from {pair}: another target ({name}: {shown})")
+    target = (pair / "target").resolve()
+    if not (target / "config.json").is_file():
+        raise ValueError(f"--target-from {pair}: {target} holds no target model")
+    return target
+
+
+def _clear_target_dir(tdir: Path) -> None:
+    """Make room for the link: a link is removed, a directory of this generator's files emptied and
+    removed. Raises ValueError, before removing anything, where the directory holds other entries."""
+    if tdir.is_symlink():
+        tdir.unlink()
+        return
+    if not tdir.exists():
+        return
+    ours = ("model*.safetensors*", "config.json", "generation_config.json", "tokenizer.json",
+            "tokenizer_config.json", "special_tokens_map.json")
+    files = {f for pattern in ours for f in tdir.glob(pattern) if f.is_file()}
+    others = sorted(f.name for f in tdir.iterdir() if f not in files)
+    if others:
+        raise ValueError(f"{tdir} holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, not written "
+                         "by this generator: move it away to link the target there")
+    for f in files:
+        f.unlink()
+    tdir.rmdir()
 
 
 def _float_list(text: str) -> list[float]:
@@ -1737,6 +1801,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="the KV-sensitive pair: the next token is pi of the token one position back, "
                          "read through attention by target and draft, so a wrong or stale K/V changes "
                          "the output or the accept length (oracle.json format 3)")
+    ap.add_argument("--target-from", metavar="DIR", default=None,
+                    help="a pair written before with the same target (same preset, vocab, seed, dtype, device, "
+                         "kind; another --p-wrong): link DIR/target instead of writing it again; the draft is "
+                         "byte for byte the same as without this option")
     return ap
 
 
@@ -1762,9 +1830,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not torch.cuda.is_available():
             ap.error(f"--device {a.device}: this machine's torch sees no CUDA GPU (leave --device out, or cpu)")
     t0 = time.perf_counter()
-    o = generate_pair(a.out, preset=a.preset, vocab=a.vocab, p_wrong=p_wrong, seed=a.seed,
-                      device=a.device, dtype=a.dtype, proj_noise=a.proj_noise, max_shard_gb=a.max_shard_gb,
-                      families=a.families, p_wrong_families=a.p_wrong_families, kv_sensitive=a.kv_sensitive)
+    try:
+        o = generate_pair(a.out, preset=a.preset, vocab=a.vocab, p_wrong=p_wrong, seed=a.seed,
+                          device=a.device, dtype=a.dtype, proj_noise=a.proj_noise, max_shard_gb=a.max_shard_gb,
+                          families=a.families, p_wrong_families=a.p_wrong_families, kv_sensitive=a.kv_sensitive,
+                          target_from=a.target_from)
+    except ValueError as exc:  # the options were checked above: --target-from's pair, --out's target/
+        if a.target_from is None:
+            raise
+        ap.error(str(exc))
     dt = time.perf_counter() - t0
     size = sum(f.stat().st_size for f in Path(a.out).rglob("*") if f.is_file())
     print(

@@ -492,3 +492,47 @@ def test_a_cuda_device_without_a_gpu_is_a_one_line_error(tmp_path, monkeypatch, 
         synthetic_models.main(["--preset", "tiny", "--out", str(tmp_path / "pair"), "--device", "cuda"])
     assert exc.value.code == 2 and "sees no CUDA GPU" in capsys.readouterr().err
     assert not (tmp_path / "pair").exists()
+
+
+def test_a_pair_linked_to_an_earlier_target_has_the_same_draft_bytes_and_oracle(tmp_path):
+    """--target-from: the target is a link to the earlier pair's (its 8B copy is most of the writing
+    time) and the draft and oracle.json are byte for byte what a full generation writes."""
+    sm.generate_pair(tmp_path / "p0.2", preset="tiny", p_wrong=0.2, device="cpu")
+    sm.generate_pair(tmp_path / "full", preset="tiny", p_wrong=0.5, device="cpu")
+    (tmp_path / "p0.5" / "target").mkdir(parents=True)  # an earlier full write: replaced by the link
+    (tmp_path / "p0.5" / "target" / "config.json").write_text("{}")
+    sm.generate_pair(tmp_path / "p0.5", preset="tiny", p_wrong=0.5, device="cpu", target_from=tmp_path / "p0.2")
+    linked = tmp_path / "p0.5" / "target"
+    assert linked.is_symlink() and linked.resolve() == (tmp_path / "p0.2" / "target").resolve()
+    for name in ("draft/model.safetensors", "draft/config.json", "draft/tokenizer.json", "oracle.json"):
+        assert (tmp_path / "p0.5" / name).read_bytes() == (tmp_path / "full" / name).read_bytes(), name
+    sm.generate_pair(tmp_path / "p0.5", preset="tiny", p_wrong=0.5, device="cpu", target_from=tmp_path / "p0.2")
+    assert linked.is_symlink()  # written again over its own link
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"seed": 3}, "seed: 0, not 3"),
+    ({"vocab": 64}, "vocab: 128, not 64"),
+    ({"families": 2}, "pi: another permutation"),
+])
+def test_another_target_is_refused_before_anything_is_written(tmp_path, kwargs, message):
+    sm.generate_pair(tmp_path / "p0.2", preset="tiny", p_wrong=0.2, device="cpu")
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        sm.generate_pair(tmp_path / "new", preset="tiny", p_wrong=0.5, device="cpu",
+                         target_from=tmp_path / "p0.2", **kwargs)
+    assert not (tmp_path / "new").exists()
+
+
+def test_target_from_on_the_command_line(tmp_path, capsys):
+    assert sm.main(["--out", str(tmp_path / "a"), "--preset", "tiny", "--device", "cpu"]) == 0
+    with pytest.raises(SystemExit) as exc:
+        sm.main(["--out", str(tmp_path / "b"), "--preset", "tiny", "--device", "cpu", "--target-from", str(tmp_path / "nope")])
+    assert exc.value.code == 2 and "no pair there" in capsys.readouterr().err
+    (tmp_path / "c" / "target").mkdir(parents=True)
+    (tmp_path / "c" / "target" / "notes.txt").write_text("mine")
+    (tmp_path / "c" / "target" / "config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        sm.main(["--out", str(tmp_path / "c"), "--preset", "tiny", "--device", "cpu", "--target-from", str(tmp_path / "a")])
+    assert "notes.txt, not written by this generator" in capsys.readouterr().err
+    # a directory with files of someone else's is left whole
+    assert sorted(f.name for f in (tmp_path / "c" / "target").iterdir()) == ["config.json", "notes.txt"]
