@@ -22,13 +22,19 @@ give a side another synthetic pair (a draft of another quality beside the same t
 labelled with each side's p). Every server gets :data:`bench.traffic.GREEDY_SERVER_ENV` (the
 traffic is greedy) under its ``--X-env``.
 
-    python -m bench.ab_traffic --models /tmp/models/8b/p0.2 --a none --b off --c off \
+    python -m bench.ab_traffic --models /tmp/models/8b/p0.2 --a none --b off --c off \\
         --c-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 --attention-backend fa3 --out OUT
+    python -m bench.ab_traffic --models /tmp/models/8b/p0.5 --a none --b always --c auto \\
+        --workloads varied-closed,varied-poisson --rates 4,16,48 --max-total-tokens 131072 --out OUT
+
+With three sides the summary also has C against the better of A and B per row and repeat
+(``c_over_best``, ``c_e2e_over_best``): the auto threshold against the better static configuration.
 
 Writes ``OUT/repeatN/{a,b[,c]}/real-traffic.csv`` (and each call's ``traffic-*.json``) and
 ``OUT/ab-summary.json``: per row, B's output tok/s over A's in every repeat, their geometric
-mean, min and max (``b_over_a``, ``geomean``, ``min``, ``max``), and C's over A's with a ``c_``
-prefix. One JSON line per step on stdout.
+mean, min and max (``b_over_a``, ``geomean``, ``min``, ``max``), C's over A's with a ``c_``
+prefix, and on open-loop rows the mean end-to-end latency's ratios (``b_e2e_over_a`` ...). One
+JSON line per step on stdout.
 
 ``--profile-row`` / ``--cpu-profile-row WORKLOAD:LEVEL`` (``bench.throughput traffic``'s: SGLang's
 torch profiler over a pass after the row, py-spy on the scheduler during the row) add one pass per
@@ -48,7 +54,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-CONFIGS = ("none", "always", "off", "gate")
+CONFIGS = ("none", "always", "off", "gate", "auto")
 SIDES = ("a", "b", "c")  # A is the reference every other side is divided by
 
 
@@ -72,12 +78,15 @@ def parse_env(items: Sequence[str], flag: str) -> Dict[str, str]:
 
 
 def server_args(config: str, models: Path, a: argparse.Namespace) -> List[str]:
-    """SGLang's arguments for ``config`` as ``bench.throughput traffic`` starts it, plus the KV pool
-    cap and ``--sleep-on-idle`` (both servers alike)."""
+    """SGLang's arguments for ``config`` as ``bench.throughput traffic`` starts it (``auto``: EAGLE-3
+    with ``--speculative-disable-batch-threshold auto``, as ``bench.auto_run``), plus the KV pool
+    cap and ``--sleep-on-idle`` (every server alike)."""
     from bench.traffic import launch_args
+    from server_patch.contract import AUTO, THRESHOLD_FLAG
 
-    return launch_args(config, str(models / "target"), str(models / "draft"), worker=a.worker,
-                       attention_backend=a.attention_backend, mem_fraction=a.mem_fraction) + [
+    args = launch_args(config, str(models / "target"), str(models / "draft"), worker=a.worker,
+                       attention_backend=a.attention_backend, mem_fraction=a.mem_fraction)
+    return args + ([THRESHOLD_FLAG, AUTO] if config == "auto" else []) + [
         "--max-total-tokens", str(a.max_total_tokens), "--sleep-on-idle"]
 
 
@@ -91,6 +100,8 @@ def traffic_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Nam
     argv = ["traffic", "--url", url, "--config", config, "--p-wrong", p_wrong, "--out", str(out),
             "--workloads", a.workloads, "--concurrency", a.concurrency, "--row-seconds", str(a.row_seconds),
             "--work-dir", str(out / "work")]
+    if a.rates:
+        argv += ["--rates", a.rates]
     return argv + ([] if warmup else ["--no-warmup"])
 
 
@@ -122,32 +133,55 @@ def row_key(row: Dict[str, str]) -> Tuple[str, str, str]:
     return row["workload"], row["concurrency"], row["request_rate"]
 
 
-def ratio_stats(ratios: List[float], prefix: str = "") -> Dict[str, Any]:
-    """``{PREFIX + "over_a": [...], PREFIX + "geomean", "min", "max"}`` of per-repeat ratios (non-empty)."""
-    over = "b_over_a" if not prefix else f"{prefix}over_a"
-    return {over: [round(x, 4) for x in ratios],
-            f"{prefix}geomean": round(math.exp(sum(math.log(x) for x in ratios) / len(ratios)), 4),
-            f"{prefix}min": round(min(ratios), 4), f"{prefix}max": round(max(ratios), 4)}
+def ratio_stats(ratios: List[float], prefix: str = "", name: str = "over_a") -> Dict[str, Any]:
+    """``{PREFIX + NAME: [...], PREFIX + "geomean", "min", "max"}`` of per-repeat ratios (non-empty);
+    B's keys (``prefix`` "") are ``b_over_a``, ``geomean``, ``min``, ``max`` for ``name`` over_a,
+    else ``b_`` + NAME and NAME + ``_geomean`` ..."""
+    geo = round(math.exp(sum(math.log(x) for x in ratios) / len(ratios)), 4)
+    if name == "over_a":
+        over = "b_over_a" if not prefix else f"{prefix}over_a"
+        return {over: [round(x, 4) for x in ratios], f"{prefix}geomean": geo,
+                f"{prefix}min": round(min(ratios), 4), f"{prefix}max": round(max(ratios), 4)}
+    head = prefix or "b_"
+    return {f"{head}{name}": [round(x, 4) for x in ratios], f"{head}{name}_geomean": geo,
+            f"{head}{name}_min": round(min(ratios), 4), f"{head}{name}_max": round(max(ratios), 4)}
 
 
 def summarize(out: Path, repeats: int, sides: Sequence[str] = SIDES[:2]) -> List[Dict[str, Any]]:
-    """Per planned row: each other side's output tok/s over A's in each repeat that measured both,
-    their geometric mean, min and max (B's as ``b_over_a`` / ``geomean`` / ``min`` / ``max``, C's
-    the same with a ``c_`` prefix); a row is listed when some side has a ratio for it."""
-    ratios: Dict[Tuple[str, str, str], Dict[str, List[float]]] = {}
+    """Per planned row, from each repeat that measured the sides compared:
+
+    * each other side's output tok/s over A's (B: ``b_over_a`` / ``geomean`` / ``min`` / ``max``;
+      C: the same with a ``c_`` prefix) and, on open-loop rows (a request rate), its mean
+      end-to-end latency over A's (``b_e2e_over_a``, ``c_e2e_over_a``, with ``_geomean`` ...);
+    * with three sides, C against the better of A and B in that repeat (``c_over_best``: C's tok/s
+      over the higher of A's and B's; ``c_e2e_over_best``: C's mean end-to-end latency over the
+      lower), the comparison of an auto threshold (C) with the static configurations (A, B).
+
+    A row is listed when some side has a ratio for it."""
+    ratios: Dict[Tuple[str, str, str], Dict[Tuple[str, str], List[float]]] = {}
     for r in range(repeats):
-        rows = {s: {row_key(x): float(x["output_tok_s"]) for x in read_rows(out / f"repeat{r}" / s / "real-traffic.csv")}
-                for s in sides}
-        for side in sides[1:]:
-            for key, value in rows[side].items():
-                base = rows["a"].get(key)
-                if base:
-                    ratios.setdefault(key, {}).setdefault(side, []).append(value / base)
+        rows = {s: {row_key(x): x for x in read_rows(out / f"repeat{r}" / s / "real-traffic.csv")} for s in sides}
+        keys = list(dict.fromkeys(k for s in sides for k in rows[s]))  # in the plan's order
+        for key in keys:
+            got = ratios.setdefault(key, {})
+            tok = {s: float(rows[s][key]["output_tok_s"] or 0) for s in sides if key in rows[s]}
+            e2e = {s: float(rows[s][key]["mean_e2e_ms"] or 0) for s in sides if key in rows[s]} if key[2] else {}
+            for side in sides[1:]:
+                if tok.get("a") and tok.get(side):
+                    got.setdefault((side, "over_a"), []).append(tok[side] / tok["a"])
+                if e2e.get("a") and e2e.get(side):
+                    got.setdefault((side, "e2e_over_a"), []).append(e2e[side] / e2e["a"])
+            if len(sides) == 3 and all(tok.get(s) for s in sides):
+                got.setdefault(("c", "over_best"), []).append(tok["c"] / max(tok["a"], tok["b"]))
+            if len(sides) == 3 and e2e and all(e2e.get(s) for s in sides):
+                got.setdefault(("c", "e2e_over_best"), []).append(e2e["c"] / min(e2e["a"], e2e["b"]))
     summary = []
-    for (workload, conc, rate), per_side in ratios.items():
+    for (workload, conc, rate), per in ratios.items():
+        if not per:
+            continue
         entry: Dict[str, Any] = {"workload": workload, "concurrency": conc, "request_rate": rate}
-        for side, rs in per_side.items():
-            entry.update(ratio_stats(rs, "" if side == "b" else f"{side}_"))
+        for (side, name), rs in sorted(per.items()):
+            entry.update(ratio_stats(rs, "" if side == "b" else f"{side}_", name))
         summary.append(entry)
     return summary
 
@@ -200,6 +234,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=2, help="rows measured this many times on each side (default 2)")
     ap.add_argument("--workloads", default="varied-closed")
     ap.add_argument("--concurrency", default="32,64,128")
+    ap.add_argument("--rates", default="", metavar="R,R,...",
+                    help="Poisson arrival rates of the open-loop workloads (bench.throughput traffic --rates)")
     ap.add_argument("--row-seconds", type=float, default=16.0)
     ap.add_argument("--max-total-tokens", type=int, default=262_144,
                     help="each server's KV pool (tokens; 131072 lets three 8B servers fit an H200)")
@@ -238,6 +274,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:  # as bench.throughput traffic will read them
         traffic._ints(a.concurrency)
         traffic._workloads(a.workloads)
+        if a.rates:
+            traffic._rates(a.rates)
         rows = {flag: traffic.parse_profile_row(v, flag) for flag, v in
                 (("--profile-row", a.profile_row), ("--cpu-profile-row", a.cpu_profile_row)) if v}
     except (argparse.ArgumentTypeError, ValueError) as exc:

@@ -195,3 +195,61 @@ def test_a_third_side_with_its_own_pair_rotates_and_is_divided_by_a(pair, tmp_pa
     assert row["b_over_a"] == [0.9, 0.9] and row["geomean"] == 0.9
     assert row["c_over_a"] == [0.99, 0.99] and row["c_geomean"] == 0.99 and row["c_min"] == row["c_max"] == 0.99
     assert rec["servers"]["c"]["models"].endswith("p0.5")
+
+
+def e2e_row(config, conc, rate, tok_s, e2e):
+    row = dict.fromkeys(traffic.TRAFFIC_COLUMNS, "")
+    row.update(config=config, workload="varied-poisson" if rate else "varied-closed", concurrency=conc,
+               request_rate=rate, output_tok_s=str(tok_s), mean_e2e_ms=str(e2e))
+    return ",".join(row[c] for c in traffic.TRAFFIC_COLUMNS)
+
+
+def test_an_auto_server_against_the_better_static_one_on_closed_and_open_loops(pair, tmp_path, monkeypatch):
+    """none / always / auto: the auto server starts with the auto threshold, the open-loop rates reach
+    bench.throughput traffic, and the summary has C against the better of A and B per row and repeat:
+    tok/s over the higher, mean end-to-end latency over the lower (open loop)."""
+    started, calls = [], []
+
+    def start_server(name, args, port, log_dir, env=None):
+        started.append(args)
+        return types.SimpleNamespace(url=f"u{port}", ready_s=1.0)
+
+    monkeypatch.setattr(server_harness, "start_server", start_server)
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+    # closed loop at 8: always wins (A 100, B 150, C 147); at 64 none wins (A 200, B 120, C 196);
+    # open loop at 4 req/s: same tok/s, latency A 900, B 600, C 630
+    table = {"u30720": [(8, "", 100, 1), (64, "", 200, 1), ("", "4", 40, 900)],
+             "u30730": [(8, "", 150, 1), (64, "", 120, 1), ("", "4", 40, 600)],
+             "u30740": [(8, "", 147, 1), (64, "", 196, 1), ("", "4", 40, 630)]}
+
+    def main():
+        argv = sys.argv[1:]
+        calls.append(argv)
+        out = ab_traffic.Path(argv[argv.index("--out") + 1])
+        rows = [e2e_row("x", str(c), r, t, e) for c, r, t, e in table[argv[argv.index("--url") + 1]]]
+        (out / "real-traffic.csv").write_text("\n".join([HEADER] + rows) + "\n")
+
+    monkeypatch.setattr(throughput, "main", main)
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "always", "--c", "auto",
+                            "--workloads", "varied-closed,varied-poisson", "--concurrency", "8,64", "--rates", "4",
+                            "--repeats", "1", "--out", str(out)]) == 0
+    assert started[2][-5:-3] == ["--speculative-disable-batch-threshold", "auto"]
+    assert "--speculative-disable-batch-threshold" not in started[1]  # always: EAGLE-3 without the gate
+    assert all(c[c.index("--rates") + 1] == "4" for c in calls)
+    summary = {(s["concurrency"], s["request_rate"]): s for s in json.loads((out / "ab-summary.json").read_text())["summary"]}
+    assert list(summary) == [("8", ""), ("64", ""), ("", "4")]  # the plan's order
+    assert summary[("8", "")]["c_over_best"] == [0.98] and summary[("64", "")]["c_over_best"] == [0.98]
+    assert summary[("8", "")]["b_over_a"] == [1.5] and "c_e2e_over_best" not in summary[("8", "")]
+    open_loop = summary[("", "4")]
+    assert open_loop["b_e2e_over_a"] == [0.6667] and open_loop["c_e2e_over_a"] == [0.7]
+    assert open_loop["c_e2e_over_best"] == [1.05] and open_loop["c_e2e_over_best_geomean"] == 1.05
+
+
+def test_bad_rates_are_refused_before_any_server(pair, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("started a server"))
+    with pytest.raises(SystemExit) as exc:
+        ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "auto", "--rates", "0,-1",
+                         "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2 and "request rates" in capsys.readouterr().err
