@@ -1,0 +1,131 @@
+"""One real-traffic CSV from ``bench.ab_traffic`` runs: each server's rows, averaged over the repeats.
+
+``bench.ab_traffic`` measures every row ``--repeats`` times per server (alternating the servers), into
+``OUT/repeatN/SIDE/real-traffic.csv``. Issue 16's and 17's tables want one row per configuration and
+row of the plan (``bench/results/real-traffic.csv``, ``auto-threshold.csv``); this writes them:
+
+    python -m bench.ab_collect RUN [RUN ...] --csv bench/results/real-traffic.csv
+
+Per run, side and row of the plan (config, workload, p_wrong, worker, attention backend, level,
+threshold): the arithmetic mean of each measured column over the repeats that measured it (output
+tok/s, TPOT, end-to-end latency, TTFT, accept length, ...; counts summed), with two more columns:
+``repeats`` (how many) and ``run`` (the run's directory name). ``bench.throughput summarize-traffic``
+reads the result like any traffic CSV (its ratios: off / none, auto / best static, ...). Two sides
+of one run with the same configuration (e.g. forced off with and without an opt-in lever) are told
+apart by ``run`` and ``side``; ``RUN:a,b`` takes only those sides of a run (summarize-traffic wants
+one row per configuration and row of the plan).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from bench.errors import BenchError
+
+#: the columns that name a row of the plan (what the repeats of one server share)
+KEY_COLUMNS = ("config", "workload", "p_wrong", "worker", "attention_backend", "concurrency", "request_rate",
+               "threshold")
+#: summed over the repeats instead of averaged
+COUNT_COLUMNS = ("num_requests", "completed")
+EXTRA = ("repeats", "run", "side")
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _format(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:.4f}".rstrip("0")
+
+
+def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]:
+    """The averaged rows of one ``bench.ab_traffic`` output directory, sides in order (A, B, C),
+    or only the sides in ``only``.
+
+    Raises:
+        BenchError: no ``ab-summary.json`` there (not an ab_traffic run), a side in ``only`` the run
+            did not have, or no rows in any repeat.
+    """
+    from bench.ab_traffic import SIDES, read_rows
+    from bench.traffic import TRAFFIC_COLUMNS
+
+    summary_path = run / "ab-summary.json"
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{run} is not a bench.ab_traffic run ({summary_path}: "
+                         f"{getattr(exc, 'strerror', None) or exc})") from None
+    sides = [s for s in SIDES if s in summary.get("servers", {})]
+    missing = sorted(set(only or ()) - set(sides))
+    if missing:
+        raise BenchError(f"{run} has no side {', '.join(missing)} (it has {', '.join(sides) or 'none'})")
+    sides = [s for s in sides if only is None or s in only]
+    repeat_dirs = sorted((p for p in run.glob("repeat*") if p.is_dir()), key=lambda p: int(p.name[6:] or 0))
+    out: List[Dict[str, str]] = []
+    for side in sides:
+        groups: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
+        for rd in repeat_dirs:
+            for row in read_rows(rd / side / "real-traffic.csv"):
+                groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append(row)
+        for rows in groups.values():
+            merged = {c: rows[0].get(c, "") for c in TRAFFIC_COLUMNS}
+            for column in TRAFFIC_COLUMNS:
+                if column in KEY_COLUMNS:
+                    continue
+                values = [v for v in (_number(r.get(column, "")) for r in rows) if v is not None]
+                if values:
+                    total = sum(values)
+                    merged[column] = _format(total if column in COUNT_COLUMNS else total / len(values))
+            merged.update(repeats=str(len(rows)), run=run.name, side=side)
+            out.append(merged)
+    if not out:
+        raise BenchError(f"{run}: no rows in {', '.join(str(d.name) for d in repeat_dirs) or 'any repeat'}")
+    return out
+
+
+def write_csv(rows: List[Dict[str, str]], path: Path) -> None:
+    """``rows`` with the traffic columns, then ``repeats``, ``run``, ``side``; written whole, then renamed."""
+    from bench.traffic import TRAFFIC_COLUMNS
+
+    columns = list(TRAFFIC_COLUMNS) + list(EXTRA)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for row in rows:
+            w.writerow({c: row.get(c, "") for c in columns})
+    tmp.replace(path)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.ab_collect", description=__doc__.split("\n\n")[0],
+                                 allow_abbrev=False)
+    ap.add_argument("runs", nargs="+", metavar="RUN[:SIDES]",
+                    help="bench.ab_traffic output directories; RUN:a,b for those sides only")
+    ap.add_argument("--csv", type=Path, required=True, help="the CSV to write (replaced if it exists)")
+    a = ap.parse_args(argv)
+    if not a.csv.parent.is_dir():
+        ap.error(f"--csv {a.csv}: no directory {a.csv.parent}")
+    try:
+        rows = []
+        for spec in a.runs:
+            path, sep, sides = spec.rpartition(":") if ":" in Path(spec).name else (spec, "", "")
+            rows += collect(Path(path), [x for x in sides.split(",") if x] if sep else None)
+    except BenchError as exc:
+        print(f"bench.ab_collect: {exc}", file=sys.stderr)
+        return 1
+    write_csv(rows, a.csv)
+    print(f"{len(rows)} rows from {len(a.runs)} run(s) -> {a.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

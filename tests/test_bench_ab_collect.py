@@ -1,0 +1,83 @@
+"""bench/ab_collect.py: bench.ab_traffic runs into one real-traffic CSV, each server's rows averaged
+over the repeats, read back by summarize-traffic."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from bench import ab_collect, traffic, traffic_summary
+
+
+def write_run(root, name, sides, rows):
+    """An ab_traffic run: ab-summary.json naming ``sides``, ``rows[(repeat, side)]`` -> list of dicts."""
+    run = root / name
+    run.mkdir()
+    (run / "ab-summary.json").write_text(json.dumps({"servers": {s: {"config": c} for s, c in sides.items()}}))
+    for (repeat, side), values in rows.items():
+        d = run / f"repeat{repeat}" / side
+        d.mkdir(parents=True)
+        with (d / "real-traffic.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=traffic.TRAFFIC_COLUMNS)
+            w.writeheader()
+            for v in values:
+                row = dict.fromkeys(traffic.TRAFFIC_COLUMNS, "")
+                row.update(workload="varied-closed", p_wrong="0.2", worker="v2", attention_backend="fa3",
+                           p99_tpot_ms="9", p99_e2e_ms="900", mean_ttft_ms="50", mean_e2e_ms="500")
+                row.update(v)
+                w.writerow(row)
+    return run
+
+
+def row(config, conc, tok, tpot, n=100, threshold=""):
+    return {"config": config, "concurrency": str(conc), "output_tok_s": str(tok), "mean_tpot_ms": str(tpot),
+            "num_requests": str(n), "completed": str(n), "threshold": threshold}
+
+
+def test_each_servers_rows_are_averaged_over_the_repeats_and_summarize_traffic_reads_them(tmp_path):
+    run = write_run(tmp_path, "ab-fa3", {"a": "none", "b": "off"}, {
+        (0, "a"): [row("none", 32, 4000, 7.0), row("none", 128, 7500, 13.0)],
+        (0, "b"): [row("off", 32, 3900, 7.2, threshold="1"), row("off", 128, 7000, 14.0, threshold="1")],
+        (1, "b"): [row("off", 32, 3950, 7.4, threshold="1"), row("off", 128, 7100, 14.2, threshold="1")],
+        (1, "a"): [row("none", 32, 4100, 7.1), row("none", 128, 7600, 13.2)],
+    })
+    out = tmp_path / "real-traffic.csv"
+    assert ab_collect.main([str(run), "--csv", str(out)]) == 0
+    with out.open() as f:
+        got = list(csv.DictReader(f))
+    assert [(r["config"], r["concurrency"], r["output_tok_s"], r["mean_tpot_ms"], r["num_requests"], r["repeats"],
+             r["run"], r["side"]) for r in got] == [
+        ("none", "32", "4050", "7.05", "200", "2", "ab-fa3", "a"), ("none", "128", "7550", "13.1", "200", "2", "ab-fa3", "a"),
+        ("off", "32", "3925", "7.3", "200", "2", "ab-fa3", "b"), ("off", "128", "7050", "14.1", "200", "2", "ab-fa3", "b")]
+    rows = traffic_summary.read_traffic_rows([out])  # a traffic CSV like any other
+    assert len(rows) == 4
+
+
+def test_only_the_sides_asked_for_and_a_repeat_missing_a_row(tmp_path):
+    run = write_run(tmp_path, "ab3", {"a": "none", "b": "off", "c": "off"}, {
+        (0, "a"): [row("none", 64, 6000, 9.0)], (0, "b"): [row("off", 64, 5800, 9.5, threshold="1")],
+        (0, "c"): [row("off", 64, 5900, 9.3, threshold="1")],
+        (1, "a"): [row("none", 64, 6100, 9.1)], (1, "c"): [row("off", 64, 5950, 9.2, threshold="1")],
+    })
+    rows = ab_collect.collect(run, ["a", "c"])
+    assert [(r["side"], r["output_tok_s"], r["repeats"]) for r in rows] == [("a", "6050", "2"), ("c", "5925", "2")]
+    assert [(r["side"], r["repeats"]) for r in ab_collect.collect(run)] == [("a", "2"), ("b", "1"), ("c", "2")]
+    out = tmp_path / "x.csv"
+    assert ab_collect.main([f"{run}:a,c", "--csv", str(out)]) == 0
+    assert out.read_text().count("\n") == 3
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p / "nothing", "is not a bench.ab_traffic run"),
+    (lambda p: write_run(p, "empty", {"a": "none", "b": "off"}, {}), "no rows"),
+    (lambda p: str(write_run(p, "two", {"a": "none", "b": "off"}, {(0, "a"): [row("none", 8, 1, 1)]})) + ":c",
+     "has no side c"),
+])
+def test_bad_runs_are_refused_and_no_csv_is_written(tmp_path, capsys, make, message):
+    out = tmp_path / "out.csv"
+    out.write_text("earlier\n")
+    assert ab_collect.main([str(make(tmp_path)), "--csv", str(out)]) == 1
+    assert message in capsys.readouterr().err
+    assert out.read_text() == "earlier\n"  # left as it was
