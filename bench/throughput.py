@@ -65,17 +65,10 @@ POSITIVE_COLUMNS = ("concurrency", "output_tok_s", "mean_tpot_ms", "p99_tpot_ms"
 OPTIONAL_COLUMNS = ("accept_length", "threshold")
 
 
-_DRIVER = None
-
-
 def serving_driver():
-    """The process's one :class:`bench.serving_driver.ServingDriver` (SGLang imported once)."""
-    global _DRIVER
-    if _DRIVER is None:
-        from bench.serving_driver import ServingDriver
-
-        _DRIVER = ServingDriver()
-    return _DRIVER
+    """The process's one :class:`bench.serving_driver.ServingDriver` (SGLang imported once):
+    :func:`bench.traffic.serving_driver`'s, shared by the uniform sweep and the real-traffic rows."""
+    return traffic.serving_driver()
 
 
 def bench_serving(port: int, concurrency: int, num_prompts: int, out_jsonl: Path, seed: int = 1) -> Dict[str, Any]:
