@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
-from server_patch import options
+from server_patch import host_copy, options
 from server_patch.proof import SampledProof
 
 logger = logging.getLogger("server_patch.spec_gate")
@@ -159,7 +159,7 @@ class LeanFutureMap(SampledProof):
         """Are any of a speculative batch's future indices (bs,) slots an OFF step left? Waits for the GPU."""
         import torch
 
-        left = torch.from_numpy(self.left).to(indices.device)
+        left = host_copy.to_device(self.left, indices.device, dtype=torch.bool)
         hit = bool(left[indices].any().item())
         self.verdict(f"a speculative step resolved future-map slots an OFF step left unwritten (check "
                      f"{self.checks + 1})" if hit else None,

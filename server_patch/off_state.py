@@ -45,7 +45,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from server_patch import deferred_draft_kv, draft_kv_only, off_attention, off_fa3, off_step_v1, off_verify_v2, options
+from server_patch import (deferred_draft_kv, draft_kv_only, host_copy, off_attention, off_fa3, off_step_v1,
+                          off_verify_v2, options)
 from server_patch import off_sampling as sampling
 from server_patch.contract import sampled
 
@@ -935,9 +936,10 @@ def prefill_rows(input_ids: torch.Tensor, next_token_ids: torch.Tensor, prefix_l
     tokens = torch.empty_like(input_ids)
     tokens[:-1] = input_ids[1:]
     last = np.cumsum(np.asarray(extend_lens, dtype=np.int64)) - 1
-    tokens[torch.from_numpy(last).to(device, non_blocking=True)] = next_token_ids.to(input_ids.dtype)
+    # pinned: a pageable copy here would wait for the target prefill just launched (host_copy)
+    tokens[host_copy.to_device(last, device)] = next_token_ids.to(input_ids.dtype)
     positions = np.concatenate([np.arange(p, p + e, dtype=np.int64) for p, e in zip(prefix_lens, extend_lens)])
-    return tokens, torch.from_numpy(positions).to(device, non_blocking=True)
+    return tokens, host_copy.to_device(positions, device)
 
 
 def _extend_hidden_layout(draft_worker: Any) -> Tuple[Optional[int], Any]:

@@ -58,7 +58,7 @@ import collections
 import types
 from typing import Any, Callable, Dict, Optional
 
-from server_patch import options
+from server_patch import host_copy, options
 from server_patch.proof import SampledProof
 
 #: unset or "1": v1 OFF steps take the lean path where they can, and v1 prefills while OFF the
@@ -299,7 +299,7 @@ class LeanOffStepV1(SampledProof):
             return
         bonus, hidden, topk_p, topk_index = tokens.to(torch.int32), old.hidden_states, old.topk_p, old.topk_index
         if len(keep) < len(batch.reqs):
-            rows = torch.tensor(keep, dtype=torch.int64, device=tokens.device)
+            rows = host_copy.to_device(keep, tokens.device)
             bonus, topk_p, topk_index = bonus[rows], topk_p[rows], topk_index[rows]
             hidden = hidden[rows] if hidden is not None else None
         batch.spec_info = sgl.EagleDraftInput(bonus_tokens=bonus, hidden_states=hidden, topk_p=topk_p,

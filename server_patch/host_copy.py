@@ -1,0 +1,37 @@
+"""Host-to-device copies that do not make the scheduler wait for the GPU.
+
+Why: a copy from pageable host memory (``torch.from_numpy(a).to("cuda")``, ``torch.tensor(list,
+device="cuda")``, ``non_blocking`` or not) makes the CPU wait until every kernel already queued on
+the current stream has finished: CUDA's API sync behavior, "for transfers from pageable host memory
+to device memory, a stream sync is performed before the copy is initiated"
+(docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html). Inside SGLang's overlap scheduler
+the current stream is the forward stream, so such a copy in a prefill's draft stage waits for the
+target prefill that was just launched, and the GPU then idles while the scheduler prepares and
+launches the next batch: the overlap the scheduler exists for is lost at every prefill. From pinned
+memory the copy is queued like a kernel (PyTorch's caching host allocator keeps the pinned block
+until the copy's stream has passed it); SGLang stages its own host-to-device copies the same way
+(``pin_memory=True`` in ``eagle_info_v2.py``, ``schedule_batch.py``). ``SPECCONSOLE_HOST_COPY_PINNED=0``
+copies from pageable memory as before (measurements, and an escape hatch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence, Union
+
+import numpy as np
+import torch
+
+from server_patch import options
+
+ENV_SWITCH = "SPECCONSOLE_HOST_COPY_PINNED"
+
+
+def to_device(values: Union[np.ndarray, Sequence[int]], device: Any, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """``values`` (a numpy array or a list, 1-D) as a ``dtype`` tensor on ``device``, without
+    waiting for the GPU: staged in pinned memory on a CUDA device (unless
+    ``SPECCONSOLE_HOST_COPY_PINNED=0``), a plain copy elsewhere."""
+    host = torch.as_tensor(np.asarray(values), dtype=dtype)
+    device = torch.device(device)
+    if device.type != "cuda" or not options.switch(ENV_SWITCH, True):
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
