@@ -1,15 +1,16 @@
 """Host-to-device copies that do not make the scheduler wait for the GPU.
 
-Why: a copy from pageable host memory (``torch.from_numpy(a).to("cuda")``, ``torch.tensor(list,
-device="cuda")``, ``non_blocking`` or not) makes the CPU wait until every kernel already queued on
-the current stream has finished: CUDA's API sync behavior, "for transfers from pageable host memory
-to device memory, a stream sync is performed before the copy is initiated"
-(docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html). Inside SGLang's overlap scheduler
-the current stream is the forward stream, so such a copy in a prefill's draft stage waits for the
-target prefill that was just launched, and the GPU then idles while the scheduler prepares and
-launches the next batch: the overlap the scheduler exists for is lost at every prefill. From pinned
+Why: CUDA documents that a copy from pageable host memory (``torch.from_numpy(a).to("cuda")``,
+``torch.tensor(list, device="cuda")``, ``non_blocking`` or not) performs "a stream sync before the
+copy is initiated" (docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html): the CPU waits
+for every kernel already queued on the current stream (older versions of that page, and some
+reports, say small copies are staged without waiting; which holds for these sizes on the H200 is
+for the next GPU run to measure, with ``SPECCONSOLE_HOST_COPY_PINNED=0`` as the other side). Inside
+SGLang's overlap scheduler the current stream is the forward stream, so such a copy in a prefill's
+draft stage would wait for the target prefill just launched, and the GPU would then idle while the
+scheduler prepares and launches the next batch: the overlap lost at every prefill. From pinned
 memory the copy is queued like a kernel (PyTorch's caching host allocator keeps the pinned block
-until the copy's stream has passed it); SGLang stages its own host-to-device copies the same way
+until the copy's stream has passed it); SGLang stages its own such copies the same way in places
 (``pin_memory=True`` in ``eagle_info_v2.py``, ``schedule_batch.py``). ``SPECCONSOLE_HOST_COPY_PINNED=0``
 copies from pageable memory as before (measurements, and an escape hatch).
 """
