@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import stat
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -308,9 +309,21 @@ def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str, hint
 
 
 def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:
-    """Refuse a log path that is a directory (exits); a missing file is fine (it may appear)."""
-    if path is not None and path.is_dir():
+    """Refuse a log path that is a directory or not a regular file (a named pipe blocks the
+    reader until a writer opens it, and quitting with it; a device such as /dev/zero never
+    ends): exits. A missing file is fine (it may appear)."""
+    if path is None:
+        return
+    if path.is_dir():
         parser.error(f"{where} {path} is a directory; give the server's log file")
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # missing (or unreadable: the log pane says so when it tries)
+    if not stat.S_ISREG(mode):
+        kind = "a named pipe" if stat.S_ISFIFO(mode) else "a device" if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) \
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        parser.error(f"{where} {path} is {kind}; give the server's log file (a regular file the server writes)")
 
 
 def _check_api_key(parser: argparse.ArgumentParser, key: str | None, where: str) -> None:

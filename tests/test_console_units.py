@@ -1407,6 +1407,19 @@ def test_attach_log_that_is_a_directory_is_refused(tmp_path, monkeypatch, capsys
     assert cli.resolve(["attach", "127.0.0.1:31010", "--log", str(missing)]).log_path == missing
 
 
+@pytest.mark.parametrize("make, kind", [
+    (lambda p: os.mkfifo(p / "fifo") or p / "fifo", "a named pipe"),  # blocked quitting (fresh-user find)
+    (lambda p: Path("/dev/zero"), "a device"),  # never ends: a core spent reading it
+])
+def test_attach_log_that_is_not_a_regular_file_is_refused(tmp_path, monkeypatch, capsys, make, kind):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    path = make(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        cli.resolve(["attach", "127.0.0.1:31010", "--log", str(path)])
+    assert exc.value.code == 2 and f"--log {path} is {kind}; give the server's log file" in capsys.readouterr().err
+
+
 def test_headless_check_says_why_spec_gate_was_not_seen(tmp_path, capsys):
     from console import headless_check
 
