@@ -39,8 +39,9 @@ def server_rows(gate: st.GateState | None) -> tuple[st.GpuRow, ...]:
     rows = []
     for r in gate.ranks:
         g = r.gpu
-        if g is None:
-            continue
+        if g is None or not (g.host or r.host) or not (g.uuid or g.name or g.error or g.gpu_id is not None
+                                                        or g.nvml_index is not None):
+            continue  # nothing says where or which GPU it is (a report outside the contract): no made-up row
         rows.append(st.GpuRow(
             index=g.nvml_index if g.nvml_index is not None else (g.gpu_id or 0), name=short_name(g.name),
             util_pct=g.util_pct, mem_used_mib=g.mem_used_mib, mem_total_mib=g.mem_total_mib, temp_c=g.temp_c,
@@ -76,7 +77,10 @@ def title(panel: st.GpuPanelState) -> str:
     served = [r for r in panel.rows if r.host is not None]
     hosts = {r.host for r in served}
     where = f"{len(served)} rank{'s' if len(served) != 1 else ''}"
-    where += f" on {len(hosts)} hosts" if len(hosts) > 1 else f" on {next(iter(hosts))}"
+    if len(hosts) > 1:
+        where += f" on {len(hosts)} hosts"
+    elif hosts:
+        where += f" on {next(iter(hosts))}"
     text = f"GPUs · from the server: {where}"
     if panel.source == st.GPU_FROM_BOTH:
         text += " + this machine's others"

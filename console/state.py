@@ -18,14 +18,20 @@ from typing import Any, Mapping
 from server_patch import contract
 
 
+#: the largest integer a JSON number carries exactly (2**53): a count, size, step or rank above it
+#: is not a real value (a server that sent ``1e30`` as its threshold had it shown as 31 digits)
+MAX_JSON_INT = 2 ** 53
+
+
 def _int(value: Any) -> int | None:
-    """``value`` as an int, or None when it is missing, not a number (bools are not numbers) or
-    negative: every integer of the contract is a count, size, step or rank."""
+    """``value`` as an int, or None when it is missing, not a number (bools are not numbers),
+    negative or above :data:`MAX_JSON_INT`: every integer of the contract is a count, size, step
+    or rank."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if isinstance(value, int) and value >= 0:
+    if isinstance(value, int) and 0 <= value <= MAX_JSON_INT:
         return value
     return None
 
@@ -37,6 +43,12 @@ def _float(value: Any) -> float | None:
     if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _amount(value: Any) -> float | None:
+    """:func:`_float`, and None below 0 (a GPU's utilization, memory, temperature, power, clock)."""
+    number = _float(value)
+    return number if number is not None and number >= 0 else None
 
 
 def _bool(value: Any) -> bool | None:
@@ -85,8 +97,8 @@ GpuReport = make_dataclass(
     "GpuReport", [(name, Any, field(default=None)) for name in contract.GPU_FIELDS],
     frozen=True, namespace={"__module__": __name__})
 _GPU_TYPES = {"host": _str, "node_rank": _int, "gpu_id": _int, "uuid": _str, "nvml_index": _int, "name": _str,
-              "util_pct": _float, "mem_used_mib": _float, "mem_total_mib": _float, "temp_c": _float,
-              "power_w": _float, "power_limit_w": _float, "sm_clock_mhz": _float, "error": _str, "read_ms": _float}
+              "util_pct": _amount, "mem_used_mib": _amount, "mem_total_mib": _amount, "temp_c": _amount,
+              "power_w": _amount, "power_limit_w": _amount, "sm_clock_mhz": _amount, "error": _str, "read_ms": _amount}
 
 
 def _convert(tag: str, value: Any) -> Any:

@@ -62,3 +62,20 @@ async def test_demo_with_real_gpus_shows_this_machines_gpus_not_a_simulated_h200
     assert "--no-rank-gpus" not in cli.resolve(["demo", "--log-dir", str(tmp_path)]).server_command
     text, _ = await _screen(tmp_path, ["--load", "fixed:8", "--no-rank-gpus"], local_gpus=1)
     assert "GPUs · this machine" in text and "from the server" not in text
+
+
+def test_ranks_outside_the_contract_make_no_gpu_row_and_no_error():
+    """Fresh-user find: ``ranks: [{"tp_rank": "z", "gpu": {"util_pct": "lots", "mem_used_mib": -1, "name": null}}, 7]``
+    raised StopIteration in the panel title (no host anywhere) and showed a made-up ``0 n/a -0.0 GiB`` row."""
+    gate = st.GateState.from_json({"ranks": [{"tp_rank": "z", "gpu": {"util_pct": "lots", "mem_used_mib": -1,
+                                                                      "name": None}}, 7]})
+    assert gpu_sources.server_rows(gate) == ()
+    named = {"name": "NVIDIA H200", "mem_used_mib": -1, "util_pct": 40}
+    assert gpu_sources.server_rows(st.GateState.from_json({"ranks": [{"tp_rank": 0, "gpu": named}]})) == ()  # where?
+    (row,) = gpu_sources.server_rows(st.GateState.from_json({"ranks": [{"tp_rank": 0, "host": "h", "gpu": named}]}))
+    assert row.mem_used_mib is None and row.util_pct == 40.0  # a negative amount is not shown
+    panel = st.GpuPanelState(status=st.GPU_OK, message="", rows=(row,), source=st.GPU_FROM_SERVER)
+    assert gpu_sources.title(panel) == "GPUs · from the server: 1 rank on h"
+    assert gpu_sources.title(st.GpuPanelState(status=st.GPU_OK, message="", rows=(), source=st.GPU_FROM_SERVER)) \
+        == "GPUs · from the server: 0 ranks"  # no host at all: no StopIteration
+

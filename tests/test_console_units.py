@@ -1468,8 +1468,10 @@ def test_headless_check_knows_answers_that_can_never_show_a_gate():
         == "HTTP 404: no SGLang server at this URL"
     assert final_answer(_hc_model(reachable=False, sample=False, last_error=st.NOT_JSON_REASON)) == st.NOT_JSON_REASON
     assert final_answer(_hc_model(gate=st.GateState.from_json(GATE))) is None
-    huge = st.GateState.from_json({**GATE, "threshold": 10**30, "max_running_requests": None})
-    assert "threshold 1000000000000000000000000000000 is above any batch size" in final_answer(_hc_model(gate=huge))
+    huge = st.GateState.from_json({**GATE, "threshold": 10**12, "max_running_requests": None})
+    assert "threshold 1000000000000 is above any batch size" in final_answer(_hc_model(gate=huge))
+    absurd = st.GateState.from_json({**GATE, "threshold": 10**30, "max_running_requests": None})  # no JSON int
+    assert "spec_gate has no usable threshold" in final_answer(_hc_model(gate=absurd))
     above = st.GateState.from_json({**GATE, "threshold": 97, "max_running_requests": 96})
     assert "above its max running requests 96" in final_answer(_hc_model(gate=above))
     assert final_answer(_hc_model(reachable=False, sample=False, last_error="protocol error: connection closed "
@@ -1503,16 +1505,17 @@ def test_headless_check_stops_waiting_once_the_answer_is_final(monkeypatch):
     assert (seen, why) == (False, None) and clock[0] >= 3  # refused: may still be starting, waits it out
     seen, why = asyncio.run(headless_check._wait_for_gate(Pilot(), _hc_model(gate=st.GateState.from_json(GATE)), 60))
     assert (seen, why) == (True, None)
-    absurd = st.GateState.from_json({**GATE, "threshold": 10**30, "max_running_requests": None})
+    absurd = st.GateState.from_json({**GATE, "threshold": 10**12, "max_running_requests": None})
     seen, why = asyncio.run(headless_check._wait_for_gate(Pilot(), _hc_model(gate=absurd), 60))
-    assert not seen and "above any batch size" in why  # not "gate seen", then +1 sent to 10**30
+    assert not seen and "above any batch size" in why  # not "gate seen", then +1 sent to 10**12
 
 
 def test_absurd_numbers_from_a_broken_server_show_as_n_a_or_short():
     g = st.GateState.from_json({**GATE, "switches": -5, "max_running_requests": -1, "accept_length_recent": float("nan"),
                                 "threshold": 1e300})
     assert g.switches is None and g.max_running_requests is None and g.accept_length_recent is None
-    assert fmt.num(g.threshold) == "1e+300"  # one short word, not 300 digits over six lines
+    assert fmt.num(g.threshold) == "n/a"  # not 300 digits over six lines (no JSON number is that integer)
+    assert st.GateState.from_json({**GATE, "last_decode_batch_size": 1e308}).last_decode_batch_size is None
     assert fmt.num(1e300, "tok/s") == "1e+300 tok/s" and fmt.num(8574.2, "tok/s") == "8,574 tok/s"
 
 
