@@ -178,6 +178,9 @@ def load_config(path: Path) -> dict[str, Any]:
     if "log_dir" in server and "attach" in server:
         raise ConfigError(f"{path}: server.log_dir applies only with server.args (an attached server "
                           "writes its own log: name it with server.log)")
+    if "log_dir" in server and not server.get("args"):
+        raise ConfigError(f"{path}: server.log_dir applies only with server.args (where the log of the "
+                          "server the console launches goes): add server.args, or remove server.log_dir")
     for key, typ, expected in (("interval", (int, float), "a number of seconds, e.g. 1.0"),
                                ("theme", str, 'a theme name in quotes, e.g. "dark"'),
                                ("readonly", bool, "true or false")):

@@ -1786,3 +1786,13 @@ def _demo_servers(port: int) -> list[int]:
         if b"console.demo_server" in args and str(port).encode() in args:
             pids.append(int(d))
     return pids
+
+
+def test_a_config_log_dir_without_server_args_is_refused(tmp_path, monkeypatch, capsys):
+    """Fresh-user find: ``[server] log_dir = "logs"`` alone was ignored without a word (with attach it was refused)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specconsole.toml").write_text('[server]\nlog_dir = "logs"\n')
+    with pytest.raises(SystemExit) as exc:
+        cli.resolve([])
+    assert exc.value.code == 2 and "server.log_dir applies only with server.args" in capsys.readouterr().err
