@@ -120,8 +120,17 @@ class SpecGate:
         return switch
 
     def update(self, config: GateConfig) -> GateConfig:
-        """Install a validated config (takes effect at the next ``decide``); return the old one."""
+        """Install a validated config (takes effect at the next ``decide``); return the old one.
+
+        From a manual N to auto, the learned crossover starts at N (the operator's threshold is
+        the prior; the table moves it only where the measurements clearly favour another,
+        auto_threshold.fit_crossover): switched on under load, auto had extrapolated OFF to every
+        size from the large batches it had measured and kept speculation off at batch 5 for
+        20-30 s although ON measured faster there. The same value on every TP rank (it comes
+        from the config), so the ranks still decide alike."""
         old, self.config = self.config, config
+        if config.auto and not old.auto and old.threshold is not None:
+            self.policy.table = dataclasses.replace(self.policy.table, cross=auto.bucket_of(old.threshold))
         return old
 
     # -- the auto threshold's inputs and table ---------------------------------------------
@@ -189,7 +198,14 @@ class SpecGate:
         else:
             here = "learning: not measured both ways yet"
         cross = auto.crossover(self.policy.table)
-        return f"{here}; " + (f"crossover {cross}" if cross is not None else "no crossover yet")
+        if cross is None:
+            return f"{here}; no crossover yet"
+        lean = _lean(on_rate, off_rate)
+        if lean is not None and index is not None and lean != self.policy.table.preferred(index):
+            # one crossover fitted to every measured size decides, not this size alone
+            return (f"{here}; crossover {cross}, fitted to every measured size: it moves when they "
+                    f"clearly favour another")
+        return f"{here}; crossover {cross}"
 
     def record_accept(self, num_verifies: int, num_correct_drafts: int) -> None:
         """Record one speculative decode batch: ``num_verifies`` requests verified, drafts accepted."""
@@ -233,6 +249,17 @@ class SpecGate:
     def snapshot(self) -> Dict[str, Any]:
         """This gate's own ``spec_gate`` fields (config, decision, counters) as a JSON-able dict."""
         return fields_of(self)
+
+
+def _lean(on_rate: Optional[float], off_rate: Optional[float]) -> Optional[bool]:
+    """True / False where one mode's estimate is ahead by more than auto_threshold.MARGIN, else None."""
+    if on_rate is None or off_rate is None:
+        return None
+    if on_rate > off_rate * (1 + auto.MARGIN):
+        return True
+    if off_rate > on_rate * (1 + auto.MARGIN):
+        return False
+    return None
 
 
 def switch_log_line(switch: Switch, config: GateConfig, detail: str = "") -> str:

@@ -252,8 +252,8 @@ def test_switching_between_manual_and_auto_at_run_time():
     gate = SpecGate(GateConfig(32, 4))
     gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": "auto"}, 128))
     assert gate.config.auto and gate.mode == "auto" and gate.config.hysteresis == 4
-    gate.decide(8)
-    assert gate.auto_reason == "auto: ON at batch 8 (learning: not measured both ways yet; no crossover yet)"
+    gate.decide(8)  # the manual N is where auto starts
+    assert gate.auto_reason == "auto: ON at batch 8 (learning: not measured both ways yet; crossover 32)"
     gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": 24}, 128))
     assert gate.mode == "manual" and gate.threshold == 24 and gate.auto_reason is None
     with pytest.raises(ValueError, match="integer"):
@@ -553,3 +553,39 @@ def test_per_step_accept_noise_at_batch_1_does_not_move_the_crossover_of_the_siz
             gate.refresh_table()
             seen.add(auto.crossover(gate.policy.table))
     assert seen <= {12, 16}, seen
+
+
+def test_switched_to_auto_under_load_it_starts_from_the_manual_threshold_not_off_everywhere():
+    """Fresh-user find (the demo's gate): switched from N 32 to auto at batch 43, auto had extrapolated OFF
+    to every size from the large batches it had measured and ran batch 5 OFF for 20-30 s although ON
+    measured faster there, saying so in its own reason."""
+    gate = SpecGate(GateConfig(32, 4))
+    for _ in range(40):  # measured while manual, under load: OFF far ahead at 32-47 and 48-63
+        gate.costs.add(40, False, 40 / 6000, 40, 0)
+        gate.costs.add(40, True, 40 * 2.0 / 3600, 80, 0)
+        gate.costs.add(56, False, 56 / 7000, 56, 0)
+        gate.costs.add(56, True, 56 * 2.0 / 3800, 112, 0)
+    gate.refresh_table()
+    assert auto.crossover(gate.policy.table) == 1  # OFF extrapolated to every size
+    for _ in range(6):  # then a few steps at 4-5, where ON is slightly ahead
+        gate.costs.add(5, True, 5 * 2.0 / 1150, 10, 0)
+        gate.costs.add(5, False, 5 / 1090, 5, 0)
+    gate.refresh_table()
+    assert auto.crossover(gate.policy.table) == 1  # not clearly better by STICK of every vote: it stays
+    gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": "auto"}, 128))
+    assert gate.threshold == 32  # starts from N
+    gate.refresh_table()
+    assert gate.threshold == 32  # and the measurements do not clearly favour another
+    assert gate.decide(5) is None and gate.spec_enabled  # ON at batch 5
+    assert gate.decide(43) is not None and not gate.spec_enabled
+
+
+def test_the_reason_says_when_the_fitted_crossover_overrules_this_size():
+    gate = SpecGate(GateConfig(1, 0))
+    gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": "auto"}, 128))
+    for _ in range(8):
+        gate.costs.add(5, True, 5 * 2.0 / 1150, 10, 0)
+        gate.costs.add(5, False, 5 / 1000, 5, 0)
+    gate.decide(5)
+    assert gate.auto_reason.endswith("(est. ON 1,150 vs OFF 1,000 tok/s; crossover 1, fitted to every measured size: "
+                                     "it moves when they clearly favour another)")
