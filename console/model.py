@@ -121,6 +121,7 @@ class ConsoleModel:
         self._inflight: dict[str, int] | None = None  # change being POSTed
         self._queued: list[dict[str, int]] = []  # changes still to POST, oldest first
         self._accepted_at: float | None = None  # when the server accepted the latest target
+        self._accepted_step: int | None = None  # the first decode batch it decides (the answer's decode_step)
         self._sample_at = 0.0  # when the poll behind the current sample started
         self._rejected_against: tuple[int | None, int | None] = (None, None)  # N/H when rejected
         self._gate_values: tuple[int | None, int | None] | None = None  # spec_gate's N/H at the last poll
@@ -408,6 +409,7 @@ class ConsoleModel:
         if not self._queued and self.pending is not None:
             self.pending = replace(self.pending, accepted=True)
             self._accepted_at = self.clock()
+            self._accepted_step = result.decode_step
             step = f" from decode step {result.decode_step:,}" if result.decode_step is not None else ""
             self.set_message(f"{_targets(self.pending)} accepted{step}, waiting for spec_gate", "info")
         lines = self._check_pending()
@@ -524,6 +526,7 @@ class ConsoleModel:
             return
         self.pending = replace(p, threshold=t, hysteresis=h, accepted=True)
         self._accepted_at = self.clock()
+        self._accepted_step = None
 
     def _check_pending(self) -> list[str]:
         p = self.pending
@@ -543,11 +546,23 @@ class ConsoleModel:
             text = ", ".join(parts) + " confirmed by spec_gate"
             self.set_message(text, "ok")
             return [text]
-        # a value neither the one before nor one this console sent: another client changed it since
-        moved = [(name, live) for name, want, old, live in (
-            ("threshold", p.threshold, p.old_threshold, set_threshold(g)),
-            ("hysteresis", p.hysteresis, p.old_hysteresis, g.hysteresis))
-            if want is not None and live not in (want, old) and not self._sent_recently(name, live)]
+        # Another client changed it since ours: once the server has decided a decode batch with
+        # ours (the answer's decode_step), any other value; before, the sample may still predate
+        # ours (a value set by another client just before it is then replaced by ours, not
+        # "replaced" it). A server that gives no decode_step: a value neither before nor ours.
+        decided = _decided(g)
+        if self._accepted_step is not None:
+            if decided is None or decided <= self._accepted_step:
+                moved = []
+            else:
+                moved = [(name, live) for name, want, live in (
+                    ("threshold", p.threshold, set_threshold(g)), ("hysteresis", p.hysteresis, g.hysteresis))
+                    if want is not None and live != want and not self._sent_recently(name, live)]
+        else:
+            moved = [(name, live) for name, want, old, live in (
+                ("threshold", p.threshold, p.old_threshold, set_threshold(g)),
+                ("hysteresis", p.hysteresis, p.old_hysteresis, g.hysteresis))
+                if want is not None and live not in (want, old) and not self._sent_recently(name, live)]
         if moved:
             self.pending = None
             text = (" and ".join(f"{name} changed to {live}" for name, live in moved)
@@ -618,6 +633,13 @@ def target_text(threshold: int | None, hysteresis: int | None, sep: str = " ") -
 
 def _targets(p: st.PendingChange) -> str:
     return target_text(p.threshold, p.hysteresis) or "change"
+
+
+def _decided(gate: st.GateState) -> int | None:
+    """Decode batches the gate has decided (``decode_steps_on + decode_steps_off``), None if unknown."""
+    if gate.decode_steps_on is None or gate.decode_steps_off is None:
+        return None
+    return gate.decode_steps_on + gate.decode_steps_off
 
 
 def _describe(threshold: int | None, hysteresis: int | None) -> str:

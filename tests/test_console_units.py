@@ -413,6 +413,45 @@ def test_a_change_replaced_by_another_client_is_said_at_once_not_after_the_confi
     assert m.on_sample(_sample(threshold=35)).log_lines == ("threshold 32 -> 35 confirmed by spec_gate",)
 
 
+def _stepped(threshold, decided, hysteresis=4):
+    """A sample whose gate has decided ``decided`` decode batches."""
+    gate = {**GATE, "threshold": threshold, "hysteresis": hysteresis, "max_running_requests": 48,
+            "decode_steps_on": decided, "decode_steps_off": 0}
+    return parse_server_info({"version": "0.5.12", "internal_states": [{"spec_gate": gate}]}, LOADS)
+
+
+def test_two_consoles_a_value_set_just_before_ours_is_not_said_to_have_replaced_it():
+    """Fresh-user find (two consoles on one demo server): A set 33, B sent 35 a second later (log
+    33 -> 35); B's next poll, taken before 35 decided a batch, showed 33, and B said 'threshold
+    changed to 33 outside this console (set threshold 35 was accepted, then replaced)' while the
+    server kept 35."""
+    now = [100.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    m.on_sample(_stepped(34, 200))
+    m.request_change(35, None)
+    m.on_set_result(m.next_to_send(), st.SetResult(True, None, 35, 4, 205))  # decides batch 205 on
+    now[0] += 0.5
+    assert m.on_sample(_stepped(33, 205)).log_lines == ()  # A's 33, before ours decided a batch
+    assert m.pending is not None
+    assert m.on_sample(_stepped(35, 207)).log_lines == ("threshold 34 -> 35 confirmed by spec_gate",)
+
+
+def test_two_consoles_ours_replaced_by_the_value_we_replaced_is_said_at_once():
+    """Fresh-user find: A sent 35 -> 34, B sent 34 -> 35 right after; A waited 16 s, then said
+    'accepted but spec_gate still shows threshold 35' and never that another client changed it."""
+    now = [100.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    m.on_sample(_stepped(35, 300))
+    m.request_change(34, None)
+    m.on_set_result(m.next_to_send(), st.SetResult(True, None, 34, 4, 302))
+    now[0] += 0.5
+    assert m.on_sample(_stepped(35, 302)).log_lines == ()  # ours has decided no batch yet
+    out = m.on_sample(_stepped(35, 304))  # it has, and 35 is back: another client's
+    assert out.log_lines == ("threshold changed to 35 outside this console (set threshold 34 was accepted, "
+                             "then replaced)",)
+    assert m.pending is None
+
+
 def test_connection_and_histories():
     now = [100.0]
     m = ConsoleModel(clock=lambda: now[0], history=3)
