@@ -511,7 +511,9 @@ class ConsoleModel:
         if not self._unanswered_said and self._sample_at - self._unanswered_back_at >= UNANSWERED_GRACE_S:
             self._unanswered_said = True
             shown = " ".join(f"{name} {live}" for name, _, _, live in parts)
-            text = f"{_describe(u.threshold, u.hysteresis)} was not answered as expected and spec_gate shows {shown}: not applied"
+            # a request the client gave up on may still reach the server: watched, confirmed if it lands
+            text = (f"{_describe(u.threshold, u.hysteresis)} was not answered as expected and spec_gate shows "
+                    f"{shown}: not applied so far (confirmed if it lands later)")
             self.set_message(text, "error")
             return [text]
         return []
