@@ -163,11 +163,21 @@ class SharedGpus:
         """Nothing to close (the first session owns NVML)."""
 
 
+class WorkerList(list):
+    """A router's worker URLs (a list of ``str``), and in ``left_out`` the entries of its answer
+    that are not URLs the console can watch (shown as they were sent, e.g. ``'ftp://h:1'``, ``None``)."""
+
+    def __init__(self, urls: list[str], left_out: list[str]) -> None:
+        super().__init__(urls)
+        self.left_out = left_out
+
+
 def router_workers(url: str, api_key: str | None = None, timeout_s: float = ROUTER_TIMEOUT_S,
-                   transport: Any = None) -> list[str] | None:
+                   transport: Any = None) -> WorkerList | None:
     """The worker URLs of SGLang's router at ``url`` (``GET /workers``, else ``GET /list_workers``:
     see the module docstring), or None when ``url`` answers neither so (a server, or nothing there).
-    Worker URLs that are not URLs are left out; unhealthy workers stay (they show as DOWN rows)."""
+    Entries that are not URLs are left out (:attr:`WorkerList.left_out` says which); unhealthy
+    workers stay (they show as DOWN rows)."""
     import httpx
 
     headers = auth_headers(api_key)
@@ -175,33 +185,36 @@ def router_workers(url: str, api_key: str | None = None, timeout_s: float = ROUT
         with httpx.Client(timeout=timeout_s, headers=headers, trust_env=False, transport=transport) as client:
             for path in (WORKERS, LIST_WORKERS):
                 resp = client.get(url + path)
-                urls = _worker_urls(resp.json()) if resp.status_code == 200 else None
-                if urls is not None:
+                entries = _worker_entries(resp.json()) if resp.status_code == 200 else None
+                if entries is not None:
                     break
     except (httpx.HTTPError, ValueError):
         return None
-    if urls is None:
+    if entries is None:
         return None
-    workers = []
-    for u in urls:
+    workers, left_out = [], []
+    for entry in entries:
         try:
-            workers.append(normalize_url(u))
+            if not isinstance(entry, str):
+                raise ConfigError("not a string")
+            worker = normalize_url(entry)
+            if worker == url:
+                raise ConfigError("the router itself")
+            workers.append(worker)
         except ConfigError:
-            continue
-    return workers
+            left_out.append(repr(entry)[:80])
+    return WorkerList(workers, left_out)
 
 
-def _worker_urls(body: Any) -> list[str] | None:
-    """The worker URL strings of a ``/workers`` or ``/list_workers`` answer, or None for another body."""
+def _worker_entries(body: Any) -> list[Any] | None:
+    """The worker entries (URL strings, or whatever stands in their place) of a ``/workers`` or
+    ``/list_workers`` answer, or None for a body of another shape (not a router)."""
     if not isinstance(body, dict):
         return None
     if isinstance(body.get("workers"), list):
-        urls = [w.get("url") if isinstance(w, dict) else None for w in body["workers"]]
-    else:
-        urls = body.get("urls")
-    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
-        return None
-    return urls
+        return [w.get("url") if isinstance(w, dict) else w for w in body["workers"]]
+    urls = body.get("urls")
+    return urls if isinstance(urls, list) else None
 
 
 def expand_routers(cfg: AppConfig, lookup=router_workers) -> AppConfig:
@@ -215,12 +228,19 @@ def expand_routers(cfg: AppConfig, lookup=router_workers) -> AppConfig:
         workers = lookup(t.url, t.api_key)
         if not workers:
             if workers is not None:
-                notes.append(f"{t.url} is SGLang's router but lists no workers: shown as a server")
+                left_out = getattr(workers, "left_out", [])
+                notes.append(f"{t.url} is SGLang's router but lists no workers"
+                             + (f" the console can watch (left out: {', '.join(left_out[:5])})" if left_out else "")
+                             + ": shown as a server")
             out.append(t)
             continue
         notes.append(f"{t.url} is SGLang's router: watching its {len(workers)} worker(s) "
                      f"{', '.join(short_url(w) for w in workers)}"
                      + (" (the router's --log is not a worker's: no log)" if t.log_path else ""))
+        left_out = getattr(workers, "left_out", [])
+        if left_out:
+            notes.append(f"{t.url} listed {len(left_out)} worker(s) the console cannot watch (not an http(s) "
+                         f"URL): {', '.join(left_out[:5])}{' ...' if len(left_out) > 5 else ''}")
         out += [ServerTarget(w, None, t.api_key) for w in workers]
     seen: set[str] = set()
     unique = []

@@ -313,3 +313,20 @@ def test_router_without_workers_and_plain_servers_stay(router, tmp_path):
         assert router_workers(demo.url) is None
     finally:
         demo.stop()
+
+
+def test_router_entries_the_console_cannot_watch_are_left_out_and_said(router):
+    """Fresh-user finds: an ftp:// worker was dropped without a word, and one null url made the whole
+    router look like a plain server (HTTP 404)."""
+    handler, url = router
+    handler.answer = {"workers": [{"url": "http://10.0.0.1:30000"}, {"url": None}, {"url": "ftp://10.0.0.2:30000"},
+                                  {"url": url}, "http://10.0.0.3:30000"]}
+    workers = router_workers(url)
+    assert workers == ["http://10.0.0.1:30000", "http://10.0.0.3:30000"]
+    assert workers.left_out == ["None", "'ftp://10.0.0.2:30000'", repr(url)]  # the router itself too
+    cfg = expand_routers(AppConfig(url=url))
+    assert [t.url for t in cfg.servers] == ["http://10.0.0.1:30000", "http://10.0.0.3:30000"]
+    assert any("listed 3 worker(s) the console cannot watch" in n and "ftp://10.0.0.2:30000" in n for n in cfg.notes)
+    handler.answer = {"urls": [None, "ftp://x:1"]}
+    cfg = expand_routers(AppConfig(url=url))
+    assert cfg.url == url and "lists no workers the console can watch (left out: None, 'ftp://x:1')" in cfg.notes[0]
