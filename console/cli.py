@@ -340,6 +340,13 @@ def _check_server_api_key(parser: argparse.ArgumentParser, server_args: list[str
     _check_api_key(parser, api_key_from_server_args(server_args), f"{where} --api-key/--admin-api-key")
 
 
+def _stdout_is_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (OSError, ValueError):
+        return False
+
+
 def reset_terminal() -> None:
     """Belt and braces after the app ends: mouse tracking off, cursor on (Textual does this too)."""
     try:
@@ -383,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
         print(textwrap.fill(f"specconsole: {problem}", width=width, subsequent_indent="  ",
                             break_on_hyphens=False), file=sys.stderr)
         return 1
+    if not _stdout_is_terminal():  # a TUI writes escape codes: into a pipe or a file they are garbage
+        print("specconsole: standard output is not a terminal (piped or redirected); run it in a terminal, "
+              "or use python -m console.headless_check for a check without one", file=sys.stderr)
+        return 2
     from console.app import SpecConsoleApp
 
     nvml_module = None

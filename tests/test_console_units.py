@@ -1836,3 +1836,12 @@ def test_a_config_log_dir_without_server_args_is_refused(tmp_path, monkeypatch, 
     with pytest.raises(SystemExit) as exc:
         cli.resolve([])
     assert exc.value.code == 2 and "server.log_dir applies only with server.args" in capsys.readouterr().err
+
+
+def test_the_console_refuses_a_stdout_that_is_not_a_terminal(tmp_path):
+    """Fresh-user find: ``specconsole </dev/null | tail`` started the TUI and wrote its escape codes into the pipe."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    proc = subprocess.run([sys.executable, "-m", "console", "attach", "127.0.0.1:9"], cwd=tmp_path, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "standard output is not a terminal" in proc.stderr and "headless_check" in proc.stderr
