@@ -55,8 +55,16 @@ def _bool(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+#: the longest server string the console keeps (a reason or a name; the contract's longest are
+#: ~200 characters): a 3,000-character worker class covered half the screen in a notice
+MAX_STR = 400
+
+
 def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    """``value`` when it is a string, cut to :data:`MAX_STR` characters (ending ``…``), else None."""
+    if not isinstance(value, str):
+        return None
+    return value if len(value) <= MAX_STR else value[:MAX_STR - 1] + "…"
 
 
 _CONVERT = {"str": _str, "bool": _bool, "int": _int, "float": _float}

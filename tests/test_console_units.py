@@ -1845,3 +1845,10 @@ def test_the_console_refuses_a_stdout_that_is_not_a_terminal(tmp_path):
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert "standard output is not a terminal" in proc.stderr and "headless_check" in proc.stderr
+
+
+def test_a_server_string_longer_than_any_of_the_contract_is_cut():
+    """Fresh-user find: a 3,000-character worker_class made a notice that covered half the screen."""
+    g = st.GateState.from_json({**GATE, "worker_class": "EAGLEWorkerV2" + "x" * 3000})
+    assert len(g.worker_class) == st.MAX_STR and g.worker_class.endswith("…")
+    assert st.GateState.from_json(GATE).worker_class == GATE["worker_class"]
