@@ -96,6 +96,17 @@ def bucket_of(batch_size: int) -> int:
     return max(0, bisect.bisect_right(BUCKET_EDGES, batch_size) - 1)
 
 
+def nearest_edge(batch_size: int) -> int:
+    """The index of the bucket edge (BUCKET_EDGES) nearest ``batch_size`` (a tie: the higher edge,
+    so speculation stays on where it was): a manual N as a crossover, which lies on edges."""
+    above = bisect.bisect_left(BUCKET_EDGES, batch_size)
+    if above >= len(BUCKET_EDGES):
+        return len(BUCKET_EDGES) - 1
+    if above == 0 or BUCKET_EDGES[above] - batch_size <= batch_size - BUCKET_EDGES[above - 1]:
+        return above
+    return above - 1
+
+
 def bucket_range(index: int) -> Tuple[int, Optional[int]]:
     """``(lowest, highest)`` batch size of bucket ``index`` (highest None for the last)."""
     hi = BUCKET_EDGES[index + 1] - 1 if index + 1 < len(BUCKET_EDGES) else None
@@ -331,14 +342,17 @@ def fit_crossover(votes: Dict[int, float], previous: Optional[int]) -> Tuple[Opt
 
 def boundary(fitted: Optional[int], measured: List[int]) -> Optional[int]:
     """The bucket index from which speculation is off, given the fitted measured bucket (None: on
-    everywhere): off at every size when the lowest measured bucket is off; else the buckets not
-    measured between the last ON bucket and ``fitted`` take the mode of the nearer one (a tie
-    stays on)."""
+    everywhere): the buckets not measured between the last ON bucket and ``fitted`` take the mode
+    of the nearer one (a tie stays on); below the lowest measured bucket speculation stays on
+    (it pays more as the batch shrinks, so a bucket measured OFF says nothing of smaller ones:
+    they run on, as SGLang starts, and their OFF side is probed when they occur). Switched to
+    auto from a manual N, only the hysteresis band below N had been measured both ways: OFF there
+    had sent every smaller size OFF at the first table."""
     if fitted is None:
         return None
     below = [i for i in measured if i < fitted]
     if not below:
-        return 0
+        return fitted
     last_on = max(below)
     return next(i for i in range(last_on + 1, fitted + 1) if i - last_on > fitted - i)
 
@@ -349,8 +363,9 @@ def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
     Speculation pays less as the batch grows (verifying ``num_draft_tokens`` per request turns
     the step compute-bound), so the table is one crossover, fitted to every measured bucket's
     :func:`vote` (:func:`fit_crossover`, :func:`boundary`): a single noisy bucket cannot switch
-    speculation on in the middle of the OFF range, nor off at batch 1; a size never measured takes
-    the mode of the nearest measured one. Before any bucket is measured both ways the crossover is
+    speculation on in the middle of the OFF range, nor off at batch 1; a size never measured
+    between two measured ones takes the mode of the nearer, one below every measured size stays on
+    (:func:`boundary`). Before any bucket is measured both ways the crossover is
     the previous one (none at first: speculation on, as SGLang starts). A bucket with a mode not
     measured (fresh) asks for a probe of that mode unless the crossover already runs it there
     (running it measures it); a bucket whose ratio is beyond LOG_CLIP re-measures its losing mode

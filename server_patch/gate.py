@@ -122,15 +122,16 @@ class SpecGate:
     def update(self, config: GateConfig) -> GateConfig:
         """Install a validated config (takes effect at the next ``decide``); return the old one.
 
-        From a manual N to auto, the learned crossover starts at N (the operator's threshold is
-        the prior; the table moves it only where the measurements clearly favour another,
-        auto_threshold.fit_crossover): switched on under load, auto had extrapolated OFF to every
-        size from the large batches it had measured and kept speculation off at batch 5 for
-        20-30 s although ON measured faster there. The same value on every TP rank (it comes
-        from the config), so the ranks still decide alike."""
+        From a manual N to auto, the learned crossover starts at the bucket edge nearest N (the
+        operator's threshold is the prior; the crossover lies on bucket edges; the table moves it
+        only where the measurements clearly favour another, auto_threshold.fit_crossover):
+        switched on under load, auto had extrapolated OFF to every size from the large batches it
+        had measured and kept speculation off at batch 5 for 20-30 s although ON measured faster
+        there. The same value on every TP rank (it comes from the config), so the ranks still
+        decide alike."""
         old, self.config = self.config, config
         if config.auto and not old.auto and old.threshold is not None:
-            self.policy.table = dataclasses.replace(self.policy.table, cross=auto.bucket_of(old.threshold))
+            self.policy.table = dataclasses.replace(self.policy.table, cross=auto.nearest_edge(old.threshold))
         return old
 
     # -- the auto threshold's inputs and table ---------------------------------------------

@@ -1,10 +1,10 @@
 """Host-to-device copies that do not make the scheduler wait for the GPU.
 
 Why: CUDA documents that a copy from pageable host memory (``torch.from_numpy(a).to("cuda")``,
-``torch.tensor(list, device="cuda")``, ``non_blocking`` or not) performs "a stream sync before the
-copy is initiated" (docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html): the CPU waits
-for every kernel already queued on the current stream (older versions of that page, and some
-reports, say small copies are staged without waiting; which holds for these sizes on the H200 is
+``torch.tensor(list, device="cuda")``) performs "a stream sync before the copy is initiated", and
+that an asynchronous one "may" (docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html): the
+CPU then waits for every kernel already queued on the current stream (older versions of that page,
+and some reports, say small copies are staged without waiting; which holds for these sizes on the H200 is
 for the next GPU run to measure, with ``SPECCONSOLE_HOST_COPY_PINNED=0`` as the other side). Inside
 SGLang's overlap scheduler the current stream is the forward stream, so such a copy in a prefill's
 draft stage would wait for the target prefill just launched, and the GPU would then idle while the

@@ -26,8 +26,9 @@ CPU; on the first speculative decode batch after each stretch of OFF steps that 
 picks, the batch's future indices are looked up in it on the GPU (waits for the GPU). A hit is
 logged as an error and turns the lean map off for the server's life on every TP rank; that step
 then drafts from stale values, which costs accept length only (the target verifies every drafted
-token, so outputs stay exact). ``SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1`` asks for it (opt-in until
-measured on the GPU).
+token, so outputs stay exact; the buffers are zeroed when SGLang allocates them, so a slot never
+written holds token 0, not garbage that could index past the vocabulary).
+``SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1`` asks for it (opt-in until measured on the GPU).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ ON = "on"
 PROOF_FAILED = "proof failed"
 #: the FutureMap members this module reads or replaces (SGLang 0.5.12)
 NEEDS = ("resolve_future", "store_to_map", "store_to_map_for_new_batch", "is_empty_slice", "future_buffer_len",
-         "buf_initialized", "spec_algo")
+         "buf_initialized", "spec_algo", "_lazy_init_buf")
 
 
 def enabled_by_env() -> bool:
@@ -149,7 +150,15 @@ class LeanFutureMap(SampledProof):
         return None
 
     def store_to_map_for_new_batch(self, future_indices: Any, draft_input: Any) -> None:
-        """SGLang's, and its slots count as written (every store of all five fields comes here)."""
+        """SGLang's, and its slots count as written (every store of all five fields comes here).
+        The first one allocates SGLang's buffers (``torch.empty``) as SGLang would, zeroed."""
+        fm = self.future_map
+        if not fm.buf_initialized:
+            fm._lazy_init_buf(draft_input)
+            for name in ("topk_p_buf", "topk_index_buf", "hidden_states_buf"):
+                buf = getattr(fm, name, None)
+                if buf is not None:
+                    buf.zero_()
         self._store_new(future_indices, draft_input)
         interval = getattr(future_indices, "interval", None)
         if interval is not None:

@@ -558,26 +558,33 @@ def test_per_step_accept_noise_at_batch_1_does_not_move_the_crossover_of_the_siz
 def test_switched_to_auto_under_load_it_starts_from_the_manual_threshold_not_off_everywhere():
     """Fresh-user find (the demo's gate): switched from N 32 to auto at batch 43, auto had extrapolated OFF
     to every size from the large batches it had measured and ran batch 5 OFF for 20-30 s although ON
-    measured faster there, saying so in its own reason."""
-    gate = SpecGate(GateConfig(32, 4))
-    for _ in range(40):  # measured while manual, under load: OFF far ahead at 32-47 and 48-63
+    measured faster there. Under manual N / H only the band N-H .. N-1 runs both ways: OFF ahead there
+    moves the crossover down to it, not every smaller size OFF (review find)."""
+    gate = SpecGate(GateConfig(32, 8))
+    for _ in range(40):  # measured while manual, under load: OFF ahead at 24-31 (the band) and 32-47
+        gate.costs.add(28, False, 28 / 5000, 28, 0)
+        gate.costs.add(28, True, 28 * 2.0 / 4200, 56, 0)
         gate.costs.add(40, False, 40 / 6000, 40, 0)
-        gate.costs.add(40, True, 40 * 2.0 / 3600, 80, 0)
-        gate.costs.add(56, False, 56 / 7000, 56, 0)
-        gate.costs.add(56, True, 56 * 2.0 / 3800, 112, 0)
-    gate.refresh_table()
-    assert auto.crossover(gate.policy.table) == 1  # OFF extrapolated to every size
-    for _ in range(6):  # then a few steps at 4-5, where ON is slightly ahead
+    for _ in range(6):  # batch 5 ran ON only
         gate.costs.add(5, True, 5 * 2.0 / 1150, 10, 0)
-        gate.costs.add(5, False, 5 / 1090, 5, 0)
     gate.refresh_table()
-    assert auto.crossover(gate.policy.table) == 1  # not clearly better by STICK of every vote: it stays
+    assert auto.crossover(gate.policy.table) == 24  # below the lowest measured bucket: still on
     gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": "auto"}, 128))
     assert gate.threshold == 32  # starts from N
     gate.refresh_table()
-    assert gate.threshold == 32  # and the measurements do not clearly favour another
-    assert gate.decide(5) is None and gate.spec_enabled  # ON at batch 5
-    assert gate.decide(43) is not None and not gate.spec_enabled
+    assert gate.threshold == 24  # OFF measured ahead in the band below N: moved there, no further
+    assert gate.policy.table.preferred(auto.bucket_of(5))  # ON at batch 5 ...
+    gate.decide(5)
+    assert gate.spec_enabled or gate.probing  # ... where OFF, never measured there, is probed (bounded)
+    assert not gate.policy.table.preferred(auto.bucket_of(43))
+
+
+def test_the_manual_threshold_becomes_the_nearest_bucket_edge():
+    assert [auto.BUCKET_EDGES[auto.nearest_edge(n)] for n in (1, 32, 35, 40, 41, 47, 49, 5000)] == [
+        1, 32, 32, 48, 48, 48, 48, 2048]  # 40: a tie, the higher edge (speculation stays on where it was)
+    gate = SpecGate(GateConfig(35, 4))
+    gate.update(parse_update(gate.config, {"speculative_disable_batch_threshold": "auto"}, 128))
+    assert gate.threshold == 32
 
 
 def test_the_reason_says_when_the_fitted_crossover_overrules_this_size():
@@ -586,6 +593,6 @@ def test_the_reason_says_when_the_fitted_crossover_overrules_this_size():
     for _ in range(8):
         gate.costs.add(5, True, 5 * 2.0 / 1150, 10, 0)
         gate.costs.add(5, False, 5 / 1000, 5, 0)
-    gate.decide(5)
+    gate.decide(5)  # crossover 1: the manual N it started from
     assert gate.auto_reason.endswith("(est. ON 1,150 vs OFF 1,000 tok/s; crossover 1, fitted to every measured size: "
                                      "it moves when they clearly favour another)")

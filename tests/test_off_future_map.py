@@ -140,9 +140,10 @@ def test_a_stale_off_result_stores_tokens_and_seq_lens_and_leaves_the_other_fiel
     intv = lean.last.interval
     assert torch.equal(lean.fm.bonus_tokens_buf[intv], torch.arange(BS) + 6)
     assert torch.equal(lean.fm.new_seq_lens_buf[intv], torch.arange(BS) + 106)
-    bits = lambda x: x.view(torch.uint8)  # noqa: E731 - the buffers start uninitialised (NaNs among them)
-    assert torch.equal(bits(lean.fm.topk_p_buf), bits(before[0]))
-    assert torch.equal(bits(lean.fm.hidden_states_buf), bits(before[1]))
+    assert torch.equal(lean.fm.topk_p_buf, before[0]) and torch.equal(lean.fm.hidden_states_buf, before[1])
+    untouched = torch.ones(lean.fm.future_buffer_len, dtype=torch.bool)
+    untouched[1:1 + 2 * BS] = False  # the prefill's slots and the OFF step's
+    assert not lean.fm.topk_index_buf[untouched].any()  # zeroed at allocation: never garbage indices
     assert lean.map.left[intv].all() and lean.map.left.sum() == BS
 
 
@@ -212,7 +213,7 @@ def test_before_sglangs_buffers_exist_everything_is_sglangs(lean):
     ("1", "v1", "map", (False, "v1 has no future map")),
     ("1", "v2", None, (False, "no future map (overlap scheduler off)")),
     ("1", "v2", "bare", (False, "FutureMap has no resolve_future, store_to_map, store_to_map_for_new_batch, "
-                                "is_empty_slice, future_buffer_len, buf_initialized, spec_algo")),
+                                "is_empty_slice, future_buffer_len, buf_initialized, spec_algo, _lazy_init_buf")),
 ])
 def test_install_where_asked_and_supported(monkeypatch, env, version, fm, want):
     if env is None:

@@ -429,7 +429,8 @@ def test_the_lean_future_map_is_installed_after_init_overlap_and_asks_the_gate_a
     sched.future_map = types.SimpleNamespace(
         resolve_future=lambda b: calls.append("resolve"), store_to_map=lambda i, r: calls.append("store"),
         store_to_map_for_new_batch=lambda i, d: calls.append("store_new"), is_empty_slice=lambda s: False,
-        future_buffer_len=16, buf_initialized=False, spec_algo=types.SimpleNamespace(is_none=lambda: False))
+        future_buffer_len=16, buf_initialized=False, spec_algo=types.SimpleNamespace(is_none=lambda: False),
+        _lazy_init_buf=lambda d: None)
     sh.after_init_overlap(None, sched)
     lean = rt.lean_future_map
     assert rt.off_lean_future_map == "on" and sched.future_map.resolve_future == lean.resolve_future
