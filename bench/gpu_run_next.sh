@@ -35,9 +35,18 @@ ab() {  # ab NAME ARGS...: one bench.ab_traffic run
   echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
   pkill -f launch_server; sleep 2; pkill -9 -f launch_server
 }
-ab ab-fa3 --attention-backend fa3 --a none --b off --c off --max-total-tokens 131072 \
-  --b-env SPECCONSOLE_HOST_COPY_PINNED=0 --cpu-profile-row varied-closed:128 --profile-sides a,c
-ab ab-triton --a none --b off --c off --max-total-tokens 131072 \
-  --c-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1
-ab ab-v1 --worker v1 --a none --b off
+mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+echo "gpu memory ${mib} MiB" >>"$R/jobs.log"
+if [ "${mib:-0}" -ge 100000 ]; then  # H200: three 8B servers with 131072-token pools (~100 GB)
+  ab ab-fa3 --attention-backend fa3 --a none --b off --c off --max-total-tokens 131072 \
+    --b-env SPECCONSOLE_HOST_COPY_PINNED=0 --cpu-profile-row varied-closed:128 --profile-sides a,c
+  ab ab-triton --a none --b off --c off --max-total-tokens 131072 \
+    --c-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1
+  ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
+else  # H100 (~80 GB): two servers at a time fit (~67 GB), so the acceptance pairs with the defaults
+  ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
+    --cpu-profile-row varied-closed:128
+  ab ab-triton --a none --b off --max-total-tokens 131072
+  ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
+fi
 touch "$R/all.done"
