@@ -235,7 +235,7 @@ def expand_routers(cfg: AppConfig, lookup=router_workers) -> AppConfig:
             out.append(t)
             continue
         notes.append(f"{t.url} is SGLang's router: watching its {len(workers)} worker(s) "
-                     f"{', '.join(short_url(w) for w in workers)}"
+                     f"{', '.join(short_url(w) for w in workers[:8])}{' ...' if len(workers) > 8 else ''}"
                      + (" (the router's --log is not a worker's: no log)" if t.log_path else ""))
         left_out = getattr(workers, "left_out", [])
         if left_out:

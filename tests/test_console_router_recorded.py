@@ -60,3 +60,17 @@ def test_a_router_config_becomes_its_workers_with_the_recorded_answer(monkeypatc
     cfg = expand_routers(AppConfig(url="http://router:31900"), lookup=servers.router_workers)
     assert sorted(t.url for t in cfg.servers) == sorted(WORKERS)
     assert "is SGLang's router: watching its 2 worker(s)" in cfg.notes[0]
+
+
+def test_a_router_with_many_workers_names_the_first_eight_in_its_note():
+    """A router of 300 workers: the note counts them all and names eight (the console's notice line
+    is one line, not 300 URLs)."""
+    from console.config import AppConfig
+    from console.servers import WorkerList, expand_routers
+
+    urls = [f"http://10.0.{i // 250}.{i % 250}:30000" for i in range(300)]
+    cfg = expand_routers(AppConfig(url="http://router:30000"), lookup=lambda url, key: WorkerList(urls, []))
+    note = cfg.notes[0]
+    assert "watching its 300 worker(s)" in note and note.endswith(" ...")
+    assert note.count("10.0.") == 8
+    assert len(cfg.servers) == 300
