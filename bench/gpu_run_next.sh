@@ -38,17 +38,15 @@ ab() {  # ab NAME ARGS...: one bench.ab_traffic run
 fa3_ready() { for t in $(seq 300); do [ -e "$R/fa3.ready" ] && return 0; sleep 1; done; return 1; }
 mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
 echo "gpu memory ${mib} MiB" >>"$R/jobs.log"
-# triton and v1 first: they need no FA3, whose six pieces arrive while they run
-if [ "${mib:-0}" -ge 100000 ]; then  # H200: three 8B servers with 131072-token pools (~100 GB)
-  ab ab-triton --a none --b off --c off --max-total-tokens 131072 \
-    --c-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1
-  ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
+# triton first (no FA3 needed: its six pieces arrive while it runs), then fa3, then v1
+if [ "${mib:-0}" -ge 100000 ]; then  # H200: three 8B servers with 131072-token pools (~100 GB) fit
+  ab ab-triton --a none --b off --max-total-tokens 131072
   fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --c off --max-total-tokens 131072 \
     --b-env SPECCONSOLE_HOST_COPY_PINNED=0 --cpu-profile-row varied-closed:128 --profile-sides a,c
-else  # H100 (~80 GB): two servers at a time fit (~67 GB), so the acceptance pairs with the defaults
+else  # H100 (~80 GB): two 8B servers at a time (~67 GB)
   ab ab-triton --a none --b off --max-total-tokens 131072
-  ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
   fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
     --cpu-profile-row varied-closed:128
 fi
+ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
 touch "$R/all.done"
