@@ -50,25 +50,32 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     """The averaged rows of one ``bench.ab_traffic`` output directory, sides in order (A, B, C),
     or only the sides in ``only``.
 
+    A run cut short (no ``ab-summary.json``: the device time ran out) gives the rows its repeats
+    measured; ``repeats`` says how many each row has.
+
     Raises:
-        BenchError: no ``ab-summary.json`` there (not an ab_traffic run), a side in ``only`` the run
+        BenchError: neither ``ab-summary.json`` nor a ``repeat*/SIDE/real-traffic.csv`` there (not
+            an ab_traffic run), a side in ``only`` the run
             did not have, or no rows in any repeat.
     """
     from bench.ab_traffic import SIDES, read_rows
     from bench.traffic import TRAFFIC_COLUMNS
 
     summary_path = run / "ab-summary.json"
+    repeat_dirs = sorted((p for p in run.glob("repeat*") if p.is_dir() and p.name[6:].isdigit()),
+                         key=lambda p: int(p.name[6:]))
     try:
-        summary = json.loads(summary_path.read_text())
+        sides = [s for s in SIDES if s in json.loads(summary_path.read_text()).get("servers", {})]
     except (OSError, ValueError) as exc:
-        raise BenchError(f"{run} is not a bench.ab_traffic run ({summary_path}: "
-                         f"{getattr(exc, 'strerror', None) or exc})") from None
-    sides = [s for s in SIDES if s in summary.get("servers", {})]
+        # a run cut short (device time) writes no summary: its sides are the repeats' folders
+        sides = [s for s in SIDES if any((rd / s / "real-traffic.csv").exists() for rd in repeat_dirs)]
+        if not sides:
+            raise BenchError(f"{run} is not a bench.ab_traffic run ({summary_path}: "
+                             f"{getattr(exc, 'strerror', None) or exc}; no repeat*/SIDE/real-traffic.csv)") from None
     missing = sorted(set(only or ()) - set(sides))
     if missing:
         raise BenchError(f"{run} has no side {', '.join(missing)} (it has {', '.join(sides) or 'none'})")
     sides = [s for s in sides if only is None or s in only]
-    repeat_dirs = sorted((p for p in run.glob("repeat*") if p.is_dir()), key=lambda p: int(p.name[6:] or 0))
     out: List[Dict[str, str]] = []
     for side in sides:
         groups: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}

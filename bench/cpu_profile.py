@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
 import zlib
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 SCHEDULER_TITLE = "sglang::scheduler"
 RATE_HZ = 200  # samples per second
@@ -38,9 +39,14 @@ TOP = 30
 Stack = Tuple[str, ...]
 
 
-def scheduler_pids(proc: Path = Path("/proc")) -> List[int]:
+def scheduler_pids(proc: Path = Path("/proc"), port: Optional[int] = None) -> List[int]:
     """PIDs of processes whose command line (SGLang sets it with ``setproctitle``) starts with
-    ``sglang::scheduler``, TP 0 first (``sglang::scheduler_TP0`` sorts first), then by PID."""
+    ``sglang::scheduler``, TP 0 first (``sglang::scheduler_TP0`` sorts first), then by PID.
+
+    ``port``: only the schedulers of the server listening on that TCP port (processes descending
+    from the one that holds the listening socket: SGLang's HTTP server starts its schedulers), so
+    that with two servers on one machine (``bench.ab_traffic``) the one being measured is sampled;
+    [] when nothing here listens on it."""
     found = []
     for entry in proc.iterdir() if proc.is_dir() else []:
         if not entry.name.isdigit():
@@ -51,7 +57,48 @@ def scheduler_pids(proc: Path = Path("/proc")) -> List[int]:
             continue
         if title.startswith(SCHEDULER_TITLE):
             found.append((title, int(entry.name)))
+    if port is not None:
+        owners = listening_pids(port, proc)
+        found = [(title, pid) for title, pid in found if owners & set(ancestors(pid, proc))]
     return [pid for _, pid in sorted(found)]
+
+
+def listening_pids(port: int, proc: Path = Path("/proc")) -> Set[int]:
+    """PIDs holding a TCP socket (IPv4 or IPv6) that listens on ``port`` (``/proc/net/tcp*``, state
+    ``0A``; the socket's inode matched against each process's ``fd`` links)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    pids = set()
+    for entry in proc.iterdir() if inodes and proc.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def ancestors(pid: int, proc: Path = Path("/proc")) -> List[int]:
+    """``pid`` and its parents up to PID 1 (``/proc/PID/stat``'s fourth field), as far as readable."""
+    chain = []
+    while pid > 1 and pid not in chain:
+        chain.append(pid)
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+            pid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return chain
 
 
 def record_argv(pid: int, seconds: int, out: Path, rate: int = RATE_HZ) -> List[str]:
@@ -343,5 +390,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["scheduler_pids", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "compare",
+__all__ = ["scheduler_pids", "listening_pids", "ancestors", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "compare",
            "META_KEYS", "read_raw", "parse_file", "summary_path", "profile_row", "resummarize", "load_summary", "main"]

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# The next GPU run (one H200), prepared on 2026-12-05 (no GPU that session) after the 2026-12-04 fifth
-# session's run, whose results were lost with its machine's files (bench/GPU_PLAN.md). All with
-# bench.ab_traffic (servers up at once, 131072-token KV pools so three 8B servers fit, rows alternated,
-# 2 repeats, varied-closed at 32 / 64 / 128, 8B pair p = 0.2, greedy servers start without the
-# sampling-kernel build):
-#   1. fa3: none / forced off with pageable host copies (SPECCONSOLE_HOST_COPY_PINNED=0, as before
-#      2026-12-05) / forced off (defaults: pinned): the pinned copies' before and after where the 128 gap
-#      was measured (0.941 on 2026-12-04e), then one 128 row on A and C with py-spy on the scheduler;
-#   2. triton v2: none / forced off / forced off + the lean future map (opt-in);
-#   3. v1: none / forced off (the lean v1 step). (The fused fa3 verify metadata waits for a later run.)
-# Steps and carries as bench/gpu_run_2026_12_03c.sh (install 3, part 1..6, wait), except `models`
-# here (the 8B pair only: nothing in this run needs the 1B pair). Rename it to its date when run.
-set -uo pipefail
+# The next GPU run, prepared on 2026-12-05 after bench/results/h100-2026-12-05/ (triton off / none
+# 0.967-0.996, fa3 0.947-0.962, v1 0.86-0.95 in one repeat; the OFF side's py-spy profile sampled the
+# idle server, mended since). It adapts to the GPU's memory, all with bench.ab_traffic (servers up
+# at once, 131072-token KV pools, rows alternated, 2 repeats, varied-closed at 32 / 64 / 128, 8B pair
+# p = 0.2):
+#   1. v1 none / forced off, both repeats (the last run's second was cut);
+#   2. fa3 none / forced off (on an H200 also forced off with pageable host copies), then at 128 the
+#      torch profiler (GPU timeline, `bench.throughput compare-profiles`) and py-spy on the measured
+#      server's scheduler (`bench.cpu_profile compare`): where fa3's OFF gap at 64 / 128 goes.
+# Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
+# .gpuwheels/B .devrun, part 1..5 1 and part 6 3 with .gpuwheels/FN, then wait 560 until all.done),
+# except `models` here (the 8B pair only). Rename it to its date when run.
 export SELF=bench/gpu_run_next.sh
+set -uo pipefail
 R=/tmp/run
 case "${1:-}" in
   models)
@@ -38,15 +38,13 @@ ab() {  # ab NAME ARGS...: one bench.ab_traffic run
 fa3_ready() { for t in $(seq 300); do [ -e "$R/fa3.ready" ] && return 0; sleep 1; done; return 1; }
 mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
 echo "gpu memory ${mib} MiB" >>"$R/jobs.log"
-# triton first (no FA3 needed: its six pieces arrive while it runs), then fa3, then v1
-if [ "${mib:-0}" -ge 100000 ]; then  # H200: three 8B servers with 131072-token pools (~100 GB) fit
-  ab ab-triton --a none --b off --max-total-tokens 131072
-  fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --c off --max-total-tokens 131072 \
-    --b-env SPECCONSOLE_HOST_COPY_PINNED=0 --cpu-profile-row varied-closed:128 --profile-sides a,c
-else  # H100 (~80 GB): two 8B servers at a time (~67 GB)
-  ab ab-triton --a none --b off --max-total-tokens 131072
-  fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
-    --cpu-profile-row varied-closed:128
-fi
+# v1 first (no FA3 needed: its six pieces arrive while it runs), then fa3 with both profilers at 128
 ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
+if [ "${mib:-0}" -ge 100000 ]; then  # H200: a third server, forced off with pageable host copies
+  fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --c off --max-total-tokens 131072 \
+    --c-env SPECCONSOLE_HOST_COPY_PINNED=0 --profile-row varied-closed:128 --cpu-profile-row varied-closed:128
+else  # H100 (~80 GB): two 8B servers at a time (~67 GB)
+  fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
+    --profile-row varied-closed:128 --cpu-profile-row varied-closed:128
+fi
 touch "$R/all.done"

@@ -594,8 +594,11 @@ class CpuProfile:
     writes ``OUT/cpu-profile-...txt`` (raw) and ``.json`` (the summary, tokens estimated from the
     row's output tok/s); every failure is recorded and printed, never raised."""
 
-    def __init__(self, config: str, p_wrong: Any, facts: Dict[str, Any], spec: ProfileSpec, out: Path):
+    def __init__(self, config: str, p_wrong: Any, facts: Dict[str, Any], spec: ProfileSpec, out: Path,
+                 port: Optional[int] = None):
         from bench import cpu_profile
+
+        self.port = port  # the measured server's: with two servers up (bench.ab_traffic), its scheduler only
 
         self.cpu_profile = cpu_profile
         self.name = profile_name(config, facts["worker"], p_wrong, spec, kind="cpu-profile")
@@ -608,9 +611,11 @@ class CpuProfile:
 
     def _record(self, delay_s: float) -> None:
         time.sleep(delay_s)
-        pids = self.cpu_profile.scheduler_pids()
+        pids = self.cpu_profile.scheduler_pids(port=self.port)
         if not pids:
-            self.result = {"ok": False, "error": f"no {self.cpu_profile.SCHEDULER_TITLE}* process on this machine"}
+            where = f" of the server listening on port {self.port}" if self.port is not None else ""
+            self.result = {"ok": False,
+                           "error": f"no {self.cpu_profile.SCHEDULER_TITLE}* process{where} on this machine"}
             return
         self.result = {"pid": pids[0], **self.cpu_profile.record(pids[0], self.cpu_profile.RECORD_SECONDS, self.raw)}
 
@@ -655,7 +660,7 @@ def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Pl
     profiled = None
     for name, argv, path, lv in plan.argvs(host, port, work, tag):
         t0 = time.time()
-        cpu = (CpuProfile(config, p_wrong, facts, plan.cpu_profile, csv_path.parent)
+        cpu = (CpuProfile(config, p_wrong, facts, plan.cpu_profile, csv_path.parent, int(port))
                if plan.cpu_profile is not None and plan.cpu_profile.matches(name, lv) else None)
         res = run_bench_serving(argv, path)
         row = build_row(config, parse_workload(name), p_wrong, facts, res, num_prompts=lv["num_prompts"],

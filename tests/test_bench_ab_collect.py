@@ -81,3 +81,17 @@ def test_bad_runs_are_refused_and_no_csv_is_written(tmp_path, capsys, make, mess
     assert ab_collect.main([str(make(tmp_path)), "--csv", str(out)]) == 1
     assert message in capsys.readouterr().err
     assert out.read_text() == "earlier\n"  # left as it was
+
+
+def test_a_run_cut_short_without_a_summary_gives_the_rows_its_repeats_measured(tmp_path):
+    """The device time ran out in repeat 1 (2026-12-05's v1 pair): no ab-summary.json; the sides
+    are the repeats' folders and ``repeats`` says how many each row has."""
+    run = write_run(tmp_path, "ab-v1", {"a": "none", "b": "off"}, {
+        (0, "a"): [row("none", 32, 2600, 11.0), row("none", 128, 5000, 20.0)],
+        (0, "b"): [row("off", 32, 2500, 11.7, threshold="1"), row("off", 128, 4400, 24.0, threshold="1")],
+        (1, "b"): [row("off", 32, 2400, 12.0, threshold="1")],
+    })
+    (run / "ab-summary.json").unlink()
+    got = [(r["side"], r["concurrency"], r["output_tok_s"], r["repeats"]) for r in ab_collect.collect(run)]
+    assert got == [("a", "32", "2600", "1"), ("a", "128", "5000", "1"), ("b", "32", "2450", "2"),
+                   ("b", "128", "4400", "1")]

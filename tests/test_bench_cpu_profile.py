@@ -151,3 +151,49 @@ def test_a_broken_gzip_recording_is_one_line_naming_the_file(tmp_path, capsys):
     assert cpu_profile.main(["summarize", str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "Traceback" not in err
+
+
+def _fake_proc(tmp_path, procs, listening):
+    """A /proc with ``procs`` {pid: (title, ppid, [socket inodes])} and a tcp table listening on
+    ``listening`` {port: inode}."""
+    import os
+
+    for pid, (title, ppid, inodes) in procs.items():
+        d = tmp_path / str(pid)
+        (d / "fd").mkdir(parents=True)
+        (d / "cmdline").write_bytes(title + b"\0")
+        (d / "stat").write_text(f"{pid} ({title.decode()} (odd) name) S {ppid} 1 1 0")
+        for n, inode in enumerate(inodes):
+            os.symlink(f"socket:[{inode}]", d / "fd" / str(n + 3))
+    (tmp_path / "net").mkdir()
+    head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    rows = [f"   {i}: 00000000:{port:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 {inode}"
+            for i, (port, inode) in enumerate(listening.items())]
+    rows.append(f"   9: 0100007F:{30001:04X} 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 777")
+    (tmp_path / "net" / "tcp").write_text(head + "\n".join(rows) + "\n")
+
+
+def test_with_two_servers_up_only_the_schedulers_of_the_one_on_the_port_are_sampled(tmp_path):
+    """bench.ab_traffic keeps two servers up: sampling the lowest-PID scheduler profiled the idle
+    server (2 samples on 2026-12-05); the port picks the measured one's, TP 0 first."""
+    _fake_proc(tmp_path, {
+        100: (b"python3", 1, [5001]), 101: (b"sglang::scheduler_TP0", 100, []),
+        200: (b"python3", 1, [5002, 777]), 201: (b"sglang::scheduler_TP1", 200, []),
+        202: (b"sglang::scheduler_TP0", 200, []), 203: (b"sglang::detokenizer", 200, []),
+    }, {30000: 5001, 30001: 5002})
+    assert cpu_profile.scheduler_pids(tmp_path) == [101, 202, 201]
+    assert cpu_profile.scheduler_pids(tmp_path, port=30001) == [202, 201]
+    assert cpu_profile.scheduler_pids(tmp_path, port=30000) == [101]
+    assert cpu_profile.scheduler_pids(tmp_path, port=30002) == []  # nothing listens there
+    assert cpu_profile.listening_pids(30001, tmp_path) == {200}  # the connected socket 777 is not listening
+    assert cpu_profile.ancestors(202, tmp_path) == [202, 200]
+
+
+def test_a_socket_listening_in_this_process_is_found_in_the_real_proc():
+    import os
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert os.getpid() in cpu_profile.listening_pids(s.getsockname()[1])

@@ -1005,7 +1005,7 @@ def cpu_profile_call(monkeypatch, server, config, concurrency, row, pids, tmp_pa
     """``traffic --cpu-profile-row ROW`` against ``server`` with the scheduler PIDs ``pids``; its --out."""
     from bench import cpu_profile
 
-    monkeypatch.setattr(cpu_profile, "scheduler_pids", lambda: pids)
+    monkeypatch.setattr(cpu_profile, "scheduler_pids", lambda port=None: pids)
     monkeypatch.setattr(cpu_profile, "RECORD_DELAY_S", 0.0)
     out = tmp_path / "o"
     cli(monkeypatch, "traffic", "--url", server.url, "--config", config, "--p-wrong", "0.2", "--workloads",
