@@ -9,17 +9,10 @@
 set -uo pipefail
 export SELF=bench/gpu_run_2026_12_04e.sh
 [ "${1:-}" = chain ] || exec bash bench/gpu_run_2026_12_03c.sh "$@"
-R=/tmp/run
+source bench/gpu_ab_steps.sh
 source .gpuwheels/B/env.sh
 bash bench/gpu_run_2026_12_03c.sh heartbeat
 for t in $(seq 300); do [ -e "$R/models.done" ] && [ -e "$R/fa3.ready" ] && break; sleep 1; done
-ab() {  # ab NAME ARGS...: one bench.ab_traffic run
-  local name=$1 t0=$SECONDS; shift
-  python3 -m bench.ab_traffic --models /tmp/models/8b/p0.2 --repeats 2 --workloads varied-closed \
-    --out "$R/$name" "$@" >"$R/$name.log" 2>&1
-  echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
-  pkill -f launch_server; sleep 2; pkill -9 -f launch_server
-}
 NEW=(--b-env SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=1 --b-env SPECCONSOLE_OFF_LEAN_V2_VERIFY=1)
 ab ab-fa3-none --attention-backend fa3 --a none --b off "${NEW[@]}"
 ab ab-fa3-new --attention-backend fa3 --a off --b off "${NEW[@]}"

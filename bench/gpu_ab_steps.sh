@@ -1,0 +1,33 @@
+# Sourced by the bench.ab_traffic GPU runs (bench/gpu_run_2026_12_04e.sh and later): the 8B pair's
+# `models` step and the chain's helpers. The other steps (install, part, wait, heartbeat) are
+# bench/gpu_run_2026_12_03c.sh's.
+R=/tmp/run
+
+models_8b() {  # step `models` (carry .gpuwheels/A): wheels to /tmp/whl; the 8B pair p = 0.2 written in the background
+  mkdir -p /tmp/whl "$R" /tmp/fa3parts && cp .gpuwheels/A/*.whl /tmp/whl/ && ls /tmp/whl | wc -l
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  setsid bash -c 'export PYTHONUNBUFFERED=1
+    python3 -m bench.synthetic_models --out /tmp/models/8b/p0.2 --preset 8b --p-wrong 0.2 --device cuda 2>&1 | tail -n 2
+    touch /tmp/run/models.done' >"$R/models.log" 2>&1 </dev/null &
+  sleep 1
+}
+
+chain_start() {  # the chain's start: SGLang's environment, the heartbeat, the models written
+  source .gpuwheels/B/env.sh
+  bash bench/gpu_run_2026_12_03c.sh heartbeat
+  for t in $(seq 300); do [ -e "$R/models.done" ] && break; sleep 1; done
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+  echo "gpu memory ${mib} MiB" >>"$R/jobs.log"
+}
+
+ab() {  # ab NAME ARGS...: one bench.ab_traffic run into $R/NAME, its time in jobs.log
+  local name=$1 t0=$SECONDS; shift
+  python3 -m bench.ab_traffic --models /tmp/models/8b/p0.2 --repeats 2 --workloads varied-closed \
+    --out "$R/$name" "$@" >"$R/$name.log" 2>&1
+  echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
+  pkill -f launch_server; sleep 2; pkill -9 -f launch_server
+}
+
+fa3_ready() {  # wait up to 300 s for the FA3 kernel (its six pieces come by `part` calls)
+  for t in $(seq 300); do [ -e "$R/fa3.ready" ] && return 0; sleep 1; done; return 1
+}
