@@ -31,3 +31,11 @@ ab() {  # ab NAME ARGS...: one bench.ab_traffic run into $R/NAME, its time in jo
 fa3_ready() {  # wait up to 300 s for the FA3 kernel (its six pieces come by `part` calls)
   for t in $(seq 300); do [ -e "$R/fa3.ready" ] && return 0; sleep 1; done; return 1
 }
+
+dispatch() {  # a run script's steps: `models` here, `chain` starts the chain (the script goes on), the rest 03c's
+  case "${1:-}" in
+    models) models_8b; exit 0 ;;
+    chain) chain_start ;;
+    *) exec bash bench/gpu_run_2026_12_03c.sh "$@" ;;
+  esac
+}

@@ -11,11 +11,7 @@
 export SELF=bench/gpu_run_2026_12_05.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
-case "${1:-}" in
-  models) models_8b; exit 0 ;;
-  chain) chain_start ;;
-  *) exec bash bench/gpu_run_2026_12_03c.sh "$@" ;;
-esac
+dispatch "$@"
 # triton first (no FA3 needed: its six pieces arrive while it runs), then fa3, then v1
 if [ "${mib:-0}" -ge 100000 ]; then  # H200: three 8B servers with 131072-token pools (~100 GB) fit
   ab ab-triton --a none --b off --max-total-tokens 131072

@@ -14,11 +14,7 @@
 export SELF=bench/gpu_run_next.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
-case "${1:-}" in
-  models) models_8b; exit 0 ;;
-  chain) chain_start ;;
-  *) exec bash bench/gpu_run_2026_12_03c.sh "$@" ;;
-esac
+dispatch "$@"
 # v1 first (no FA3 needed: its six pieces arrive while it runs), then fa3 with both profilers at 128
 ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
 if [ "${mib:-0}" -ge 100000 ]; then  # H200: a third server, forced off with pageable host copies

@@ -598,9 +598,8 @@ class CpuProfile:
                  port: Optional[int] = None):
         from bench import cpu_profile
 
-        self.port = port  # the measured server's: with two servers up (bench.ab_traffic), its scheduler only
-
         self.cpu_profile = cpu_profile
+        self.port = port  # the measured server's: with two servers up (bench.ab_traffic), its scheduler only
         self.name = profile_name(config, facts["worker"], p_wrong, spec, kind="cpu-profile")
         self.raw = out / f"{self.name}.txt"
         self.meta = dict(zip(cpu_profile.META_KEYS, (config, facts["worker"], p_wrong, spec.workload, spec.level,
@@ -660,7 +659,7 @@ def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Pl
     profiled = None
     for name, argv, path, lv in plan.argvs(host, port, work, tag):
         t0 = time.time()
-        cpu = (CpuProfile(config, p_wrong, facts, plan.cpu_profile, csv_path.parent, int(port))
+        cpu = (CpuProfile(config, p_wrong, facts, plan.cpu_profile, csv_path.parent, port)
                if plan.cpu_profile is not None and plan.cpu_profile.matches(name, lv) else None)
         res = run_bench_serving(argv, path)
         row = build_row(config, parse_workload(name), p_wrong, facts, res, num_prompts=lv["num_prompts"],

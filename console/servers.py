@@ -217,6 +217,11 @@ def _worker_entries(body: Any) -> list[Any] | None:
     return urls if isinstance(urls, list) else None
 
 
+def _listed(items: list[str], n: int) -> str:
+    """The first ``n`` of ``items``, comma-separated, `` ...`` after them when there are more."""
+    return ", ".join(items[:n]) + (" ..." if len(items) > n else "")
+
+
 def expand_routers(cfg: AppConfig, lookup=router_workers) -> AppConfig:
     """Attach mode: every URL that is SGLang's router replaced by its workers (each worker once;
     a router without workers stays a row of its own). One server left: the plain single-server
@@ -235,12 +240,12 @@ def expand_routers(cfg: AppConfig, lookup=router_workers) -> AppConfig:
             out.append(t)
             continue
         notes.append(f"{t.url} is SGLang's router: watching its {len(workers)} worker(s) "
-                     f"{', '.join(short_url(w) for w in workers[:8])}{' ...' if len(workers) > 8 else ''}"
+                     f"{_listed([short_url(w) for w in workers], 8)}"
                      + (" (the router's --log is not a worker's: no log)" if t.log_path else ""))
         left_out = getattr(workers, "left_out", [])
         if left_out:
             notes.append(f"{t.url} listed {len(left_out)} worker(s) the console cannot watch (not an http(s) "
-                         f"URL): {', '.join(left_out[:5])}{' ...' if len(left_out) > 5 else ''}")
+                         f"URL): {_listed(left_out, 5)}")
         out += [ServerTarget(w, None, t.api_key) for w in workers]
     seen: set[str] = set()
     unique = []
