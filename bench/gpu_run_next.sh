@@ -7,7 +7,9 @@
 #   1. v1 none / forced off, both repeats (the last run's second was cut);
 #   2. fa3 none / forced off (on an H200 also forced off with pageable host copies), then at 128 the
 #      torch profiler (GPU timeline, `bench.throughput compare-profiles`) and py-spy on the measured
-#      server's scheduler (`bench.cpu_profile compare`): where fa3's OFF gap at 64 / 128 goes.
+#      server's scheduler (`bench.cpu_profile compare`): where fa3's OFF gap at 64 / 128 goes;
+#   3. while device time lasts: fa3 none / forced off with the lean future map and the fused fa3 verify
+#      metadata (both opt-in, first time on a GPU): the same ratio as 2 with the two levers on.
 # Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
 # .gpuwheels/B .devrun, part 1..5 1 and part 6 3 with .gpuwheels/FN, then wait 560 until all.done),
 # except `models` here (the 8B pair only). Rename it to its date when run.
@@ -24,4 +26,6 @@ else  # H100 (~80 GB): two 8B servers at a time (~67 GB)
   fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
     --profile-row varied-closed:128 --cpu-profile-row varied-closed:128
 fi
+fa3_ready && ab ab-fa3-levers --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
+  --b-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 --b-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1
 touch "$R/all.done"
