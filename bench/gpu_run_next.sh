@@ -17,15 +17,9 @@ export SELF=bench/gpu_run_next.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
-# v1 first (no FA3 needed: its six pieces arrive while it runs), then fa3 with both profilers at 128
+# A short lease (the first of 2026-12-05's second session was taken back mid-run, nothing returned):
+# fa3 first, one repeat, for its profiles at 128; then v1's both repeats while device time lasts
+fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 --repeats 1 \
+  --profile-row varied-closed:128 --cpu-profile-row varied-closed:128
 ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
-if [ "${mib:-0}" -ge 100000 ]; then  # H200: a third server, forced off with pageable host copies
-  fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --c off --max-total-tokens 131072 \
-    --c-env SPECCONSOLE_HOST_COPY_PINNED=0 --profile-row varied-closed:128 --cpu-profile-row varied-closed:128
-else  # H100 (~80 GB): two 8B servers at a time (~67 GB)
-  fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
-    --profile-row varied-closed:128 --cpu-profile-row varied-closed:128
-fi
-fa3_ready && ab ab-fa3-levers --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
-  --b-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 --b-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1
 touch "$R/all.done"
