@@ -26,7 +26,12 @@ fa3_unpack() {
   (env_sh; bash $F/apply-fa3.sh) > "$R/fa3.log" 2>&1 && touch "$R/fa3.ready"
   tail -n 3 "$R/fa3.log"
 }
-pack() { tar czf "${OUT:-/tmp/out}/run.tgz" --exclude='work' --exclude='load' --exclude='*.trace.json*' -C "$R" . 2>/dev/null; }
+pack() {  # run.tgz without the profiler traces; traces.tgz with them while under the 16 MiB a file may have
+  local o=${OUT:-/tmp/out}
+  tar czf "$o/run.tgz" --exclude='work' --exclude='load' --exclude='*.trace.json*' -C "$R" . 2>/dev/null
+  (cd "$R" && find . -name '*.trace.json*' | tar cf "$o/traces.tar" -T - 2>/dev/null)
+  [ "$(stat -c %s "$o/traces.tar" 2>/dev/null || echo 0)" -le 16000000 ] || rm -f "$o/traces.tar"
+}
 case "$step" in
   models)
     mkdir -p /tmp/whl "$R" $F && cp .gpuwheels/A/*.whl /tmp/whl/ && ls /tmp/whl | wc -l

@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
-# The next GPU run, prepared on 2026-12-05 after bench/results/h100-2026-12-05/ (triton off / none
-# 0.967-0.996, fa3 0.947-0.962, v1 0.86-0.95 in one repeat; the OFF side's py-spy profile sampled the
-# idle server, mended since). It adapts to the GPU's memory, all with bench.ab_traffic (servers up
-# at once, 131072-token KV pools, rows alternated, 2 repeats, varied-closed at 32 / 64 / 128, 8B pair
-# p = 0.2):
-#   1. v1 none / forced off, both repeats (the last run's second was cut);
-#   2. fa3 none / forced off (on an H200 also forced off with pageable host copies), then at 128 the
-#      torch profiler (GPU timeline, `bench.throughput compare-profiles`) and py-spy on the measured
-#      server's scheduler (`bench.cpu_profile compare`): where fa3's OFF gap at 64 / 128 goes;
-#   3. while device time lasts: fa3 none / forced off with the lean future map and the fused fa3 verify
-#      metadata (both opt-in, first time on a GPU): the same ratio as 2 with the two levers on.
+# The next GPU run, prepared on 2026-12-05 after bench/results/h100-2026-12-05b/ (fa3 at 128: the OFF
+# server's prefill steps take 24.3 ms against 17.4, mostly GPU idle; its trace had 2.7x the event syncs,
+# 2.5x the stream syncs and 36 blocking copies against 2, but the traces stayed on the GPU machine). All
+# with bench.ab_traffic (servers up at once, 131072-token KV pools, rows alternated, varied-closed at
+# 32 / 64 / 128, 8B pair p = 0.2); it adapts to an H100 or an H200 only in the servers it starts:
+#   1. fa3 none / forced off, one repeat, then the torch profiler at 128 on both: the trace summaries
+#      now name each sync's and each GPU gap's CPU site (bench.trace_summary sync_sites / idle_sites)
+#      and the traces come back in $OUT/traces.tar;
+#   2. v1 none / forced off, both repeats (twice cut by the device time so far);
+#   3. fa3 none / forced off with the lean future map and the fused fa3 verify metadata (first time on a GPU).
 # Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
-# .gpuwheels/B .devrun, part 1..5 1 and part 6 3 with .gpuwheels/FN, then wait 560 until all.done),
-# except `models` here (the 8B pair only). Rename it to its date when run.
+# .gpuwheels/B .devrun, part 1..5 1 and part 6 200 with .gpuwheels/FN, then `wait` calls of at most
+# ~400 s: a machine taken back mid-call returns nothing). Rename it to its date when run.
 export SELF=bench/gpu_run_next.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
-# A short lease (the first of 2026-12-05's second session was taken back mid-run, nothing returned):
-# fa3 first, one repeat, for its profiles at 128; then v1's both repeats while device time lasts
 fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 --repeats 1 \
-  --profile-row varied-closed:128 --cpu-profile-row varied-closed:128
+  --profile-row varied-closed:128
 ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
+fa3_ready && ab ab-fa3-levers --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
+  --b-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 --b-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1
 touch "$R/all.done"

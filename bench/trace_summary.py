@@ -14,6 +14,10 @@ Prints JSON: ``window_ms`` (first GPU activity to last), ``gpu_busy_ms`` / ``gpu
 ``cuda*Synchronize`` and synchronous ``cudaMemcpy`` calls, count and total ms) and ``top_gpu``
 (the GPU activities with the most total time, by name: count, total ms, mean us), so that two
 traces, e.g. an OFF step and a decode step without speculation, can be compared kernel by kernel.
+``sync_sites`` and ``idle_sites`` say where the CPU waited and what the idle GPU waited for: each
+sync, and each gap by the launch of the activity that ended it, under the CPU ops that enclose it
+on its thread (:func:`site_of`), the ``top`` sites by total ms (the trace files themselves stay on
+the GPU machine, so these are what a run brings back).
 
 ``--stages`` adds :func:`stage_summary` under ``stages``: a window of live serving (prefills and
 decode steps mixed) split by what each GPU activity was launched for (target prefill, draft
@@ -126,6 +130,23 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP
     for s in syncs.values():
         s["total_ms"] = round(s["total_ms"], 3)
     steps = sum(1 for e in complete if str(e.get("name", "")).startswith("ProfilerStep#"))
+    ops = cpu_ops_by_thread(complete)
+    sync_sites: Dict[Tuple[str, str], List[float]] = {}
+    for e in runtime:
+        name = str(e.get("name", ""))
+        if "Synchronize" in name or (name in ("cudaMemcpy", "cudaMemcpyAsync") and _is_blocking_copy(e)):
+            sync_sites.setdefault((site_of(ops, e), name), []).append(float(e["dur"]))
+    launches = _launches(complete)
+    first_at = {float(g["ts"]): g for g in gpu_events}  # the activity that ends a gap starts it
+    idle_sites: Dict[Tuple[str, str], List[float]] = {}
+    for a, b in zip(busy, busy[1:]):
+        if b[0] - a[1] <= gap_us:
+            continue
+        g = first_at.get(b[0])
+        launch = launches.get((g.get("args") or {}).get("correlation")) if g is not None else None
+        key = (site_of(ops, launch) if launch is not None else "(no launch in the trace)",
+               str(launch.get("name", "")) if launch is not None else "")
+        idle_sites.setdefault(key, []).append(b[0] - a[1])
     by_name: Dict[str, List[float]] = {}
     for e in gpu_events:
         by_name.setdefault(str(e.get("name", "")), []).append(float(e["dur"]))
@@ -139,9 +160,82 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP
         "graph_launches": sum(1 for e in runtime if e.get("name") == "cudaGraphLaunch"),
         "steps": steps or None,
         "syncs": syncs,
+        "sync_sites": _ranked_sites(sync_sites, top),
+        "idle_sites": _ranked_sites(idle_sites, top),
         "top_gpu": [{"name": name[:120], "count": len(d), "total_ms": round(sum(d) / 1000, 3),
                      "mean_us": round(sum(d) / len(d), 2)} for name, d in ranked],
     }
+
+
+#: the CPU-side events a sync or a launch is placed under (ATen ops and record_function spans)
+SITE_CATEGORIES = ("cpu_op", "user_annotation")
+def cpu_ops_by_thread(complete: List[Dict[str, Any]]) -> Dict[Any, Tuple[List[float], List[Dict[str, Any]], List[int]]]:
+    """Per ``(pid, tid)``: the start times, the CPU ops / annotations (:data:`SITE_CATEGORIES`,
+    ``ProfilerStep#N`` left out) of ``complete`` sorted by start (the longer first at a tie), and
+    each one's parent (the index of the innermost op enclosing it, -1 for none), for :func:`site_of`."""
+    by: Dict[Any, List[Dict[str, Any]]] = {}
+    for e in complete:
+        if (str(e.get("cat", "")).lower() in SITE_CATEGORIES
+                and not str(e.get("name", "")).startswith("ProfilerStep#")):
+            by.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    out = {}
+    for key, evs in by.items():
+        evs.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))
+        parents, stack = [], []
+        for i, e in enumerate(evs):
+            end = float(e["ts"]) + float(e["dur"])
+            while stack and float(evs[stack[-1]]["ts"]) + float(evs[stack[-1]]["dur"]) < end:
+                stack.pop()
+            parents.append(stack[-1] if stack else -1)
+            stack.append(i)
+        out[key] = ([float(e["ts"]) for e in evs], evs, parents)
+    return out
+
+
+def _site_name(event: Dict[str, Any]) -> str:
+    m = STEP_SPAN.match(str(event.get("name", "")))
+    return f"step[{m['mode']}]" if m else str(event.get("name", ""))[:80]
+
+
+def site_of(ops: Dict[Any, Tuple[List[float], List[Dict[str, Any]], List[int]]], event: Dict[str, Any]) -> str:
+    """Where on the CPU ``event`` (a runtime call: sync, copy, launch) happened: the outermost CPU
+    op enclosing it on its thread, then the two innermost, ``"step[EXTEND] > aten::to >
+    aten::copy_"`` (a ``step[MODE bs=B ...]`` span as ``step[MODE]``); ``"(no CPU op)"`` when
+    none encloses it. ``ops``: :func:`cpu_ops_by_thread`'s."""
+    import bisect
+
+    starts, evs, parents = ops.get((event.get("pid"), event.get("tid")), ([], [], []))
+    t0 = float(event["ts"])
+    t1 = t0 + float(event.get("dur", 0))
+    j = bisect.bisect_right(starts, t0) - 1
+    while j >= 0 and float(evs[j]["ts"]) + float(evs[j]["dur"]) < t1:
+        j = parents[j]  # an op that ended before the event: its enclosing ones may still hold it
+    enclosing = []  # innermost first
+    while j >= 0:
+        enclosing.append(evs[j])
+        j = parents[j]
+    if not enclosing:
+        return "(no CPU op)"
+    names = [_site_name(e) for e in enclosing]
+    chain = [names[-1]] + list(reversed(names[:2]))
+    return " > ".join(dict.fromkeys(chain))
+
+
+def _launches(complete: List[Dict[str, Any]]) -> Dict[Any, Dict[str, Any]]:
+    """The CPU launch (runtime or driver call) of each correlation id."""
+    out: Dict[Any, Dict[str, Any]] = {}
+    for e in complete:
+        if str(e.get("cat", "")).lower() in LAUNCH_CATEGORIES:
+            corr = (e.get("args") or {}).get("correlation")
+            if corr is not None:
+                out[corr] = e
+    return out
+
+
+def _ranked_sites(sites: Dict[Tuple[str, str], List[float]], top: int) -> List[Dict[str, Any]]:
+    ranked = sorted(sites.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [{"site": site, "call": call, "count": len(d), "total_ms": round(sum(d) / 1000, 3)}
+            for (site, call), d in ranked]
 
 
 def _is_blocking_copy(event: Dict[str, Any]) -> bool:
@@ -229,12 +323,7 @@ def _attribute(complete: List[Dict[str, Any]], gpu_events: List[Dict[str, Any]],
     """``(start, end, stage, span index or None)`` of every GPU activity (see :data:`CLASSIFIED_BY`)."""
     import bisect
 
-    launches: Dict[Any, Dict[str, Any]] = {}
-    for e in complete:
-        if str(e.get("cat", "")).lower() in LAUNCH_CATEGORIES:
-            corr = (e.get("args") or {}).get("correlation")
-            if corr is not None:
-                launches[corr] = e
+    launches = _launches(complete)
     threads: Dict[Any, Tuple[List[float], List[int]]] = {}
     anywhere: Tuple[List[float], List[int]] = ([], [])
     for i, s in enumerate(spans):  # sorted by start

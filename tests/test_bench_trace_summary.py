@@ -300,3 +300,44 @@ def test_launches_on_a_thread_without_spans_are_matched_by_time():
     st = trace_summary.stage_summary(events)
     assert {c: v["total_ms"] for c, v in st["stages"].items()} == {
         "decode": 0.72, "prefill": 0.5, "unattributed": 0.05, "other": 0.03}
+
+
+def test_sync_and_idle_sites_name_the_cpu_ops_around_them():
+    """A sync inside ``aten::item`` of a prefill span and a gap ended by a launch from a decode span
+    are placed under those ops; one outside every op is ``(no CPU op)``."""
+    def at(e, tid=1, **args):
+        return {**e, "pid": 7, "tid": tid, **({"args": args} if args else {})}
+
+    trace = [
+        at(ev("user_annotation", "step[EXTEND bs=2 toks=900]", 0, 500)),
+        at(ev("cpu_op", "aten::item", 100, 300)),
+        at(ev("cpu_op", "aten::_local_scalar_dense", 110, 280)),
+        at(ev("cuda_runtime", "cudaStreamSynchronize", 120, 250)),
+        at(ev("cuda_runtime", "cudaLaunchKernel", 10, 5), correlation=1),
+        at(ev("kernel", "prefill_gemm", 20, 200), tid=99, correlation=1),
+        at(ev("user_annotation", "step[TARGET_VERIFY bs=2]", 600, 100)),
+        at(ev("cpu_op", "aten::mm", 610, 20)),
+        at(ev("cuda_runtime", "cudaLaunchKernel", 612, 5), correlation=2),
+        at(ev("kernel", "decode_gemm", 700, 50), tid=99, correlation=2),     # gap 220-700: its launch was in aten::mm
+        at(ev("cuda_runtime", "cudaEventSynchronize", 800, 40)),             # under no op
+    ]
+    s = trace_summary.summarize(trace, gap_us=20)
+    assert s["sync_sites"] == [
+        {"site": "step[EXTEND] > aten::item > aten::_local_scalar_dense", "call": "cudaStreamSynchronize",
+         "count": 1, "total_ms": 0.25},
+        {"site": "(no CPU op)", "call": "cudaEventSynchronize", "count": 1, "total_ms": 0.04},
+    ]
+    assert s["idle_sites"] == [{"site": "step[TARGET_VERIFY] > aten::mm", "call": "cudaLaunchKernel",
+                                "count": 1, "total_ms": 0.48}]
+
+
+def test_site_of_walks_past_ops_that_ended_before_the_event():
+    ops = trace_summary.cpu_ops_by_thread(trace_summary._complete([
+        {**ev("user_annotation", "step[EXTEND bs=2 toks=900]", 0, 500), "tid": 1},
+        {**ev("cpu_op", "aten::item", 100, 300), "tid": 1},
+        {**ev("cpu_op", "aten::_local_scalar_dense", 110, 280), "tid": 1},
+    ]))
+    assert trace_summary.site_of(ops, {**ev("cuda_runtime", "cudaStreamSynchronize", 450, 20), "tid": 1}) \
+        == "step[EXTEND]"
+    assert trace_summary.site_of(ops, {**ev("cuda_runtime", "cudaStreamSynchronize", 450, 20), "tid": 2}) \
+        == "(no CPU op)"
