@@ -14,7 +14,8 @@ Prints JSON: ``window_ms`` (first GPU activity to last), ``gpu_busy_ms`` / ``gpu
 ``cuda*Synchronize`` and synchronous ``cudaMemcpy`` calls, count and total ms) and ``top_gpu``
 (the GPU activities with the most total time, by name: count, total ms, mean us), so that two
 traces, e.g. an OFF step and a decode step without speculation, can be compared kernel by kernel.
-``sync_sites`` and ``idle_sites`` say where the CPU waited and what the idle GPU waited for: each
+``allocations``: the caching allocator's calls into the driver (``cudaMalloc``, ``cudaFree``,
+count and ms; a ``cudaFree`` waits for the device). ``sync_sites`` and ``idle_sites`` say where the CPU waited and what the idle GPU waited for: each
 sync, and each gap by the launch of the activity that ended it, under the CPU ops that enclose it
 on its thread (:func:`site_of`), the ``top`` sites by total ms (the trace files themselves stay on
 the GPU machine, so these are what a run brings back).
@@ -129,6 +130,15 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP
             s["total_ms"] += float(e["dur"]) / 1000
     for s in syncs.values():
         s["total_ms"] = round(s["total_ms"], 3)
+    allocations: Dict[str, Dict[str, float]] = {}  # cudaFree waits for the device; a cudaMalloc may too
+    for e in runtime:
+        name = str(e.get("name", ""))
+        if name.startswith(ALLOCATION_CALLS):
+            a = allocations.setdefault(name, {"count": 0, "total_ms": 0.0})
+            a["count"] += 1
+            a["total_ms"] += float(e["dur"]) / 1000
+    for a in allocations.values():
+        a["total_ms"] = round(a["total_ms"], 3)
     steps = sum(1 for e in complete if str(e.get("name", "")).startswith("ProfilerStep#"))
     ops = cpu_ops_by_thread(complete)
     sync_sites: Dict[Tuple[str, str], List[float]] = {}
@@ -160,12 +170,17 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP
         "graph_launches": sum(1 for e in runtime if e.get("name") == "cudaGraphLaunch"),
         "steps": steps or None,
         "syncs": syncs,
+        "allocations": allocations,
         "sync_sites": _ranked_sites(sync_sites, top),
         "idle_sites": _ranked_sites(idle_sites, top),
         "top_gpu": [{"name": name[:120], "count": len(d), "total_ms": round(sum(d) / 1000, 3),
                      "mean_us": round(sum(d) / len(d), 2)} for name, d in ranked],
     }
 
+
+#: CUDA runtime calls of the caching allocator going to the driver (PyTorch frees its cache and
+#: retries when an allocation fails: each cudaFree then synchronizes the device)
+ALLOCATION_CALLS = ("cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaFreeHost")
 
 #: the CPU-side events a sync or a launch is placed under (ATen ops and record_function spans)
 SITE_CATEGORIES = ("cpu_op", "user_annotation")
@@ -636,6 +651,50 @@ def format_comparison(cmp: Dict[str, Any], a_name: str = "A", b_name: str = "B")
         v = r["wall_ms"]
         lines.append(f"| {r['name']} | {r['steps']['a']} | {r['steps']['b']} | {fmt[0]} | {fmt[1]} | {v['a']:.2f} | "
                      f"{v['b']:.2f} | {v['diff']:+.2f} | {share(r)} | {r['idle_ms']['diff']:+.2f} |")
+    return "\n".join(lines)
+
+
+def sites_of(doc: Dict[str, Any]) -> Optional[Dict[str, List[Dict[str, Any]]]]:
+    """``{"sync_sites": [...], "idle_sites": [...]}`` of a traffic profile JSON's primary trace
+    (:func:`summarize`), or None where it has none (a summary from before they were recorded)."""
+    traces = doc.get("traces") if isinstance(doc, dict) else None
+    if not isinstance(traces, dict) or not traces:
+        return None
+    trace = traces.get(doc.get("primary")) or next(iter(traces.values()))
+    summary = trace.get("summary") if isinstance(trace, dict) else None
+    if not isinstance(summary, dict) or "sync_sites" not in summary:
+        return None
+    return {k: summary.get(k) or [] for k in ("sync_sites", "idle_sites")}
+
+
+def compare_sites(a: Dict[str, List[Dict[str, Any]]], b: Dict[str, List[Dict[str, Any]]],
+                  tokens_a: float, tokens_b: float) -> Dict[str, List[Dict[str, Any]]]:
+    """Per kind (``sync_sites``, ``idle_sites``) the sites of either window, with count and ms per
+    1000 output tokens on each side (``tokens_*``: the windows' output tokens), the largest B - A
+    first. A site only in the other side's top list counts 0 here."""
+    out = {}
+    for kind in ("sync_sites", "idle_sites"):
+        rows: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        for side, sites, tokens in (("a", a.get(kind) or [], tokens_a), ("b", b.get(kind) or [], tokens_b)):
+            for site in sites:
+                r = rows.setdefault((site["site"], site["call"]), {"site": site["site"], "call": site["call"],
+                                                                   "count": {"a": 0, "b": 0}, "ms": {"a": 0.0, "b": 0.0}})
+                r["count"][side] = site["count"]
+                r["ms"][side] = round(1000 * site["total_ms"] / tokens, 3) if tokens else 0.0
+        out[kind] = sorted(rows.values(), key=lambda r: -(r["ms"]["b"] - r["ms"]["a"]))
+    return out
+
+
+def format_sites(cmp: Dict[str, List[Dict[str, Any]]]) -> str:
+    """:func:`compare_sites` as two markdown tables."""
+    lines = []
+    for kind, title in (("sync_sites", "CPU waits (syncs, blocking copies) by CPU site"),
+                        ("idle_sites", "GPU idle gaps by the CPU site of the launch that ended them")):
+        lines += ["", f"{title}, ms per 1000 output tokens (each side's top sites):",
+                  "| site | call | A count | B count | A | B | B - A |", "|---|---|---|---|---|---|---|"]
+        for r in cmp[kind]:
+            lines.append(f"| {r['site']} | {r['call']} | {r['count']['a']} | {r['count']['b']} | {r['ms']['a']:.2f} | "
+                         f"{r['ms']['b']:.2f} | {r['ms']['b'] - r['ms']['a']:+.2f} |")
     return "\n".join(lines)
 
 

@@ -1384,8 +1384,13 @@ def compare_profiles(a: argparse.Namespace) -> Dict[str, Any]:
         cmp = trace_summary.compare_stages(*stages)
     except (ValueError, KeyError, TypeError) as exc:
         raise BenchError(f"cannot compare {a.a} with {a.b}: {exc}") from None
+    sites = [trace_summary.sites_of(d) for d in docs]
+    if all(sites):
+        cmp["sites"] = trace_summary.compare_sites(sites[0], sites[1], cmp["tokens"]["a"], cmp["tokens"]["b"])
     if a.json:
         print(json.dumps(cmp, indent=1))
     else:
         print(trace_summary.format_comparison(cmp, _profile_label(docs[0], a.a), _profile_label(docs[1], a.b)))
+        if "sites" in cmp:
+            print(trace_summary.format_sites(cmp["sites"]))
     return cmp

@@ -320,6 +320,8 @@ def test_sync_and_idle_sites_name_the_cpu_ops_around_them():
         at(ev("cuda_runtime", "cudaLaunchKernel", 612, 5), correlation=2),
         at(ev("kernel", "decode_gemm", 700, 50), tid=99, correlation=2),     # gap 220-700: its launch was in aten::mm
         at(ev("cuda_runtime", "cudaEventSynchronize", 800, 40)),             # under no op
+        at(ev("cuda_runtime", "cudaFree", 850, 30)), at(ev("cuda_runtime", "cudaMalloc", 880, 10)),
+        at(ev("cuda_runtime", "cudaMalloc", 890, 10)),
     ]
     s = trace_summary.summarize(trace, gap_us=20)
     assert s["sync_sites"] == [
@@ -327,6 +329,8 @@ def test_sync_and_idle_sites_name_the_cpu_ops_around_them():
          "count": 1, "total_ms": 0.25},
         {"site": "(no CPU op)", "call": "cudaEventSynchronize", "count": 1, "total_ms": 0.04},
     ]
+    assert s["allocations"] == {"cudaFree": {"count": 1, "total_ms": 0.03},
+                                "cudaMalloc": {"count": 2, "total_ms": 0.02}}
     assert s["idle_sites"] == [{"site": "step[TARGET_VERIFY] > aten::mm", "call": "cudaLaunchKernel",
                                 "count": 1, "total_ms": 0.48}]
 
@@ -341,3 +345,16 @@ def test_site_of_walks_past_ops_that_ended_before_the_event():
         == "step[EXTEND]"
     assert trace_summary.site_of(ops, {**ev("cuda_runtime", "cudaStreamSynchronize", 450, 20), "tid": 2}) \
         == "(no CPU op)"
+
+
+def test_compare_sites_per_1000_tokens_largest_difference_first():
+    site = lambda name, n, ms: {"site": name, "call": "cudaStreamSynchronize", "count": n, "total_ms": ms}
+    a = {"sync_sites": [site("step[EXTEND] > aten::item", 2, 1.0)], "idle_sites": []}
+    b = {"sync_sites": [site("step[EXTEND] > aten::item", 4, 2.0), site("(no CPU op)", 10, 8.0)], "idle_sites": []}
+    cmp = trace_summary.compare_sites(a, b, tokens_a=500, tokens_b=1000)
+    first, second = cmp["sync_sites"]
+    assert first["site"] == "(no CPU op)" and first["count"] == {"a": 0, "b": 10} and first["ms"] == {"a": 0.0, "b": 8.0}
+    assert second["ms"] == {"a": 2.0, "b": 2.0}  # 1 ms per 500 tokens = 2 per 1000
+    text = trace_summary.format_sites(cmp)
+    assert "| (no CPU op) | cudaStreamSynchronize | 0 | 10 | 0.00 | 8.00 | +8.00 |" in text
+    assert trace_summary.sites_of({"traces": {"t": {"summary": {"syncs": {}}}}}) is None  # recorded before sites

@@ -906,6 +906,7 @@ def test_profile_row_records_a_repeat_of_the_row_and_summarizes_it_by_stage(serv
     text = capsys.readouterr().out
     assert "A = off varied-closed c=64" in text and "B - A +0.00" in text
     assert "output tokens per decode step" in text and "NOT THE SAME LOAD" not in text
+    assert "GPU idle gaps by the CPU site of the launch that ended them" in text  # the summary recorded sites
 
 
 def test_a_profile_cut_short_is_stopped_and_a_failed_one_keeps_the_rows(servers, bench, tmp_path, monkeypatch,
