@@ -36,6 +36,11 @@ mean, min and max (``b_over_a``, ``geomean``, ``min``, ``max``), C's over A's wi
 prefix, and on open-loop rows the mean end-to-end latency's ratios (``b_e2e_over_a`` ...). One
 JSON line per step on stdout.
 
+``--freeze-gc`` posts SGLang's ``/freeze_gc`` to every server once all are ready, before the
+first row (``gc.freeze()`` in each scheduler and detokenizer: what exists then, the model, the CUDA
+graphs, SGLang's own objects, is no longer traversed by the garbage collector): with it on one run
+and off on another, whether the collector is what slows a scheduler's Python.
+
 ``--profile-row`` / ``--cpu-profile-row WORKLOAD:LEVEL`` (``bench.throughput traffic``'s: SGLang's
 torch profiler over a pass after the row, py-spy on the scheduler during the row) add one pass per
 side (``--profile-sides``, default all) after the repeats, that row alone, into ``OUT/profile/SIDE/`` (its row is not in the
@@ -216,6 +221,18 @@ def measure(a: argparse.Namespace, urls: Dict[str, str], labels: Dict[str, str])
     return steps
 
 
+def freeze_gc(url: str) -> int:
+    """POST SGLang's ``/freeze_gc`` (``http_server.py``: ``gc.freeze()`` in the scheduler and the
+    detokenizer) to the server at ``url``; its HTTP status.
+
+    Raises:
+        httpx.HTTPError: the server did not answer.
+    """
+    import httpx
+
+    return httpx.post(f"{url}/freeze_gc", timeout=30).status_code
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.ab_traffic", description=__doc__.split("\n\n")[0],
                                  allow_abbrev=False)
@@ -248,6 +265,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="the same pass with py-spy on each server's scheduler during the row (--cpu-profile-row)")
     ap.add_argument("--profile-sides", default="", metavar="a,b",
                     help="the sides the profile pass runs on (default: all)")
+    ap.add_argument("--freeze-gc", action="store_true",
+                    help="POST /freeze_gc to every server once all are ready, before the first row")
     ap.add_argument("--out", type=Path, required=True)
     return ap
 
@@ -315,6 +334,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             server_harness.wait_ready(servers[side], timeout_s=900)
             record["servers"][side]["startup_s"] = round(servers[side].ready_s, 1)
             _log({"step": "ready", "side": side, **record["servers"][side]})
+        if a.freeze_gc:
+            for side in sides:
+                record["servers"][side]["freeze_gc"] = freeze_gc(servers[side].url)
+                _log({"step": "freeze_gc", "side": side, "status": record["servers"][side]["freeze_gc"]})
         record["steps"] = measure(a, {s: servers[s].url for s in sides}, labels)
     except Exception as exc:  # noqa: BLE001 - recorded with what was measured
         record["error"] = f"{type(exc).__name__}: {exc}"

@@ -7,8 +7,11 @@
 #   1. fa3 none / forced off, one repeat, then the torch profiler at 128 on both: the trace summaries
 #      now name each sync's and each GPU gap's CPU site (bench.trace_summary sync_sites / idle_sites)
 #      and the traces come back in $OUT/traces.tar;
-#   2. v1 none / forced off, both repeats (twice cut by the device time so far);
-#   3. fa3 none / forced off with the lean future map and the fused fa3 verify metadata (first time on a GPU).
+#   2. fa3 none / forced off again with --freeze-gc (gc.freeze() in both schedulers before the rows):
+#      py-spy found SGLang's own Python ~1.5x slower in the OFF scheduler; if the collector is it, the
+#      ratio rises here against step 1;
+#   3. v1 none / forced off, both repeats (twice cut by the device time so far);
+#   4. fa3 none / forced off with the lean future map and the fused fa3 verify metadata (first time on a GPU).
 # Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
 # .gpuwheels/B .devrun, part 1..5 1 and part 6 200 with .gpuwheels/FN, then `wait` calls of at most
 # ~400 s: a machine taken back mid-call returns nothing). Rename it to its date when run.
@@ -18,6 +21,8 @@ source bench/gpu_ab_steps.sh
 dispatch "$@"
 fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-tokens 131072 --repeats 1 \
   --profile-row varied-closed:128
+fa3_ready && ab ab-fa3-freeze-gc --attention-backend fa3 --a none --b off --max-total-tokens 131072 --repeats 1 \
+  --freeze-gc
 ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072
 fa3_ready && ab ab-fa3-levers --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
   --b-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 --b-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1

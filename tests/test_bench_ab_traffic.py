@@ -253,3 +253,29 @@ def test_bad_rates_are_refused_before_any_server(pair, tmp_path, monkeypatch, ca
         ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "auto", "--rates", "0,-1",
                          "--out", str(tmp_path / "o")])
     assert exc.value.code == 2 and "request rates" in capsys.readouterr().err
+
+
+def test_freeze_gc_is_posted_to_every_server_before_the_first_row(pair, tmp_path, monkeypatch):
+    import httpx
+
+    events = []
+    monkeypatch.setattr(server_harness, "start_server",
+                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=f"http://h:{port}", ready_s=1.0))
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+    monkeypatch.setattr(httpx, "post", lambda url, timeout: events.append(url) or httpx.Response(200))
+
+    def main():
+        argv = sys.argv[1:]
+        events.append("row " + argv[argv.index("--url") + 1])
+        out = ab_traffic.Path(argv[argv.index("--out") + 1])
+        config = argv[argv.index("--config") + 1]
+        (out / "real-traffic.csv").write_text("\n".join([HEADER, fake_row(config, 32, 1.0)]) + "\n")
+
+    monkeypatch.setattr(throughput, "main", main)
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--repeats", "1",
+                            "--concurrency", "32", "--freeze-gc", "--out", str(out)]) == 0
+    assert events == ["http://h:30720/freeze_gc", "http://h:30730/freeze_gc", "row http://h:30720", "row http://h:30730"]
+    servers = json.loads((out / "ab-summary.json").read_text())["servers"]
+    assert servers["a"]["freeze_gc"] == 200 and servers["b"]["freeze_gc"] == 200
