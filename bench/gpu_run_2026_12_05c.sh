@@ -10,10 +10,10 @@
 #   2. fa3 none / forced off again with --freeze-gc (gc.freeze() in both schedulers before the rows):
 #      py-spy found SGLang's own Python ~1.5x slower in the OFF scheduler; if the collector is it, the
 #      ratio rises here against step 1;
-#   3. fa3 none / forced off with the lean future map and the fused fa3 verify metadata (first time on
-#      a GPU), one repeat;
-#   4. v1 none / forced off, one repeat (cut by the device time twice so far; last, since its ratio is
-#      known, 0.86 at 128, and nothing for v1 changed since).
+#   3. v1 none / forced off, one repeat, the torch profiler at 128 (0.86 there on 2026-12-05: where
+#      the v1 gap goes, before building a v1 lever);
+#   4. fa3 none / forced off with the lean future map and the fused fa3 verify metadata (first time on
+#      a GPU), one repeat, if the device time lasts.
 # Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
 # .gpuwheels/B .devrun, part 1..5 1 and part 6 200 with .gpuwheels/FN, then `wait` calls of at most
 # ~400 s: a machine taken back mid-call returns nothing). Run on 2026-12-05 (third session).
@@ -25,7 +25,7 @@ fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-toke
   --profile-row varied-closed:128
 fa3_ready && ab ab-fa3-freeze-gc --attention-backend fa3 --a none --b off --max-total-tokens 131072 --repeats 1 \
   --freeze-gc
+ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072 --repeats 1 --profile-row varied-closed:128
 fa3_ready && ab ab-fa3-levers --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
   --repeats 1 --b-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 --b-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1
-ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072 --repeats 1
 touch "$R/all.done"
