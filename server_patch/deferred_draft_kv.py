@@ -1,4 +1,4 @@
-"""Deferred draft K/V for v2 OFF decode steps: the draft's K/V of many OFF steps in one forward.
+"""Deferred draft K/V for OFF decode steps: the draft's K/V of many OFF steps in one forward.
 
 Why: a KV-only OFF step (``draft_kv_only``) still prepares and launches a draft extend every decode
 step (SGLang's ``prepare_for_extend_to_fill_draft_kvcache``: a ``ForwardBatch``, a graph replay
@@ -37,6 +37,11 @@ KV-sensitive pair (v2 triton, 178 checks, 0 mismatches, 189,424 rows in 508 flus
 traffic on fa3 182 checks, 0 mismatches (1.5 M rows in 191 flushes); forced off with it and the lean
 v2 verify ran 0.976 / 0.971 / 0.941x of a server without speculation at 32 / 64 / 128 requests, both
 servers up in one run (without them, another run: 0.908 / 0.879 / 0.925x). Not run at TP > 1.
+v1 (``EAGLEWorker``, no overlap scheduler): its lean OFF step (``off_step_v1``) replays the KV-only
+draft-extend graph every step, on the critical path of a server that overlaps nothing;
+``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1=1`` has it queue the rows instead (opt-in: not yet run on a
+GPU). v1's prefills while OFF keep the immediate KV-only draft prefill and flush the pending rows
+first (a prefill's slots may be ones a pending row still targets).
 ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_TOKENS`` sizes the buffer (tokens, default 8192: 8192 x 3 x
 4096 x 2 bytes = 192 MiB of GPU memory for an 8B target's aux hidden states), allocated at
 start-up (a server without that memory says so in its log and ``off_deferred_draft_kv``).
@@ -55,6 +60,8 @@ from server_patch.draft_kv_only import KvProof
 logger = logging.getLogger("server_patch.spec_gate")
 
 ENV_SWITCH = "SPECCONSOLE_OFF_DEFERRED_DRAFT_KV"
+#: "1": v1's lean OFF steps (``off_step_v1``) defer too; opt-in until measured on a GPU
+V1_ENV_SWITCH = "SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1"
 TOKENS_ENV = "SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_TOKENS"
 DEFAULT_TOKENS = 8192
 #: the KV pool's reserved slot for dummy writes (SGLang's ``token_to_kv_pool`` allocates from 1)
@@ -65,6 +72,12 @@ def enabled_by_env() -> bool:
     """False when ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=0`` asks v2 OFF steps and prefills to store the
     draft's K/V at once (deferral is the default)."""
     return options.switch(ENV_SWITCH, True)
+
+
+def enabled_for_v1_by_env() -> bool:
+    """True when ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1=1`` asks v1's lean OFF steps
+    (``off_step_v1``) to defer their draft K/V as well (off by default: not yet run on a GPU)."""
+    return options.switch(V1_ENV_SWITCH, False)
 
 
 def capacity_from_env() -> int:

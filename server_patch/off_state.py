@@ -324,12 +324,18 @@ class OffStepRunner:
         return "on"
 
     def _init_deferred_kv(self) -> None:
-        """Deferred draft K/V on v2 KV-only OFF steps (``deferred_draft_kv``, default on,
-        ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=0`` off): ``deferred_kv`` (None when not built) and
+        """Deferred draft K/V on KV-only OFF steps (``deferred_draft_kv``: v2 default on,
+        ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV=0`` off; v1's lean steps opt-in with
+        ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1=1``): ``deferred_kv`` (None when not built) and
         ``off_deferred_draft_kv`` (``on``, or why not; None when switched off)."""
         if not deferred_draft_kv.enabled_by_env():
             return
-        reason = deferred_draft_kv.server_reason(self.worker.server_args) if self.v2 else "v1 (EAGLEWorker)"
+        reason = deferred_draft_kv.server_reason(self.worker.server_args)
+        if reason is None and not self.v2:
+            if not deferred_draft_kv.enabled_for_v1_by_env():
+                reason = f"v1 (EAGLEWorker): {deferred_draft_kv.V1_ENV_SWITCH}=1 asks for it"
+            elif self.lean_v1 is None:
+                reason = f"no lean v1 OFF steps ({self._lean_v1_reason})"
         if reason is None and self.kv_only is None:
             reason = f"no KV-only draft extend ({self.off_draft_extend_reason})"
         capacity = 0
@@ -344,10 +350,12 @@ class OffStepRunner:
             return
         model = self._draft_model()
         self.deferred_kv = deferred_draft_kv.DeferredDraftKv(
-            draft_kv_only.kv_store(model), self.worker.draft_worker.draft_runner.token_to_kv_pool,
+            draft_kv_only.kv_store(model), self._draft_runner().token_to_kv_pool,
             model.model.layers[0].self_attn.attn, capacity, self._build_context, sampled, self.any_rank)
+        if not self.v2:
+            self.lean_v1.deferred = self.deferred_kv
         # the buffers now, not at the first OFF step: a server without the memory says so at start-up
-        width, dtype = _extend_hidden_layout(self.worker.draft_worker)
+        width, dtype = _extend_hidden_layout(self._draft_owner)
         if width is not None and not self.deferred_kv.allocate(width, dtype, self.worker.device):
             logger.warning("spec_gate: OFF steps store the draft's K/V at once: %s", self.deferred_kv.reason)
             return
@@ -364,6 +372,8 @@ class OffStepRunner:
             return d.reason or "proof failed"
         if self.off_draft_extend != draft_kv_only.KV_ONLY:
             return "KV-only draft extend off (its proof failed)"
+        if not self.v2 and not self.lean_v1.ok:
+            return "lean v1 OFF steps off (their proof failed)"
         return "on"
 
     def _init_lean_v2_verify(self) -> None:
@@ -449,7 +459,7 @@ class OffStepRunner:
         the eager KV-only extend is next)."""
         if getattr(self.worker.server_args, "disable_cuda_graph", False) or not draft_kv_only.graph_enabled_by_env(self.v2):
             return False
-        draft_runner = self.worker.draft_worker.draft_runner if self.v2 else self.worker.draft_model_runner
+        draft_runner = self._draft_runner()
         graph = self._capture_kv_only_graph(draft_kv_only.sglang_draft_extend_runner_cls(),
                                             draft_runner.attn_backend.get_cuda_graph_seq_len_fill_value(), model)
         # the graph on every TP rank or on none: a graph replay and an eager forward issue their
@@ -497,8 +507,8 @@ class OffStepRunner:
         need no flush first, nothing here reads the draft's KV cache), which leaves the draft stale
         (the next ON decode batch runs the resume step first); else as SGLang runs it."""
         kv = getattr(self, "prefill_kv_only", None)
-        deferred = self.deferred_kv if (kv is not None and kv.ok and self.deferred_kv is not None
-                                        and self.deferred_kv.ok) else None  # built on v2 only
+        deferred = self.deferred_kv if (self.v2 and kv is not None and kv.ok and self.deferred_kv is not None
+                                        and self.deferred_kv.ok) else None  # v1: flushed, then immediate
         if deferred is None:
             self.flush_deferred_kv()
         if kv is None or not kv.ok:
@@ -591,10 +601,12 @@ class OffStepRunner:
         self.resume_steps = 0  # full OFF steps run on the way back to speculation
         self.off_draft_extend_reason = reason
 
+    def _draft_runner(self):
+        """The draft's SGLang ``ModelRunner`` (v2: the draft worker's, v1: the worker's)."""
+        return self.worker.draft_worker.draft_runner if self.v2 else self.worker.draft_model_runner
+
     def _draft_model(self):
-        if self.v2:
-            return self.worker.draft_worker.draft_runner.model
-        return self.worker.draft_model_runner.model
+        return self._draft_runner().model
 
     @property
     def off_draft_extend(self) -> str:
@@ -759,12 +771,13 @@ class OffStepRunner:
         """
         early = self._early_seq_lens(batch) if self.early_seq_lens else None
         kv_only = not resume and self.off_draft_extend == draft_kv_only.KV_ONLY
-        if not (kv_only and self.v2 and self.deferred_kv is not None):
+        lean_v1 = kv_only and self.lean_v1 is not None and self.lean_v1.reason(batch) is None
+        if not (kv_only and self.deferred_kv is not None and (self.v2 or lean_v1)):
             self.flush_deferred_kv()  # this step stores draft K/V at once, after the pending rows
         kv_replays = self.kv_only.count if self.kv_only is not None else 0
         deferred_steps = self.deferred_kv.count if self.deferred_kv is not None else 0
         replays_before = self.off_target_graph.count
-        if kv_only and self.lean_v1 is not None and self.lean_v1.reason(batch) is None:
+        if lean_v1:
             self._apply(self.off_kv_state)
             try:
                 result = self.lean_v1.run(batch, _trivial_verify_input)

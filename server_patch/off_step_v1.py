@@ -23,7 +23,8 @@ What this step does instead, for a batch where nothing else is asked of it (:fun
 4. the draft's K/V for the new token on the KV-only draft-extend graph, launched right away with the
    inputs SGLang's draft extend would build (token = the draw, position = the old ``seq_lens``,
    cache slot = the verify's, hidden state = the target's at that position), through the
-   ``KvOnlyRunner`` wrapper, so its sampled proof against the full draft extend still runs;
+   ``KvOnlyRunner`` wrapper, so its sampled proof against the full draft extend still runs; or,
+   opt-in, queued with those inputs (``deferred_draft_kv``: one forward for many steps later);
 5. one wait for the GPU (``tolist`` of the tokens), then the per-request loop of SGLang's
    ``EagleVerifyInput.verify`` for a 1-token accept (``output_ids``, reasoning tokens,
    ``check_finished``, ``kv_committed_len``), with nothing to free: a 1-node tree's one slot is
@@ -191,6 +192,8 @@ class LeanOffStepV1(SampledProof):
         self.steps = 0
         self.fallbacks: Dict[str, int] = collections.Counter()
         self._zeros = self._ones = None  # (max bs,) int32, sliced per step
+        #: ``deferred_draft_kv.DeferredDraftKv`` where the step's draft K/V wait (opt-in), else None
+        self.deferred: Optional[Any] = None
 
     def reason(self, batch: Any) -> Optional[str]:
         """Why ``batch`` cannot take the lean step now (counted in ``fallbacks``), or None."""
@@ -266,8 +269,7 @@ class LeanOffStepV1(SampledProof):
                 num_accept_tokens_cpu=[1] * bs, input_ids=tokens, seq_lens=batch.seq_lens,
                 seq_lens_cpu=batch.seq_lens_cpu, req_pool_indices=batch.req_pool_indices, positions=positions,
                 capture_hidden_mode=sgl.CaptureHiddenMode.LAST))
-        with self.context():
-            self.draft_extend.replay(forward_batch)
+        self._store_draft_kv(forward_batch, tokens, positions, batch.out_cache_loc, logits_output.hidden_states)
         # 5. one wait, then verify()'s per-request loop for a 1-token accept
         tokens_cpu = tokens.tolist()
         think_end_id = batch.model_config.think_end_id
@@ -286,6 +288,24 @@ class LeanOffStepV1(SampledProof):
         return sgl.GenerationBatchResult(logits_output=logits_output, next_token_ids=tokens, num_correct_drafts=0,
                                          num_correct_drafts_per_req_cpu=[0] * bs,
                                          can_run_cuda_graph=target.can_run_cuda_graph)
+
+    def _store_draft_kv(self, forward_batch: Any, tokens: Any, positions: Any, slots: Any, hidden: Any) -> None:
+        """The step's draft K/V: queued in :attr:`deferred` where it takes them (on its proof steps
+        the graph replays too and its K/V are the reference), else the KV-only graph's replay now,
+        after the pending rows (a replayed slot may be one a pending row still targets). Shapes:
+        ``tokens`` / ``positions`` / ``slots`` (bs,), ``hidden`` (bs, D)."""
+        deferred = self.deferred
+        with self.context():  # the draft's TP context also around a flush the append may run
+            if deferred is None or hidden is None or not deferred.takes(tokens.shape[0], hidden):
+                if deferred is not None:
+                    deferred.flush(enter_context=False)
+                self.draft_extend.replay(forward_batch)
+                return
+            reference = None
+            if deferred.wants_check():
+                self.draft_extend.replay(forward_batch)
+                reference = deferred.snapshot(slots)
+            deferred.append(tokens, positions, slots, hidden, reference=reference)
 
     def _next_draft_input(self, batch: Any, old: Any, tokens: Any, sgl: Any) -> None:
         """``batch.spec_info`` for the next step: the draw as bonus token, the rest stale. Only the

@@ -254,7 +254,7 @@ def test_off_deferred_draft_kv_says_on_or_why_not():
     runner._deferred_kv_reason = "v1 (EAGLEWorker)"
     assert runner.off_deferred_draft_kv == "v1 (EAGLEWorker)"
     runner.deferred_kv = make_deferred(Pool())
-    runner.kv_only = types.SimpleNamespace(ok=True)
+    runner.v2, runner.kv_only = True, types.SimpleNamespace(ok=True)
     assert runner.off_deferred_draft_kv == "on"
     runner.deferred_kv.ok = False
     assert runner.off_deferred_draft_kv == "proof failed"
@@ -517,7 +517,102 @@ def test_the_runner_allocates_the_buffers_at_start_up_as_sglang_sizes_its_draft_
     runner.worker = types.SimpleNamespace(
         device="cpu", server_args=types.SimpleNamespace(),
         draft_worker=types.SimpleNamespace(draft_runner=types.SimpleNamespace(token_to_kv_pool=Pool())))
+    runner._draft_owner = runner.worker.draft_worker
     runner._init_deferred_kv()
     assert runner.off_deferred_draft_kv == "on"
     assert runner.deferred_kv._buffers[3].shape == (dkv.DEFAULT_TOKENS, HIDDEN)
     assert runner.deferred_kv._buffers[3].dtype == torch.bfloat16
+
+
+# -- v1: the lean OFF step's rows (opt-in, SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1=1) ----------------
+
+
+def v1_runner(monkeypatch, lean_v1=True):
+    """An OffStepRunner of a v1 worker, ``_init_deferred_kv`` not yet run."""
+    monkeypatch.delenv(dkv.ENV_SWITCH, raising=False)
+    monkeypatch.delenv(dkv.TOKENS_ENV, raising=False)
+    monkeypatch.setattr(off_state, "_extend_hidden_layout", lambda owner: (HIDDEN, torch.float32))
+    monkeypatch.setattr(off_state.draft_kv_only, "kv_store", lambda m: make_store())
+    runner = OffStepRunner.__new__(OffStepRunner)
+    runner.v2, runner.any_rank = False, bool
+    runner.kv_only = types.SimpleNamespace(ok=True, count=0)
+    layer = types.SimpleNamespace(layer_id=0)
+    model = types.SimpleNamespace(model=types.SimpleNamespace(layers=[types.SimpleNamespace(
+        self_attn=types.SimpleNamespace(attn=layer))]))
+    pool = Pool()
+    runner.worker = types.SimpleNamespace(device="cpu", server_args=types.SimpleNamespace(),
+                                          draft_model_runner=types.SimpleNamespace(model=model, token_to_kv_pool=pool))
+    runner._draft_owner = runner.worker
+    runner.lean_v1 = types.SimpleNamespace(ok=True, deferred=None) if lean_v1 else None
+    runner._lean_v1_reason = None if lean_v1 else "topk > 1"
+    return runner, pool
+
+
+def test_v1_defers_only_when_asked_and_only_with_lean_off_steps(monkeypatch):
+    runner, _ = v1_runner(monkeypatch)
+    monkeypatch.delenv(dkv.V1_ENV_SWITCH, raising=False)
+    runner._init_deferred_kv()
+    assert runner.deferred_kv is None and dkv.V1_ENV_SWITCH + "=1" in runner.off_deferred_draft_kv
+    runner, _ = v1_runner(monkeypatch, lean_v1=False)
+    monkeypatch.setenv(dkv.V1_ENV_SWITCH, "1")
+    runner._init_deferred_kv()
+    assert runner.deferred_kv is None and runner.off_deferred_draft_kv == "no lean v1 OFF steps (topk > 1)"
+
+
+def test_v1_lean_steps_get_the_buffer_on_the_draft_models_kv_pool(monkeypatch):
+    runner, pool = v1_runner(monkeypatch)
+    monkeypatch.setenv(dkv.V1_ENV_SWITCH, "1")
+    runner._init_deferred_kv()
+    assert runner.lean_v1.deferred is runner.deferred_kv and runner.deferred_kv.pool is pool
+    assert runner.off_deferred_draft_kv == "on"
+    runner.lean_v1.ok = False  # lean steps off: nothing defers any more
+    assert runner.off_deferred_draft_kv == "lean v1 OFF steps off (their proof failed)"
+
+
+def test_v1_a_lean_step_defers_without_a_flush_and_sglangs_path_flushes_first(monkeypatch):
+    runner, _ = v1_runner(monkeypatch)
+    monkeypatch.setenv(dkv.V1_ENV_SWITCH, "1")
+    runner._init_deferred_kv()
+    flushed = []
+    runner.deferred_kv.flush = lambda enter_context=True: flushed.append(enter_context)
+    runner.deferred_kv.fill = 3  # pending rows
+    runner.early_seq_lens = False
+    runner.off_target_graph = types.SimpleNamespace(count=0)
+    runner.resume_steps = runner.off_steps_cuda_graph = 0
+    runner.on_state = runner.off_kv_state = "state"
+    runner._apply = lambda state: None
+    why = []
+
+    def run(batch, verify_input):
+        runner.deferred_kv.count += 1  # the lean step queued its rows
+        return "lean result"
+
+    runner.lean_v1.reason = lambda batch: why[0] if why else None
+    runner.lean_v1.run = run
+    assert runner.run_off_step(None, "batch") == "lean result"
+    assert flushed == [] and runner.draft_stale
+    why.append("logprobs")  # a batch the lean step does not take: SGLang's OFF path stores at once
+    monkeypatch.setattr(OffStepRunner, "_run_sglang_off_step", lambda self, forward, batch, kv_only: "sglang result")
+    assert runner.run_off_step(None, "batch") == "sglang result" and flushed == [True]
+
+
+def test_v1_a_prefill_while_off_flushes_first_and_keeps_the_kv_only_draft_prefill(monkeypatch):
+    import contextlib
+
+    runner, _ = v1_runner(monkeypatch)
+    monkeypatch.setenv(dkv.V1_ENV_SWITCH, "1")
+    runner._init_deferred_kv()
+    order = []
+    runner.deferred_kv.fill = 2
+    runner.deferred_kv.flush = lambda enter_context=True: order.append("flush")
+    runner.kv_only_prefills, runner.draft_stale = 0, False
+    kv = types.SimpleNamespace(ok=True, count=0, installed=contextlib.nullcontext)
+    runner.prefill_kv_only = kv
+
+    def forward(batch):
+        order.append("prefill")
+        kv.count += 1  # the KV-only draft prefill ran
+        return "result"
+
+    assert runner.run_prefill(forward, "batch") == "result"
+    assert order == ["flush", "prefill"] and runner.draft_stale and "_draft_extend_for_prefill" not in vars(runner.worker)

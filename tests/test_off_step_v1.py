@@ -407,3 +407,52 @@ def test_lean_v1_steps_are_built_by_default_on_v1_with_the_kv_only_graph(monkeyp
     assert fa3.lean_v1 is None and "proven on triton only" in fa3.off_lean_v1
     eager_reference = init_runner(monkeypatch, "1", reference=draft_kv_only.EagerDraftExtend.__new__(draft_kv_only.EagerDraftExtend))
     assert eager_reference.off_lean_v1 == "no full OFF draft-extend CUDA graph to prove against"
+
+
+class Deferred:
+    """``deferred_draft_kv.DeferredDraftKv`` as the lean step uses it: records the calls."""
+
+    def __init__(self, takes=True, check=False):
+        self.calls, self._takes, self._check = [], takes, check
+
+    def takes(self, n, hidden):
+        return self._takes
+
+    def wants_check(self):
+        return self._check
+
+    def snapshot(self, slots):
+        self.calls.append(("snapshot", slots.tolist()))
+        return "reference"
+
+    def append(self, tokens, positions, slots, hidden, reference=None):
+        self.calls.append(("append", tokens.tolist(), positions.tolist(), slots.tolist(), hidden, reference))
+
+    def flush(self, enter_context=True):
+        self.calls.append(("flush", enter_context))
+
+
+def test_a_deferred_lean_step_queues_the_draft_kv_inputs_instead_of_replaying_the_graph(monkeypatch):
+    step, graph, _ = lean(monkeypatch, logits_for([7, 2, 9]), sampled=lambda n: False)
+    step.deferred = Deferred()
+    batch = make_batch()
+    step.run(batch, VerifyInput)
+    assert graph.replayed == []
+    assert step.deferred.calls == [("append", [7, 2, 9], [5, 9, 7], [100, 101, 102], "target hidden", None)]
+    assert [r.output_ids for r in batch.reqs] == [[7], [2], [9]] and batch.seq_lens.tolist() == [6, 10, 8]
+
+
+def test_a_deferred_proof_step_replays_too_and_queues_its_kv_as_the_reference(monkeypatch):
+    step, graph, _ = lean(monkeypatch, logits_for([7, 2, 9]), sampled=lambda n: False)
+    step.deferred = Deferred(check=True)
+    step.run(make_batch(), VerifyInput)
+    assert len(graph.replayed) == 1
+    assert step.deferred.calls == [("snapshot", [100, 101, 102]),
+                                   ("append", [7, 2, 9], [5, 9, 7], [100, 101, 102], "target hidden", "reference")]
+
+
+def test_a_step_the_buffer_does_not_take_flushes_the_pending_rows_then_replays(monkeypatch):
+    step, graph, _ = lean(monkeypatch, logits_for([7, 2, 9]), sampled=lambda n: False)
+    step.deferred = Deferred(takes=False)
+    step.run(make_batch(), VerifyInput)
+    assert step.deferred.calls == [("flush", False)] and len(graph.replayed) == 1  # inside the draft context
