@@ -10,8 +10,9 @@
 #   2. fa3 none / forced off again with --freeze-gc (gc.freeze() in both schedulers before the rows):
 #      py-spy found SGLang's own Python ~1.5x slower in the OFF scheduler; if the collector is it, the
 #      ratio rises here against step 1;
-#   3. v1 none / forced off / forced off with the draft K/V deferred (first time on a GPU), one repeat,
-#      the torch profiler at 128 on none and off (0.86 there on 2026-12-05: where the v1 gap goes);
+#   3. v1 none / forced off, one repeat, the torch profiler at 128 on both (0.86 there on 2026-12-05:
+#      where the v1 gap goes); on an H200 a third server, forced off with its draft K/V deferred
+#      (SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1=1, first time on a GPU);
 #   4. fa3 none / forced off with the lean future map and the fused fa3 verify metadata (first time on
 #      a GPU), one repeat, if the device time lasts.
 # Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
@@ -25,8 +26,12 @@ fa3_ready && ab ab-fa3 --attention-backend fa3 --a none --b off --max-total-toke
   --profile-row varied-closed:128
 fa3_ready && ab ab-fa3-freeze-gc --attention-backend fa3 --a none --b off --max-total-tokens 131072 --repeats 1 \
   --freeze-gc
-ab ab-v1 --worker v1 --a none --b off --c off --c-env SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1=1 --max-total-tokens 131072 \
-  --repeats 1 --profile-row varied-closed:128 --profile-sides a,b
+if [ "${mib:-0}" -ge 100000 ]; then  # H200: three 8B servers with 131072-token pools (~100 GB) fit
+  ab ab-v1 --worker v1 --a none --b off --c off --c-env SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1=1 \
+    --max-total-tokens 131072 --repeats 1 --profile-row varied-closed:128 --profile-sides a,b
+else  # H100 (~80 GB): two at a time
+  ab ab-v1 --worker v1 --a none --b off --max-total-tokens 131072 --repeats 1 --profile-row varied-closed:128
+fi
 fa3_ready && ab ab-fa3-levers --attention-backend fa3 --a none --b off --max-total-tokens 131072 \
   --repeats 1 --b-env SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1 --b-env SPECCONSOLE_OFF_FA3_FUSED_VERIFY_METADATA=1
 touch "$R/all.done"
