@@ -54,6 +54,7 @@ import argparse
 import csv
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -85,14 +86,14 @@ def parse_env(items: Sequence[str], flag: str) -> Dict[str, str]:
 def server_args(config: str, models: Path, a: argparse.Namespace) -> List[str]:
     """SGLang's arguments for ``config`` as ``bench.throughput traffic`` starts it (``auto``: EAGLE-3
     with ``--speculative-disable-batch-threshold auto``, as ``bench.auto_run``), plus the KV pool
-    cap and ``--sleep-on-idle`` (every server alike)."""
+    cap, ``--sleep-on-idle`` and ``--server-args`` (every server alike)."""
     from bench.traffic import launch_args
     from server_patch.contract import AUTO, THRESHOLD_FLAG
 
     args = launch_args(config, str(models / "target"), str(models / "draft"), worker=a.worker,
                        attention_backend=a.attention_backend, mem_fraction=a.mem_fraction)
     return args + ([THRESHOLD_FLAG, AUTO] if config == "auto" else []) + [
-        "--max-total-tokens", str(a.max_total_tokens), "--sleep-on-idle"]
+        "--max-total-tokens", str(a.max_total_tokens), "--sleep-on-idle"] + shlex.split(a.server_args)
 
 
 def order(repeat: int, sides: Sequence[str] = SIDES[:2]) -> Tuple[str, ...]:
@@ -265,6 +266,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="the same pass with py-spy on each server's scheduler during the row (--cpu-profile-row)")
     ap.add_argument("--profile-sides", default="", metavar="a,b",
                     help="the sides the profile pass runs on (default: all)")
+    ap.add_argument("--server-args", default="", metavar="'ARGS'",
+                    help="more SGLang arguments for every server, one string split as a shell would "
+                         "(e.g. '--gc-warning-threshold-secs 0.002': each collection longer in the server log)")
     ap.add_argument("--freeze-gc", action="store_true",
                     help="POST /freeze_gc to every server once all are ready, before the first row")
     ap.add_argument("--out", type=Path, required=True)
@@ -281,6 +285,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(str(exc))
     if a.c_env and not a.c or a.c_models and not a.c:
         ap.error("--c-env / --c-models need --c")
+    try:
+        shlex.split(a.server_args)
+    except ValueError as exc:
+        ap.error(f"--server-args: {exc}")
     if a.repeats < 1 or a.row_seconds <= 0 or a.max_total_tokens < 1 or not 0 < a.mem_fraction < 1:
         ap.error("--repeats and --max-total-tokens must be >= 1, --row-seconds > 0, --mem-fraction in (0, 1)")
     if not 1 <= a.port <= 65535 - 10 * (len(sides) - 1):

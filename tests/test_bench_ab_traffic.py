@@ -105,6 +105,7 @@ def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair,
     (["--a", "none", "--b", "off", "--c", "none"], "A and C are the same server"),
     (["--a", "none", "--b", "off", "--c", "gate", "--port", "65520"], "--port"),
     (["--a", "none", "--b", "off", "--profile-sides", "c"], "--profile-sides"),
+    (["--a", "none", "--b", "off", "--server-args", "--x 'unclosed"], "--server-args"),
 ])
 def test_bad_options_are_refused_before_a_server_starts(pair, tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("no server after a bad option"))
@@ -279,3 +280,24 @@ def test_freeze_gc_is_posted_to_every_server_before_the_first_row(pair, tmp_path
     assert events == ["http://h:30720/freeze_gc", "http://h:30730/freeze_gc", "row http://h:30720", "row http://h:30730"]
     servers = json.loads((out / "ab-summary.json").read_text())["servers"]
     assert servers["a"]["freeze_gc"] == 200 and servers["b"]["freeze_gc"] == 200
+
+
+def test_server_args_reach_every_server(pair, tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(server_harness, "start_server",
+                        lambda name, args, port, log_dir, env=None: started.append(args) or types.SimpleNamespace(
+                            url=f"http://127.0.0.1:{port}", ready_s=1.0))
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+
+    def main():
+        argv = sys.argv[1:]
+        out = ab_traffic.Path(argv[argv.index("--out") + 1])
+        config = argv[argv.index("--config") + 1]
+        (out / "real-traffic.csv").write_text(HEADER + "\n" + fake_row(config, 32, 100.0) + "\n")
+
+    monkeypatch.setattr(throughput, "main", main)
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--repeats", "1", "--concurrency", "32",
+                            "--server-args", "--gc-warning-threshold-secs 0.002", "--out", str(tmp_path / "o")]) == 0
+    assert len(started) == 2
+    assert all(args[-2:] == ["--gc-warning-threshold-secs", "0.002"] for args in started)
