@@ -17,8 +17,8 @@
 #      a GPU), one repeat, if the device time lasts.
 # Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
 # .gpuwheels/B .devrun, part 1..5 1 and part 6 200 with .gpuwheels/FN, then `wait` calls of at most
-# ~400 s: a machine taken back mid-call returns nothing). Run on 2026-12-05 (third session).
-export SELF=bench/gpu_run_2026_12_05c.sh
+# ~400 s: a machine taken back mid-call returns nothing). Rename it to its date when run.
+export SELF=bench/gpu_run_next.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
