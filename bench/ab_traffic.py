@@ -268,7 +268,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="the sides the profile pass runs on (default: all)")
     ap.add_argument("--server-args", default="", metavar="'ARGS'",
                     help="more SGLang arguments for every server, one string split as a shell would "
-                         "(e.g. '--gc-warning-threshold-secs 0.002': each collection longer in the server log)")
+                         "(e.g. '--chunked-prefill-size 4096')")
     ap.add_argument("--freeze-gc", action="store_true",
                     help="POST /freeze_gc to every server once all are ready, before the first row")
     ap.add_argument("--out", type=Path, required=True)
