@@ -193,6 +193,33 @@ class DeferredDraftKv(KvProof):
             self.reason = f"no GPU memory for {self.capacity} tokens of hidden states"
         return self.ok
 
+    def defer(self, n: int, hidden: Any, rows: Callable[[], Tuple[Any, Any, Any, Any]],
+              immediate: Callable[[], Any], instead: Callable[[Tuple[Any, Any, Any, Any]], Any],
+              eligible: bool = True) -> Any:
+        """One step's draft K/V, deferred where it can be: the one sequence every caller follows
+        (an OFF decode step on v2 or v1, a prefill while OFF on v2).
+
+        Where ``eligible`` and :meth:`takes` ``(n, hidden)``: ``rows()`` gives ``(tokens,
+        positions, slots, hidden)`` ((n,) (n,) (n,) (n, D)), which are queued; on a proof step
+        (:meth:`wants_check`) ``immediate()`` runs first and its K/V at ``slots`` are the
+        reference, else ``instead(rows)`` stands in for it (the caller's stale next draft input).
+        Otherwise the pending rows are flushed first (an immediate write may target a slot a
+        pending row still targets) and ``immediate()`` runs. Callers run inside SGLang's draft TP
+        context (the flush does not enter it again). Returns what ``immediate`` or ``instead``
+        returned."""
+        if not eligible or not self.takes(n, hidden):
+            self.flush(enter_context=False)
+            return immediate()
+        queued = rows()  # after takes(): the rows are computed only where they are queued
+        reference = None
+        if self.wants_check():
+            result = immediate()
+            reference = self.snapshot(queued[2])
+        else:
+            result = instead(queued)
+        self.append(*queued, reference=reference)
+        return result
+
     def wants_check(self) -> bool:
         """Whether the next appended step is a proof step (run the immediate extend, then
         :meth:`snapshot`, then :meth:`append`)."""

@@ -545,24 +545,24 @@ class OffStepRunner:
 
         def draft_extend_for_prefill(batch: Any, target_hidden_states: Any, next_token_ids: Any,
                                      mm_input_embeds: Any = None):
-            rows = target_hidden_states.shape[0] if target_hidden_states is not None else 0
+            n = target_hidden_states.shape[0] if target_hidden_states is not None else 0
             # embeddings given as such (or overridden) reach the draft's forward, not its embed_tokens
             given = any(getattr(batch, f, None) is not None for f in ("input_embeds", "replace_embeds"))
-            if (mm_input_embeds is not None or given or batch.forward_mode.is_idle()
-                    or not deferred.takes(rows, target_hidden_states)):
-                runner.flush_deferred_kv(inside_draft=True)
-                return immediate(batch, target_hidden_states, next_token_ids, mm_input_embeds)
-            tokens, positions = prefill_rows(batch.input_ids, next_token_ids, batch.extend_prefix_lens,
-                                             batch.extend_seq_lens)
-            reference = None
-            if deferred.wants_check():
-                ndi = immediate(batch, target_hidden_states, next_token_ids, mm_input_embeds)
-                reference = deferred.snapshot(batch.out_cache_loc)
-            else:
-                batch.input_ids.copy_(tokens)  # SGLang's draft prefill leaves them shifted
-                ndi = runner._placeholder_draft_input(batch, target_hidden_states, next_token_ids)
-            deferred.append(tokens, positions, batch.out_cache_loc, target_hidden_states, reference=reference)
-            return ndi
+
+            def rows():
+                tokens, positions = prefill_rows(batch.input_ids, next_token_ids, batch.extend_prefix_lens,
+                                                 batch.extend_seq_lens)  # before immediate() shifts input_ids
+                return tokens, positions, batch.out_cache_loc, target_hidden_states
+
+            def instead(queued):
+                batch.input_ids.copy_(queued[0])  # SGLang's draft prefill leaves them shifted
+                return runner._placeholder_draft_input(batch, target_hidden_states, next_token_ids)
+
+            return deferred.defer(
+                n, target_hidden_states, rows,
+                immediate=lambda: immediate(batch, target_hidden_states, next_token_ids, mm_input_embeds),
+                instead=instead,
+                eligible=mm_input_embeds is None and not given and not batch.forward_mode.is_idle())
 
         return draft_extend_for_prefill
 
@@ -841,22 +841,19 @@ class OffStepRunner:
         deferred = self.deferred_kv
 
         def draft_extend_for_decode(batch: Any, batch_result: Any) -> None:
-            bs = batch.seq_lens.numel()
             hidden = batch_result.logits_output.hidden_states
             old = runner._off_draft_input
-            if (hidden is None or old is None or getattr(old, "topk_p", None) is None
-                    or not deferred.takes(bs, hidden)):
-                runner.flush_deferred_kv(inside_draft=True)
-                return immediate(batch, batch_result)
-            rows = (batch_result.next_token_ids, batch.seq_lens, batch.out_cache_loc, hidden)
-            reference = None
-            if deferred.wants_check():
-                immediate(batch, batch_result)  # also sets the next draft input's stale fields
-                reference = deferred.snapshot(rows[2])
-            else:
+
+            def instead(queued):  # the next draft input keeps the step's stale top-k and hidden state
                 ndi = batch_result.next_draft_input
                 ndi.topk_p, ndi.topk_index, ndi.hidden_states = old.topk_p, old.topk_index, old.hidden_states
-            deferred.append(*rows, reference=reference)
+
+            deferred.defer(
+                batch.seq_lens.numel(), hidden,
+                lambda: (batch_result.next_token_ids, batch.seq_lens, batch.out_cache_loc, hidden),
+                immediate=lambda: immediate(batch, batch_result),  # also sets the next draft input's stale fields
+                instead=instead,
+                eligible=hidden is not None and old is not None and getattr(old, "topk_p", None) is not None)
 
         return draft_extend_for_decode
 

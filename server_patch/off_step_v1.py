@@ -295,17 +295,13 @@ class LeanOffStepV1(SampledProof):
         after the pending rows (a replayed slot may be one a pending row still targets). Shapes:
         ``tokens`` / ``positions`` / ``slots`` (bs,), ``hidden`` (bs, D)."""
         deferred = self.deferred
-        with self.context():  # the draft's TP context also around a flush the append may run
-            if deferred is None or hidden is None or not deferred.takes(tokens.shape[0], hidden):
-                if deferred is not None:
-                    deferred.flush(enter_context=False)
+        with self.context():  # the draft's TP context also around a flush the deferral may run
+            if deferred is None:
                 self.draft_extend.replay(forward_batch)
                 return
-            reference = None
-            if deferred.wants_check():
-                self.draft_extend.replay(forward_batch)
-                reference = deferred.snapshot(slots)
-            deferred.append(tokens, positions, slots, hidden, reference=reference)
+            deferred.defer(tokens.shape[0], hidden, lambda: (tokens, positions, slots, hidden),
+                           immediate=lambda: self.draft_extend.replay(forward_batch),
+                           instead=lambda rows: None, eligible=hidden is not None)
 
     def _next_draft_input(self, batch: Any, old: Any, tokens: Any, sgl: Any) -> None:
         """``batch.spec_info`` for the next step: the draw as bonus token, the rest stale. Only the

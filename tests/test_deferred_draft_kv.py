@@ -616,3 +616,65 @@ def test_v1_a_prefill_while_off_flushes_first_and_keeps_the_kv_only_draft_prefil
 
     assert runner.run_prefill(forward, "batch") == "result"
     assert order == ["flush", "prefill"] and runner.draft_stale and "_draft_extend_for_prefill" not in vars(runner.worker)
+
+
+class Recorder:
+    """The calls ``DeferredDraftKv.defer`` makes, recorded in order."""
+
+    defer = dkv.DeferredDraftKv.defer
+
+    def __init__(self, takes=True, check=False):
+        self.calls, self._takes, self._check = [], takes, check
+
+    def takes(self, n, hidden):
+        self.calls.append(("takes", n))
+        return self._takes
+
+    def wants_check(self):
+        return self._check
+
+    def snapshot(self, slots):
+        self.calls.append(("snapshot", slots))
+        return "reference"
+
+    def append(self, tokens, positions, slots, hidden, reference=None):
+        self.calls.append(("append", tokens, slots, reference))
+
+    def flush(self, enter_context=True):
+        self.calls.append(("flush", enter_context))
+
+
+def _defer(d, eligible=True):
+    def rows():
+        d.calls.append("rows")
+        return "tokens", "positions", "slots", "hidden"
+
+    def immediate():
+        d.calls.append("immediate")
+        return "immediate result"
+
+    def instead(queued):
+        d.calls.append(("instead", queued[0]))
+        return "stale input"
+
+    return d.defer(3, "hidden", rows, immediate, instead, eligible=eligible)
+
+
+def test_defer_queues_the_rows_and_returns_what_stands_in_for_the_immediate_write():
+    d = Recorder()
+    assert _defer(d) == "stale input"
+    assert d.calls == [("takes", 3), "rows", ("instead", "tokens"), ("append", "tokens", "slots", None)]
+
+
+def test_defer_on_a_proof_step_writes_at_once_and_queues_the_rows_with_that_write_as_reference():
+    d = Recorder(check=True)
+    assert _defer(d) == "immediate result"
+    assert d.calls == [("takes", 3), "rows", "immediate", ("snapshot", "slots"),
+                       ("append", "tokens", "slots", "reference")]
+
+
+@pytest.mark.parametrize("takes, eligible", [(False, True), (True, False)])
+def test_defer_flushes_inside_the_draft_context_then_writes_at_once_without_computing_rows(takes, eligible):
+    d = Recorder(takes=takes)
+    assert _defer(d, eligible=eligible) == "immediate result"
+    assert "rows" not in d.calls and d.calls[-2:] == [("flush", False), "immediate"]

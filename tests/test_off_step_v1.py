@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from server_patch import draft_kv_only, off_state, off_step_v1
+from server_patch.deferred_draft_kv import DeferredDraftKv
 from server_patch.off_state import OffStepRunner
 
 VOCAB, HIDDEN3 = 11, 6
@@ -430,6 +431,8 @@ class Deferred:
 
     def flush(self, enter_context=True):
         self.calls.append(("flush", enter_context))
+
+    defer = DeferredDraftKv.defer  # the real sequence over the recorded calls
 
 
 def test_a_deferred_lean_step_queues_the_draft_kv_inputs_instead_of_replaying_the_graph(monkeypatch):
