@@ -1646,7 +1646,7 @@ def generate_pair(
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     p = PRESETS[preset]
-    vocab = int(vocab or p.vocab)
+    vocab = int(p.vocab if vocab is None else vocab)
     dtype = dtype or p.dtype
     if dtype not in _DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose from {sorted(_DTYPES)}")
@@ -1815,7 +1815,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.p_wrong is not None and a.p_wrong_families is not None:
         ap.error("give --p-wrong or --p-wrong-families, not both")
     p_wrong = 0.0 if a.p_wrong is None else a.p_wrong
-    vocab = int(a.vocab or PRESETS[a.preset].vocab)
+    vocab = int(PRESETS[a.preset].vocab if a.vocab is None else a.vocab)
+    if Path(a.out).exists() and not Path(a.out).is_dir():
+        ap.error(f"--out {a.out}: a file, not a directory (the pair is written as target/, draft/, oracle.json)")
     try:
         prompt_families(vocab, p_wrong, a.families, a.p_wrong_families)
         if a.kv_sensitive:

@@ -494,6 +494,21 @@ def test_a_cuda_device_without_a_gpu_is_a_one_line_error(tmp_path, monkeypatch, 
     assert not (tmp_path / "pair").exists()
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--vocab", "0"], "vocab must be >= 2, got 0"),  # was: the preset's vocab, silently
+    (["--out-is-a-file"], "a file, not a directory"),  # was: a traceback
+])
+def test_bad_vocab_or_an_out_that_is_a_file_is_a_one_line_error_that_writes_nothing(tmp_path, capsys, args, words):
+    out = tmp_path / "pair"
+    if args == ["--out-is-a-file"]:
+        out.write_text("keep me")
+        args = []
+    with pytest.raises(SystemExit) as exc:
+        sm.main(["--preset", "tiny", "--out", str(out), "--device", "cpu"] + args)
+    assert exc.value.code == 2 and words in capsys.readouterr().err
+    assert not out.exists() or out.read_text() == "keep me"
+
+
 def test_a_pair_linked_to_an_earlier_target_has_the_same_draft_bytes_and_oracle(tmp_path):
     """--target-from: the target is a link to the earlier pair's (its 8B copy is most of the writing
     time) and the draft and oracle.json are byte for byte what a full generation writes."""
