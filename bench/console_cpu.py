@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+MAX_GPUS = 64  # --gpus: more than any one node holds
 
 #: the profiler's own work (its snapshots): left out of the shares
 PROFILER = "profiler"
@@ -291,7 +292,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=5.0, help="seconds after connected before measuring (5)")
     p.add_argument("--repeat", type=int, default=3, help="fresh consoles measured (3)")
     p.add_argument("--interval", type=float, default=1.0, help="the console's --interval (1.0)")
-    p.add_argument("--gpus", type=int, default=8, help="simulated GPUs in the panel (8)")
+    p.add_argument("--gpus", type=int, default=8, help=f"simulated GPUs in the panel (8; at most {MAX_GPUS})")
     p.add_argument("--profile", action="store_true", help="one more run under cProfile: where the time goes")
     p.add_argument("--keep-profile", type=Path, default=None, metavar="DIR",
                    help="with --profile: keep the two cProfile snapshots (start, end of the window) in DIR")
@@ -309,8 +310,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
         p.error(f"--warmup must be >= 0, got {a.warmup}")
     if a.repeat < 1:
         p.error(f"--repeat must be >= 1, got {a.repeat}")
-    if a.gpus < 0:
-        p.error(f"--gpus must be >= 0, got {a.gpus}")
+    if not 0 <= a.gpus <= MAX_GPUS:
+        p.error(f"--gpus must be 0-{MAX_GPUS} (GPUs of one node), got {a.gpus}")
     if a.keep_profile is not None and not a.profile:
         p.error("--keep-profile needs --profile")
     if a.out is not None and not a.out.parent.is_dir():  # before minutes of measuring, not after

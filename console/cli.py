@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                "--speculative-algorithm EAGLE3 --speculative-draft-model-path D "
                f"{contract.THRESHOLD_FLAG} 32",
     )
-    launch.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
+    launch.add_argument("--log-dir", type=_dir_path, default=None, metavar="DIR",
                         help="where the server log goes (default " + LOG_DIR_HELP + ")")
     launch.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="SIGTERM to SIGKILL delay when stopping the server group (default 10)")
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Arguments after -- go to the demo server, e.g. -- --load 8,48 --phase-seconds 5 "
                "(see python -m console.demo_server --help).",
     )
-    demo.add_argument("--log-dir", type=Path, default=None, metavar="DIR",
+    demo.add_argument("--log-dir", type=_dir_path, default=None, metavar="DIR",
                       help="where the demo server's log goes (default " + LOG_DIR_HELP + ")")
     demo.add_argument("--port", type=int, default=None, help="port of the simulated server (default: a free one)")
     demo.add_argument("--gpus", choices=("sim", "real"), default="sim",
@@ -281,6 +281,14 @@ def _check_server_address(parser: argparse.ArgumentParser, server_args: list[str
         parser.error(f"{where} --port must be a number from 1 to 65535")
     if not valid_host(host):
         parser.error(f"{where} --host {host!r} is not a host name or IP address")
+
+
+def _dir_path(text: str) -> Path:
+    """``--log-dir``'s type: a path, refusing an empty one (``Path("")`` is the current directory,
+    which nobody means by an empty value)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: give a directory (--log-dir . for this one)")
+    return Path(text)
 
 
 def _check_log_dir_option(parser: argparse.ArgumentParser, path: Path, given: Path | None) -> None:

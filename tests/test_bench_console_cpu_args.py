@@ -10,7 +10,7 @@ from bench import console_cpu
 @pytest.mark.parametrize("argv, message", [
     (["--repeat", "0"], "--repeat must be >= 1"), (["--seconds", "0"], "--seconds must be > 0"),
     (["--interval", "0"], "--interval must be > 0"), (["--warmup", "-1"], "--warmup must be >= 0"),
-    (["--gpus", "-1"], "--gpus must be >= 0"), (["--keep-profile", "/tmp/kp"], "--keep-profile needs --profile"),
+    (["--gpus", "-1"], "--gpus must be 0-64"), (["--gpus", "100000"], "--gpus must be 0-64"), (["--keep-profile", "/tmp/kp"], "--keep-profile needs --profile"),
     (["--out", "/nonexistent-dir/x.json"], "no directory /nonexistent-dir"),
     (["--repea", "2"], "unrecognized arguments: --repea"),  # no abbreviations
 ])

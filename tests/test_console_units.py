@@ -1641,7 +1641,9 @@ def test_a_log_dir_the_console_cannot_write_is_refused_before_the_screen_opens(t
     for argv, says in ((["demo", "--log-dir", str(a_file)], "is a file, not a directory"),
                        (["launch", "--log-dir", str(a_file / "sub"), "--", "--model-path", "M"], "cannot create it"),
                        (["demo", "--log-dir", "/proc/nonexistent/x"], "cannot create it"),
-                       (["demo", "--log-dir", "/proc"], "cannot write a log file there")):  # os.access said yes
+                       (["demo", "--log-dir", "/proc"], "cannot write a log file there"),  # os.access said yes
+                       (["demo", "--log-dir", ""], "an empty path"),  # was: the current directory
+                       (["launch", "--log-dir", " ", "--", "--model-path", "M"], "an empty path")):
         with pytest.raises(SystemExit) as exc:
             cli.resolve(argv)
         assert exc.value.code == 2
