@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from console.state import NOT_JSON_REASON, GateState, LoadState, MetricsState, ServerSample, SetResult
+from console.state import NO_ANSWER_REASON, NOT_JSON_REASON, GateState, LoadState, MetricsState, ServerSample, SetResult
 from server_patch import contract
 
 
@@ -150,8 +150,10 @@ def connect_reason(exc: BaseException) -> str:
 def _reason(exc: BaseException, api_key_given: bool = False) -> str:
     if isinstance(exc, httpx.ConnectError):
         return connect_reason(exc)
-    if isinstance(exc, httpx.TimeoutException):
-        return "timed out"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "connect timed out"
+    if isinstance(exc, httpx.TimeoutException):  # connected, no answer in time: a busy or hung server
+        return NO_ANSWER_REASON
     if isinstance(exc, httpx.HTTPStatusError):
         return status_reason(exc.response.status_code, api_key_given)
     if isinstance(exc, httpx.UnsupportedProtocol):

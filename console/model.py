@@ -264,7 +264,7 @@ class ConsoleModel:
             return f"{c.last_error}: threshold not changed"
         if c.reachable is False:
             why = f" ({c.last_error})" if c.last_error else ""
-            who = "server unreachable" if c.down_word == "unreachable" else c.down_word
+            who = f"server {c.down_word}" if c.down_word in ("unreachable", "not answering") else c.down_word
             return f"{who}{why}: threshold not changed"
         if self.sample is None:
             return "no answer from the server yet: threshold not changed"

@@ -341,6 +341,8 @@ GPU_FROM_LOCAL, GPU_FROM_SERVER, GPU_FROM_BOTH = "local", "server", "server+loca
 
 #: the failure reason of an answer whose body is not JSON (console.client)
 NOT_JSON_REASON = "answer is not JSON (not an SGLang server?)"
+#: the reason of a request that connected but got no answer in time (a busy or hung server, not the network)
+NO_ANSWER_REASON = "timed out"
 
 
 def answered_not_sglang(reason: str | None) -> bool:
@@ -375,9 +377,12 @@ class ConnectionState:
 
     @property
     def down_word(self) -> str:
-        """How to name an outage: ``no SGLang answer`` when something answered (``unreachable``
-        would send the operator looking for a network problem), else ``unreachable``."""
-        return "no SGLang answer" if answered_not_sglang(self.last_error) else "unreachable"
+        """How to name an outage: ``no SGLang answer`` when something answered and ``not answering``
+        when the connection was accepted but no answer came in time (``unreachable`` would send the
+        operator looking for a network problem), else ``unreachable``."""
+        if answered_not_sglang(self.last_error):
+            return "no SGLang answer"
+        return "not answering" if self.last_error == NO_ANSWER_REASON else "unreachable"
 
 
 #: WorkerCheck.status values

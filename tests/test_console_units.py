@@ -509,6 +509,11 @@ def test_badge_states():
     html = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(
         reachable=False, down_since=8.0, last_error=st.NOT_JSON_REASON))  # an HTML page answered
     assert connection_text(html) == (f"no SGLang answer for 12 s ({st.NOT_JSON_REASON})", "error")
+    # the port accepts, no answer comes in time (fresh-user finding: it read "unreachable")
+    hung = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(
+        reachable=False, down_since=8.0, last_error=st.NO_ANSWER_REASON))
+    assert badge_state(hung) == ("NO DATA", "not answering for 12 s", "-alarm")
+    assert connection_text(hung) == ("not answering for 12 s (timed out)", "error")
     auth = st.ConsoleSnapshot(sample_seen=True, connection=st.ConnectionState(
         reachable=False, down_since=8.0, last_error="HTTP 401 unauthorized: pass --api-key"))
     assert badge_state(auth) == ("NO ACCESS", "HTTP 401 unauthorized: pass --api-key", "-alarm")
@@ -1213,7 +1218,7 @@ def test_reconnect_clears_unreachable_notices_and_late_changes_are_confirmed():
     now[0] = 1.0
     m.on_failure("timed out")
     why = m.check_request()
-    assert why == "server unreachable (timed out): threshold not changed"
+    assert why == "server not answering (timed out): threshold not changed"
     assert m.refuse(why).kind == "connection" and m.snapshot().message == why
     # ... the server comes back and shows the value: the stale notice goes, the change is confirmed
     now[0] = 5.0
@@ -1854,3 +1859,16 @@ def test_a_server_string_longer_than_any_of_the_contract_is_cut():
     g = st.GateState.from_json({**GATE, "worker_class": "EAGLEWorkerV2" + "x" * 3000})
     assert len(g.worker_class) == st.MAX_STR and g.worker_class.endswith("…")
     assert st.GateState.from_json(GATE).worker_class == GATE["worker_class"]
+
+
+def test_a_timeout_after_connecting_is_not_answering_and_one_before_is_a_connect_timeout():
+    import httpx
+
+    from console import client
+
+    assert client._reason(httpx.ReadTimeout("x")) == st.NO_ANSWER_REASON
+    assert client._reason(httpx.ConnectTimeout("x")) == "connect timed out"
+    assert st.ConnectionState(reachable=False, last_error="connect timed out").down_word == "unreachable"
+    m = ConsoleModel(clock=lambda: 10.0)
+    m.on_failure(st.NO_ANSWER_REASON)
+    assert m.snapshot().connection.down_word == "not answering"
