@@ -384,14 +384,15 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
 
     def _install_signal_handlers(self) -> None:
         loop = self._event_loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # SIGINT: `kill -INT` (Ctrl+C is a key here)
             try:
                 loop.add_signal_handler(sig, self._on_signal, sig)
             except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
                 pass
 
     def _on_signal(self, sig: int) -> None:
-        """SIGTERM / SIGHUP (ssh drop): stop the server group, then exit (or force it).
+        """SIGTERM / SIGHUP (ssh drop) / SIGINT: stop the server group, then exit with 128 + the
+        signal (or force it).
 
         After SIGHUP the terminal is gone: there is nothing to restore and Textual may block
         writing to it, so the process ends right after the server group is stopped. After

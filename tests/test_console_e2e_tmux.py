@@ -183,17 +183,18 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def test_sigterm_stops_the_server_and_restores_the_terminal(tmux, tmp_path):
+@pytest.mark.parametrize("sig, code", [(15, 143), (2, 130)])  # SIGTERM; SIGINT (was: exit 0)
+def test_sigterm_or_sigint_stops_the_server_and_restores_the_terminal(tmux, tmp_path, sig, code):
     port = free_port()
-    s = "term"
+    s = f"term{sig}"
     tmux.start(s, _command(tmp_path, port))
     tmux.wait(s, lambda t: "SPEC ON" in t, what="main screen")
     shell = int(tmux.fmt(s, "pane_pid"))
     console_pids = [p for p in _children(shell) if b"demo" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert console_pids, "specconsole process not found"
-    os.kill(console_pids[0], 15)
-    text = tmux.wait(s, lambda t: "EXITED" in t, what="exit after SIGTERM")
-    assert "EXITED 143" in text  # 128 + SIGTERM
+    os.kill(console_pids[0], sig)
+    text = tmux.wait(s, lambda t: "EXITED" in t, what=f"exit after signal {sig}")
+    assert f"EXITED {code}" in text  # 128 + the signal
     assert tmux.fmt(s, "mouse_any_flag") == "0" and tmux.fmt(s, "alternate_on") == "0"
     _wait_gone(port, timeout=5)
 
