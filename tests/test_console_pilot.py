@@ -876,3 +876,15 @@ async def test_end_then_home_in_a_burst_ends_paused_at_the_top(make_app):
         await pilot.pause(0.8)  # Home's smooth scroll and End's deferred one, if any, have run
         # near the top, not at the bottom (a line or two down at most: new lines keep arriving)
         assert view.follow is False and view.scroll_y < view.max_scroll_y / 4, (view.scroll_y, view.max_scroll_y)
+
+
+async def test_a_terminal_below_80x24_gets_one_notice_saying_so(make_app):
+    """Fresh-user find: below 80x24 parts were cut off without a word."""
+    app = make_app()
+    async with app.run_test(size=(70, 20)) as pilot:
+        await wait_for(pilot, lambda: any("needs 80x24" in n for n in notifications(app)), what="size notice")
+        assert [n for n in notifications(app) if "needs 80x24" in n] == [
+            "terminal 70x20: specconsole needs 80x24 or more; parts are cut off"]
+        await pilot.resize_terminal(72, 20)  # still small: no second notice
+        await pilot.pause()
+        assert len([n for n in notifications(app) if "needs 80x24" in n]) == 1

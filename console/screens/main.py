@@ -27,6 +27,8 @@ from console.widgets.status_bar import StatusBar
 
 TALL_ROWS = 34
 TALLER_ROWS = 56
+#: the smallest terminal the layout is made for (columns, rows); below it a notice says so
+MIN_SIZE = (80, 24)
 #: the load panel's title: its counts are requests (where each figure came from: its footer)
 LOAD_TITLE = "Load · requests"
 WIDE_COLS = 120
@@ -61,10 +63,17 @@ class MainScreen(Screen):
     def on_resize(self, event: events.Resize) -> None:
         self._apply_size(event.size.width, event.size.height)
 
+    _too_small = False
+
     def _apply_size(self, width: int, height: int) -> None:
         self.set_class(height >= TALL_ROWS, "-tall")
         self.set_class(height >= TALLER_ROWS, "-taller")
         self.set_class(width >= WIDE_COLS, "-wide")
+        too_small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
+        if too_small and not self._too_small:  # once per shrink below the minimum, not per resize event
+            self.app.notify(f"terminal {width}x{height}: specconsole needs {MIN_SIZE[0]}x{MIN_SIZE[1]} "
+                            "or more; parts are cut off", severity="warning", timeout=8)
+        self._too_small = too_small
 
     _targets: tuple[int, list[SnapshotWidget], list[Widget], list[Widget]] | None = None
 
