@@ -157,11 +157,14 @@ def summarize(out: Path, repeats: int, sides: Sequence[str] = SIDES[:2]) -> List
     """Per planned row, from each repeat that measured the sides compared:
 
     * each other side's output tok/s over A's (B: ``b_over_a`` / ``geomean`` / ``min`` / ``max``;
-      C: the same with a ``c_`` prefix) and, on open-loop rows (a request rate), its mean
+      C: the same with a ``c_`` prefix), on closed-loop rows also of the tok/s while every slot
+      was busy (``b_steady_over_a``, ``c_steady_over_a``, ... from ``steady_tok_s``: the drain at
+      the row's end left out) and, on open-loop rows (a request rate), its mean
       end-to-end latency over A's (``b_e2e_over_a``, ``c_e2e_over_a``, with ``_geomean`` ...);
     * with three sides, C against the better of A and B in that repeat (``c_over_best``: C's tok/s
       over the higher of A's and B's; ``c_e2e_over_best``: C's mean end-to-end latency over the
-      lower), the comparison of an auto threshold (C) with the static configurations (A, B).
+      lower; ``c_steady_over_best`` of the steady tok/s), the comparison of an auto threshold (C)
+      with the static configurations (A, B).
 
     A row is listed when some side has a ratio for it."""
     ratios: Dict[Tuple[str, str, str], Dict[Tuple[str, str], List[float]]] = {}
@@ -171,14 +174,19 @@ def summarize(out: Path, repeats: int, sides: Sequence[str] = SIDES[:2]) -> List
         for key in keys:
             got = ratios.setdefault(key, {})
             tok = {s: float(rows[s][key]["output_tok_s"] or 0) for s in sides if key in rows[s]}
+            steady = {s: float(rows[s][key].get("steady_tok_s") or 0) for s in sides if key in rows[s]}
             e2e = {s: float(rows[s][key]["mean_e2e_ms"] or 0) for s in sides if key in rows[s]} if key[2] else {}
             for side in sides[1:]:
                 if tok.get("a") and tok.get(side):
                     got.setdefault((side, "over_a"), []).append(tok[side] / tok["a"])
                 if e2e.get("a") and e2e.get(side):
                     got.setdefault((side, "e2e_over_a"), []).append(e2e[side] / e2e["a"])
+                if steady.get("a") and steady.get(side):
+                    got.setdefault((side, "steady_over_a"), []).append(steady[side] / steady["a"])
             if len(sides) == 3 and all(tok.get(s) for s in sides):
                 got.setdefault(("c", "over_best"), []).append(tok["c"] / max(tok["a"], tok["b"]))
+            if len(sides) == 3 and all(steady.get(s) for s in sides):
+                got.setdefault(("c", "steady_over_best"), []).append(steady["c"] / max(steady["a"], steady["b"]))
             if len(sides) == 3 and e2e and all(e2e.get(s) for s in sides):
                 got.setdefault(("c", "e2e_over_best"), []).append(e2e["c"] / min(e2e["a"], e2e["b"]))
     summary = []

@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import heapq
 import json
 import math
 import re
@@ -153,7 +154,9 @@ MAX_RR = 128  # start mode: --max-running-requests and --cuda-graph-max-bs, as b
 DEFAULT_THRESHOLD = 48  # start mode, --config gate (bench.throughput's default)
 DEFAULT_CSV = "real-traffic.csv"
 
-# CSV columns, in this order. Units: tok/s (output tokens over the row's bench_serving duration),
+# CSV columns, in this order. Units: tok/s (output tokens over the row's bench_serving duration;
+# steady_tok_s: over the closed-loop window in which every slot was busy, steady_s long, see
+# steady_state()),
 # ms (TPOT = per request (e2e - TTFT) / (output tokens - 1); e2e and TTFT from the moment a request
 # is sent, i.e. after it got one of the --max-concurrency slots: time queued in the client behind
 # the cap is not in them), s (duration_s).
@@ -161,7 +164,10 @@ REQUIRED_COLUMNS = [
     "config", "workload", "p_wrong", "worker", "attention_backend", "concurrency", "request_rate", "threshold",
     "output_tok_s", "mean_tpot_ms", "p99_tpot_ms", "mean_e2e_ms", "p99_e2e_ms", "mean_ttft_ms",
 ]
-EXTRA_COLUMNS = ["accept_length", "num_requests", "completed", "duration_s", "max_concurrency"]
+EXTRA_COLUMNS = ["accept_length", "num_requests", "completed", "duration_s", "max_concurrency",
+                 "steady_tok_s", "steady_s"]
+#: the columns of traffic CSVs written before the steady-state columns (rows are still appended to them)
+OLD_TRAFFIC_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS[:5]
 TRAFFIC_COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 POSITIVE_COLUMNS = ("output_tok_s", "mean_tpot_ms", "p99_tpot_ms", "mean_e2e_ms", "p99_e2e_ms", "mean_ttft_ms")
 
@@ -262,7 +268,8 @@ def bench_serving_argv(host: str, port: int, lengths: Lengths, num_prompts: int,
         "--disable-tqdm", "--flush-cache",
     ]
     if concurrency is not None:
-        argv += ["--max-concurrency", str(concurrency)]  # --request-rate stays inf: a closed loop
+        # --request-rate stays inf: a closed loop; per-request TTFT and ITLs for steady_state()
+        argv += ["--max-concurrency", str(concurrency), "--output-details"]
     else:
         argv += ["--request-rate", fmt_rate(rate), "--max-concurrency", str(max_concurrency)]
     return argv
@@ -391,6 +398,53 @@ def threshold_label(config: str, facts: Dict[str, Any]) -> Any:
     return "auto" if config == "auto" else ""
 
 
+def steady_state(result: Dict[str, Any], concurrency: int) -> Optional[Tuple[float, float]]:
+    """Output tok/s of a closed-loop row while all ``concurrency`` slots were busy:
+    ``(tok_s, window_s)``, or None when ``result`` has no per-request details (bench_serving
+    without ``--output-details``), a request failed, or there is no such window.
+
+    The row's ``output_throughput`` divides every token by the whole run, whose last seconds drain
+    from ``concurrency`` requests to none (at 128 requests of 32-512 output tokens on an H200, ~11 s
+    rows of 310 requests spent several seconds draining: h200-2026-12-06). The window here opens
+    when the first request ends (the first burst of prefills is over and slots start to turn over)
+    and closes when the last request is sent (from then on fewer are in flight).
+
+    Timeline: bench_serving sends request i when it gets one of ``concurrency`` slots of an
+    ``asyncio.Semaphore`` (FIFO), in order, with ``--request-rate inf``; so the first
+    ``concurrency`` start at 0 and request i >= ``concurrency`` starts when the earliest running
+    one ends. A request's end is its start + TTFT + the sum of its ITLs (bench_serving's
+    ``latency`` of a streamed request). Its ``output_lens`` tokens are spread evenly over its
+    chunks (the first at start + TTFT, each next one an ITL later): exact for one token a chunk
+    (speculation off), an even split of a chunk's accepted tokens otherwise. Source of the keys:
+    ``result_details`` in ``sglang/bench_serving.py`` (0.5.12)."""
+    try:
+        ttfts, itls, lens = result["ttfts"], result["itls"], result["output_lens"]
+    except KeyError:
+        return None
+    errors = result.get("errors") or []
+    if any(errors) or not (len(ttfts) == len(itls) == len(lens)) or len(lens) <= concurrency:
+        return None
+    ends: List[float] = []  # a heap of the running requests' end times
+    requests = []
+    for ttft, gaps, n in zip(ttfts, itls, lens):
+        start = heapq.heappop(ends) if len(ends) == concurrency else 0.0  # the earliest slot to free
+        chunks = [start + ttft]
+        for gap in gaps:
+            chunks.append(chunks[-1] + gap)
+        heapq.heappush(ends, chunks[-1])
+        requests.append((start, chunks, n))
+    first_end = min(chunks[-1] for _, chunks, _ in requests)
+    last_start = requests[-1][0]
+    window = last_start - first_end
+    if window <= 0:
+        return None
+    tokens = 0.0
+    for _, chunks, n in requests:
+        per_chunk = n / len(chunks)
+        tokens += per_chunk * sum(1 for t in chunks if first_end <= t < last_start)
+    return tokens / window, window
+
+
 def build_row(config: str, workload: Workload, p_wrong: Any, facts: Dict[str, Any], result: Dict[str, Any], *,
               num_prompts: int, concurrency: Optional[int] = None, rate: Optional[float] = None,
               max_concurrency: Optional[int] = None, accept_length: Optional[float] = None) -> Dict[str, Any]:
@@ -408,6 +462,8 @@ def build_row(config: str, workload: Workload, p_wrong: Any, facts: Dict[str, An
     def ms(key: str) -> float:
         return round(float(result[key]), 3)
 
+    steady = steady_state(result, concurrency) if concurrency is not None else None
+
     return {
         "config": config, "workload": workload.name, "p_wrong": p_wrong, "worker": facts["worker"],
         "attention_backend": facts["attention_backend"] or "",
@@ -422,6 +478,8 @@ def build_row(config: str, workload: Workload, p_wrong: Any, facts: Dict[str, An
         "num_requests": num_prompts, "completed": int(result["completed"]),
         "duration_s": round(float(result["duration"]), 3),
         "max_concurrency": concurrency if concurrency is not None else max_concurrency,
+        "steady_tok_s": "" if steady is None else round(steady[0], 1),
+        "steady_s": "" if steady is None else round(steady[1], 3),
     }
 
 
@@ -437,16 +495,21 @@ def check_csv(path: Path) -> None:
             header = next(csv.reader(f), [])
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise BenchError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    if header != TRAFFIC_COLUMNS:
+    if header not in (TRAFFIC_COLUMNS, OLD_TRAFFIC_COLUMNS):
         raise BenchError(f"{path} has other columns than a traffic CSV ({','.join(header)[:120]}); "
                          f"rows would not line up: give another --csv-name or move it")
 
 
 def append_row(path: Path, row: Dict[str, Any]) -> None:
-    """Append ``row`` to the CSV at ``path`` (header first when the file is new or empty)."""
+    """Append ``row`` to the CSV at ``path`` (header first when the file is new or empty); a CSV
+    of :data:`OLD_TRAFFIC_COLUMNS` gets the row without the steady-state columns."""
     new = not path.exists() or path.stat().st_size == 0
+    columns = TRAFFIC_COLUMNS
+    if not new:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            columns = next(csv.reader(f), []) or TRAFFIC_COLUMNS
     with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=TRAFFIC_COLUMNS)
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerow(row)

@@ -301,3 +301,21 @@ def test_server_args_reach_every_server(pair, tmp_path, monkeypatch):
                             "--server-args", "--gc-warning-threshold-secs 0.002", "--out", str(tmp_path / "o")]) == 0
     assert len(started) == 2
     assert all(args[-2:] == ["--gc-warning-threshold-secs", "0.002"] for args in started)
+
+
+def test_the_summary_also_compares_the_steady_tok_s_where_both_rows_have_it(tmp_path):
+    """``steady_tok_s`` (every slot busy, the drain left out) gets its own ratio beside b_over_a;
+    rows of runs made before it (no such value) get none."""
+    def row(config, conc, tok_s, steady):
+        r = dict.fromkeys(traffic.TRAFFIC_COLUMNS, "")
+        r.update(config=config, workload="varied-closed", concurrency=str(conc), output_tok_s=str(tok_s),
+                 steady_tok_s=steady)
+        return ",".join(r[c] for c in traffic.TRAFFIC_COLUMNS)
+
+    for side, config, tok, steady in (("a", "none", 100.0, "200"), ("b", "off", 90.0, "196")):
+        d = tmp_path / "repeat0" / side
+        d.mkdir(parents=True)
+        (d / "real-traffic.csv").write_text("\n".join([HEADER, row(config, 32, tok, steady), row(config, 64, tok, "")]) + "\n")
+    summary = {s["concurrency"]: s for s in ab_traffic.summarize(tmp_path, 1)}
+    assert summary["32"]["b_over_a"] == [0.9] and summary["32"]["b_steady_over_a"] == [0.98]
+    assert "b_steady_over_a" not in summary["64"]

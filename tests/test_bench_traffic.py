@@ -1052,3 +1052,60 @@ def test_cpu_profile_row_must_name_a_row_of_the_call(monkeypatch, tmp_path, caps
             "--workloads", "varied-closed", "--concurrency", "16", "--cpu-profile-row", "varied-closed:32",
             "--out", tmp_path)
     assert "--cpu-profile-row varied-closed:32: no such row in this call" in capsys.readouterr().err
+
+
+def _details(requests):
+    """bench_serving's --output-details keys for requests given as (ttft, [itl, ...], output tokens)."""
+    return {"ttfts": [r[0] for r in requests], "itls": [r[1] for r in requests],
+            "output_lens": [r[2] for r in requests], "errors": [""] * len(requests)}
+
+
+def test_steady_state_counts_the_tokens_made_while_every_slot_was_busy():
+    # two slots, a token every 0.25 s per request: 8 tok/s while both are busy
+    rows = [(0.25, [0.25], 2), (0.25, [0.25] * 3, 4), (0.25, [0.25], 2), (0.25, [0.25] * 7, 8)]
+    # r0 ends at 0.5 (the window opens), r2 takes its slot at 0.5, r3 r1's at 1.0 (the window closes)
+    assert traffic.steady_state(_details(rows), 2) == (8.0, 0.5)
+
+
+def test_steady_state_does_not_move_with_the_drain_that_moves_output_throughput():
+    short = [(0.25, [0.25], 2), (0.25, [0.25] * 3, 4), (0.25, [0.25], 2), (0.25, [0.25] * 7, 8)]
+    long_tail = short[:3] + [(0.25, [0.25] * 99, 100)]  # the last request runs on alone
+    assert traffic.steady_state(_details(long_tail), 2) == traffic.steady_state(_details(short), 2)
+
+
+def test_steady_state_spreads_a_chunks_tokens_evenly():
+    # r1 streams 4 tokens in 2 chunks (speculation on: 2 accepted a step)
+    rows = [(0.25, [0.25], 2), (0.5, [0.5], 4), (0.25, [0.25], 2), (0.25, [0.25], 2)]
+    tok_s, window = traffic.steady_state(_details(rows), 2)
+    # window 0.5 .. 1.0: r0's 0.5 chunk (1 token), r1's 0.5 chunk (2 tokens), r2's 0.75 chunk (1)
+    assert window == 0.5 and tok_s == 8.0
+
+
+@pytest.mark.parametrize("change", ["no details", "a failed request", "no more requests than slots"])
+def test_steady_state_is_none_without_a_window_it_can_trust(change):
+    rows = [(0.25, [0.25], 2), (0.25, [0.25] * 3, 4), (0.25, [0.25], 2)]
+    result = _details(rows)
+    if change == "no details":
+        result = {"output_throughput": 1.0}
+    elif change == "a failed request":
+        result["errors"][1] = "HTTP 500"
+    else:
+        result = _details(rows[:2])
+    assert traffic.steady_state(result, 2) is None
+
+
+def test_closed_loop_rows_ask_bench_serving_for_per_request_details_and_open_loop_rows_do_not(tmp_path):
+    lengths = traffic.parse_workload("varied-closed").lengths
+    closed = traffic.bench_serving_argv("h", 1, lengths, 10, 1, tmp_path / "o.jsonl", concurrency=4)
+    poisson = traffic.bench_serving_argv("h", 1, lengths, 10, 1, tmp_path / "o.jsonl", rate=2.0, max_concurrency=4)
+    assert "--output-details" in closed and "--output-details" not in poisson
+
+
+def test_rows_append_to_a_csv_written_before_the_steady_state_columns(tmp_path):
+    old = tmp_path / "real-traffic.csv"
+    old.write_text(",".join(traffic.OLD_TRAFFIC_COLUMNS) + "\n")
+    traffic.check_csv(old)  # accepted
+    row = {c: "1" for c in traffic.TRAFFIC_COLUMNS}
+    traffic.append_row(old, row)
+    lines = old.read_text().splitlines()
+    assert lines[0] == ",".join(traffic.OLD_TRAFFIC_COLUMNS) and len(lines[1].split(",")) == len(traffic.OLD_TRAFFIC_COLUMNS)
