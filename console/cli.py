@@ -53,7 +53,7 @@ def _common() -> argparse.ArgumentParser:
     p.add_argument("--readonly", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                    help="no threshold changes (--no-readonly: allow them, over the config file's readonly)")
     p.add_argument("--interval", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
-                   help="seconds between polls of the server and NVML (0.1-3600, default 1)")
+                   help="seconds between polls of the server and NVML (0.1-3600, default 1; the log pane follows at least every 2 s, a launched server is polled every second until ready)")
     p.add_argument("--theme", choices=list(themes.THEMES), default=argparse.SUPPRESS,
                    help="colour theme (default dark; ansi = 8 colours)")
     return p

@@ -262,6 +262,8 @@ class ConsoleModel:
             return "not sent: another process holds the port (see the top line): threshold not changed"
         if c.auth_refused:
             return f"{c.last_error}: threshold not changed"
+        if p is not None and p.phase in st.STARTUP_PHASES and self.sample is None:
+            return f"the server is still starting ({p.phase}): threshold not changed"
         if c.reachable is False:
             why = f" ({c.last_error})" if c.last_error else ""
             who = f"server {c.down_word}" if c.down_word in ("unreachable", "not answering") else c.down_word

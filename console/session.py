@@ -39,6 +39,10 @@ from console.process import ServerProcess, describe_exit
 #: seconds between log-file reads while a launched server starts (its start-up lines tell when it
 #: is ready); afterwards the log is read once per poll interval, just before the poll's snapshot
 LOG_READ_S = 0.25
+#: however long --interval is, the log pane follows the log at least this often (s), and a
+#: starting server is polled at least this often (its readiness is not the operator's interval)
+LOG_FOLLOW_MAX_S = 2.0
+STARTUP_POLL_S = 1.0
 #: seconds between checks of the server child, at least (else the poll interval, at most 1 s)
 PROCESS_CHECK_S = 0.5
 #: seconds between snapshots when nothing else happens (durations on screen keep counting)
@@ -402,7 +406,7 @@ class ConsoleSession:
             await self.poll_once()
             failures = self.model.connection.failures
             starting = self.model.process is not None and self.model.process.phase != st.PHASE_READY
-            delay = self.cfg.interval_s if starting else self.backoff.delay(failures)
+            delay = min(self.cfg.interval_s, STARTUP_POLL_S) if starting else self.backoff.delay(failures)
             self.model.poll_delay_s = delay
             self._next_poll_at = time.monotonic() + delay
             if self.follower is not None:  # the log's new lines go with this snapshot: one screen update
@@ -518,11 +522,12 @@ class ConsoleSession:
         only stands by (half an interval after the poll is due). With no poll coming within an
         interval (no server yet, backing off, the child not running) it reads every interval and
         shows the lines at once; while a launched server starts, every LOG_READ_S (its start-up
-        lines tell when it is ready).
+        lines tell when it is ready). However long ``--interval`` is, at least every
+        LOG_FOLLOW_MAX_S (the pane tails the log).
         """
-        interval = self.cfg.interval_s
+        interval = min(self.cfg.interval_s, LOG_FOLLOW_MAX_S)
         p = self.model.process
-        starting = p is not None and p.phase == st.PHASE_STARTING
+        starting = p is not None and p.phase in st.STARTUP_PHASES
         due = self._log_read_at + (min(interval, LOG_READ_S) if starting else interval)
         poll = self._next_poll_at
         if poll is not None and not starting and poll <= due + interval / 2:

@@ -438,6 +438,8 @@ PHASE_READY = "ready"
 PHASE_CRASHED = "crashed"
 PHASE_STOPPING = "stopping"
 PHASE_STOPPED = "stopped"
+#: a launched server's phases before it is ready (its log tells them)
+STARTUP_PHASES = (PHASE_STARTING, PHASE_LOADING, PHASE_KV, PHASE_GRAPHS, PHASE_WARMUP)
 
 
 @dataclass(frozen=True)

@@ -888,3 +888,25 @@ async def test_a_terminal_below_80x24_gets_one_notice_saying_so(make_app):
         await pilot.resize_terminal(72, 20)  # still small: no second notice
         await pilot.pause()
         assert len([n for n in notifications(app) if "needs 80x24" in n]) == 1
+
+
+async def test_a_long_interval_still_sees_the_launched_server_become_ready_and_tails_its_log(make_app):
+    """Fresh-user find: with --interval 3600 a launched (demo) server stayed "starting" for an hour,
+    the log pane stopped, and + said "server unreachable (connection refused)"."""
+    app = make_app(interval_s=3600.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.process is not None and app.model.process.phase == st.PHASE_READY
+                       and app.model.sample is not None, what="ready and polled")
+        await wait_for(pilot, lambda: "Decode batch" in log_texts(app), what="the log followed")
+        seen = log_texts(app).count("Decode batch")
+        await wait_for(pilot, lambda: log_texts(app).count("Decode batch") > seen, timeout=6.0,
+                       what="new log lines within the log pane's own cadence")
+
+
+def test_a_threshold_change_while_the_server_starts_says_it_is_starting():
+    from console.model import ConsoleModel
+
+    m = ConsoleModel()
+    m.on_process(st.ProcessState(phase=st.PHASE_LOADING))
+    m.on_failure("connection refused")
+    assert m.check_request(33) == "the server is still starting (loading weights): threshold not changed"
