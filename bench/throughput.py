@@ -193,8 +193,10 @@ def append_csv(path: Path, rows: List[Dict[str, Any]]) -> None:
         w.writerows(rows)
 
 
-def run(a: argparse.Namespace) -> None:
+def run(a: argparse.Namespace) -> bool:
     """One configuration on one server (``main`` has checked the paths; see the module docstring).
+    Returns False when the server failed (to start, or during the rows): the error and the server
+    log's tail are on stderr and in the JSON's ``error`` / ``log_tail``.
 
     Raises:
         BenchError: ``--models``' oracle.json is not JSON or has another format version.
@@ -282,10 +284,12 @@ def run(a: argparse.Namespace) -> None:
     except Exception as exc:
         meta["error"] = f"{type(exc).__name__}: {exc}"
         meta["log_tail"] = server.log_tail(60)
-        print(meta["error"], meta["log_tail"], sep="\n")
+        tail = "\n".join(x for x in meta["log_tail"].splitlines() if x not in meta["error"])  # each line once
+        print(meta["error"], tail, sep="\n", file=sys.stderr)
     finally:
         meta["exit_code"] = stop_server(server)
         save()
+    return "error" not in meta
 
 
 def read_rows(paths: List[Path]) -> List[Dict[str, Any]]:
@@ -716,8 +720,8 @@ def main() -> None:
     if extra and a.cmd not in ("run", "traffic"):
         parser.error("arguments after -- are server arguments, only for run and traffic")
     if a.cmd == "run":
-        if a.target is not None and not a.draft:
-            parser.error("--target needs --draft")
+        if a.target is not None and not a.draft and a.config != "none":
+            parser.error(f"--target needs --draft (--config {a.config} speculates)")
         if a.draft and a.target is None:
             parser.error("--draft goes with --target (a --models pair has its own draft)")
         if a.recommend and a.config != "gate":
@@ -731,6 +735,8 @@ def main() -> None:
             parser.error(f"--profile is a number of concurrent requests >= 1, got {a.profile}")
         if not 0 < a.mem_fraction <= 1:
             parser.error(f"--mem-fraction is a fraction of GPU memory (0-1], got {a.mem_fraction}")
+        if not 1 <= a.port <= 65535:
+            parser.error(f"--port must be 1-65535, got {a.port}")
         _check_run_paths(parser, a)
     elif a.cmd in ("plot", "offcost"):
         _check_out(parser, a.out, a.csv)
@@ -738,7 +744,8 @@ def main() -> None:
         traffic.check_args(parser, a)
     try:
         if a.cmd == "run":
-            run(a)
+            if not run(a):
+                sys.exit(1)
         elif a.cmd == "summarize-traffic":
             from bench.traffic_summary import summarize_traffic
 

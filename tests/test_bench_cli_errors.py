@@ -210,7 +210,7 @@ def test_run_refuses_a_local_model_path_that_does_not_exist(tmp_path, monkeypatc
 
 def test_run_passes_hugging_face_ids_and_existing_dirs_through(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(throughput, "run", seen.append)
+    monkeypatch.setattr(throughput, "run", lambda a: seen.append(a) or True)
     monkeypatch.setattr(sys, "argv", ["throughput", "run", "--config", "gate", "--target", "org/name",
                                       "--draft", str(tmp_path), "--out", str(tmp_path / "o"),
                                       "--concurrency", "1,4", "--", "--tp-size", "2"])
@@ -306,7 +306,7 @@ def test_run_writes_its_json_after_every_phase_so_a_late_failure_keeps_the_rows(
         config="gate", models=None, label="prod", target="t", draft="d", threshold=48, hysteresis=2,
         concurrency=[1, 64], time_varying=True, recommend=True, recommend_thresholds=[16],
         recommend_levels=[16], profile=None, mem_fraction=0.8, port=1, server_args=[], out=tmp_path)
-    throughput.run(a)
+    assert throughput.run(a) is False  # main() exits 1 on it
 
     final = json.loads((tmp_path / "throughput-gate-pprod.json").read_text())
     assert len(written) >= 4  # levels, time-varying, forced-off, then the end
@@ -318,7 +318,43 @@ def test_run_writes_its_json_after_every_phase_so_a_late_failure_keeps_the_rows(
     rows = throughput.read_rows([tmp_path / "throughput.csv"])
     assert [(r["config"], r["concurrency"]) for r in rows] == [
         ("gate", "1"), ("gate", "64"), ("gate-forced-off", "64"), ("gate-forced-off", "128")]
-    assert '"time_varying"' in capsys.readouterr().out  # printed when measured, not only at the end
+    out, err = capsys.readouterr()
+    assert '"time_varying"' in out  # printed when measured, not only at the end
+    assert err.splitlines() == ["RuntimeError: server went away", "last log line"]  # on stderr, each line once
+
+
+def test_run_exits_1_when_the_server_fails_to_start(tmp_path, monkeypatch, capsys):
+    """Fresh-user find: a server that exited during start-up printed its error to stdout, the log
+    tail twice, and exited 0."""
+    from bench import server_harness
+
+    class FakeServer:
+        url, ready_s = "http://127.0.0.1:1", 1.0
+
+        def log_tail(self, n):
+            return "ValueError: no model at x"
+
+    def wait_ready(*a, **k):
+        raise RuntimeError("bench-none-pmodel exited with 1: ValueError: no model at x")
+
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: FakeServer())
+    monkeypatch.setattr(server_harness, "wait_ready", wait_ready)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 1)
+    monkeypatch.setattr(sys, "argv", ["throughput", "run", "--config", "none", "--target", "org/x",
+                                      "--out", str(tmp_path / "o")])  # no --draft: none needs none
+    with pytest.raises(SystemExit) as exc:
+        throughput.main()
+    assert exc.value.code == 1
+    out, err = capsys.readouterr()
+    assert err.splitlines() == ["RuntimeError: bench-none-pmodel exited with 1: ValueError: no model at x", ""]
+    assert json.loads((tmp_path / "o" / "throughput-none-pmodel.json").read_text())["exit_code"] == 1
+
+
+@pytest.mark.parametrize("port", ["0", "70000"])
+def test_run_refuses_a_port_outside_1_65535(tmp_path, monkeypatch, capsys, port):
+    msg = fails(monkeypatch, capsys, "run", "--config", "none", "--target", "org/t", "--out", tmp_path / "o",
+                "--port", port)
+    assert f"--port must be 1-65535, got {port}" in msg
 
 
 def test_level_prompts_are_four_waves_and_at_least_32():
