@@ -139,6 +139,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -1816,6 +1817,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("give --p-wrong or --p-wrong-families, not both")
     p_wrong = 0.0 if a.p_wrong is None else a.p_wrong
     vocab = int(PRESETS[a.preset].vocab if a.vocab is None else a.vocab)
+    if not (math.isfinite(a.proj_noise) and a.proj_noise >= 0):
+        ap.error(f"--proj-noise must be a finite number >= 0, got {a.proj_noise}")
+    if not (math.isfinite(a.max_shard_gb) and a.max_shard_gb > 0):
+        ap.error(f"--max-shard-gb must be a finite number > 0, got {a.max_shard_gb}")
+    if not 0 <= a.seed < 2 ** 32:
+        ap.error(f"--seed must be 0 .. 2**32 - 1, got {a.seed}")
+    if a.device is not None and not re.fullmatch(r"cpu|cuda(:\d+)?", a.device):
+        ap.error(f"--device must be cpu, cuda or cuda:N, got {a.device!r}")
     if Path(a.out).exists() and not Path(a.out).is_dir():
         ap.error(f"--out {a.out}: a file, not a directory (the pair is written as target/, draft/, oracle.json)")
     try:

@@ -497,8 +497,14 @@ def test_a_cuda_device_without_a_gpu_is_a_one_line_error(tmp_path, monkeypatch, 
 @pytest.mark.parametrize("args, words", [
     (["--vocab", "0"], "vocab must be >= 2, got 0"),  # was: the preset's vocab, silently
     (["--out-is-a-file"], "a file, not a directory"),  # was: a traceback
+    (["--proj-noise", "nan"], "--proj-noise must be a finite number >= 0"),  # was: NaN weights, exit 0
+    (["--proj-noise", "-1"], "--proj-noise must be a finite number >= 0"),  # was: a traceback
+    (["--max-shard-gb", "0"], "--max-shard-gb must be a finite number > 0"),  # was: a shard per tensor
+    (["--max-shard-gb", "nan"], "--max-shard-gb must be a finite number > 0"),  # was: a traceback, half a pair
+    (["--seed", "-1"], "--seed must be 0 .. 2**32 - 1"),  # was: numpy's traceback
+    (["--device", "banana"], "--device must be cpu, cuda or cuda:N"),  # was: torch's traceback
 ])
-def test_bad_vocab_or_an_out_that_is_a_file_is_a_one_line_error_that_writes_nothing(tmp_path, capsys, args, words):
+def test_bad_values_are_a_one_line_error_that_writes_nothing(tmp_path, capsys, args, words):
     out = tmp_path / "pair"
     if args == ["--out-is-a-file"]:
         out.write_text("keep me")
