@@ -297,8 +297,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         shlex.split(a.server_args)
     except ValueError as exc:
         ap.error(f"--server-args: {exc}")
-    if a.repeats < 1 or a.row_seconds <= 0 or a.max_total_tokens < 1 or not 0 < a.mem_fraction < 1:
-        ap.error("--repeats and --max-total-tokens must be >= 1, --row-seconds > 0, --mem-fraction in (0, 1)")
+    for flag, value in (("--repeats", a.repeats), ("--max-total-tokens", a.max_total_tokens)):
+        if value < 1:
+            ap.error(f"{flag} must be >= 1, got {value}")
+    if not (math.isfinite(a.row_seconds) and a.row_seconds > 0):
+        ap.error(f"--row-seconds must be a finite number > 0, got {a.row_seconds}")
+    if not 0 < a.mem_fraction <= 1:
+        ap.error(f"--mem-fraction is a fraction of GPU memory (0-1], got {a.mem_fraction}")
+    if a.out.exists() and not a.out.is_dir():
+        ap.error(f"--out {a.out}: a file, not a directory")
     if not 1 <= a.port <= 65535 - 10 * (len(sides) - 1):
         ap.error(f"--port must be in 1..{65535 - 10 * (len(sides) - 1)} (the last side's is PORT + {10 * (len(sides) - 1)})")
     a.profile_sides = tuple(x for x in a.profile_sides.split(",") if x) or sides
@@ -314,7 +321,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = {flag: traffic.parse_profile_row(v, flag) for flag, v in
                 (("--profile-row", a.profile_row), ("--cpu-profile-row", a.cpu_profile_row)) if v}
     except (argparse.ArgumentTypeError, ValueError) as exc:
-        ap.error(str(exc))
+        which = next((f for f, v in (("--concurrency", a.concurrency), ("--workloads", a.workloads),
+                                     ("--rates", a.rates)) if v and repr(v) in str(exc)), None)
+        ap.error(f"argument {which}: {exc}" if which else str(exc))
     if len({(w.name, level) for w, level in rows.values()}) > 1:
         ap.error("--profile-row and --cpu-profile-row name one row (the pass measures one)")
     a.configs = {s: getattr(a, s) for s in sides}

@@ -95,7 +95,12 @@ def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair,
 @pytest.mark.parametrize("args, message", [
     (["--a", "off", "--b", "off"], "the same server"),
     (["--a", "none", "--b", "off", "--b-env", "NOVALUE"], "NAME=VALUE"),
-    (["--a", "none", "--b", "off", "--repeats", "0"], "--repeats"),
+    (["--a", "none", "--b", "off", "--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["--a", "none", "--b", "off", "--row-seconds", "nan"], "--row-seconds must be a finite number > 0"),
+    (["--a", "none", "--b", "off", "--row-seconds", "inf"], "--row-seconds must be a finite number > 0"),
+    (["--a", "none", "--b", "off", "--mem-fraction", "5"], "--mem-fraction is a fraction of GPU memory (0-1]"),
+    (["--a", "none", "--b", "off", "--max-total-tokens", "-1"], "--max-total-tokens must be >= 1"),
+    (["--a", "none", "--b", "off", "--concurrency", "abc"], "argument --concurrency: expected"),
     (["--a", "none", "--b", "off", "--concurrency", "x,y"], "positive integers"),
     (["--a", "none", "--b", "off", "--concurrency", "0"], "positive integers"),
     (["--a", "none", "--b", "off", "--workloads", "bogus"], "bogus"),
@@ -319,3 +324,12 @@ def test_the_summary_also_compares_the_steady_tok_s_where_both_rows_have_it(tmp_
     summary = {s["concurrency"]: s for s in ab_traffic.summarize(tmp_path, 1)}
     assert summary["32"]["b_over_a"] == [0.9] and summary["32"]["b_steady_over_a"] == [0.98]
     assert "b_steady_over_a" not in summary["64"]
+
+
+def test_an_out_that_is_a_file_is_refused(pair, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("no server after a bad option"))
+    f = tmp_path / "notes.txt"
+    f.write_text("x")
+    with pytest.raises(SystemExit) as exc:
+        ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", str(f)])
+    assert exc.value.code == 2 and f"--out {f}: a file, not a directory" in capsys.readouterr().err
