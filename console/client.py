@@ -84,7 +84,7 @@ def status_reason(code: int, api_key_given: bool = False) -> str:
             return "the API key was rejected (HTTP 403): this needs the server's --admin-api-key"
         return "HTTP 403 forbidden: pass the server's --admin-api-key as --api-key"
     if code == 404:
-        return "HTTP 404: no SGLang server at this URL (give its root, e.g. http://host:30000)"
+        return "HTTP 404: no SGLang server at this URL (another program on this port, or not the server's root URL)"
     if code == 431:
         return ("HTTP 431: request headers too large (is the API key that long?)" if api_key_given
                 else "HTTP 431: request headers too large")
