@@ -7,6 +7,7 @@
 # ~2.95; p = 0.5: ~1.9, the draft whose fixed threshold kept speculation on where it lost):
 #   1. p = 0.2: A none, B always, C auto;
 #   2. p = 0.5: A none (the same target), B always, C auto on the p = 0.5 draft.
+# 12 s rows: 7 rows x 3 sides ~8 min a draft plus ~2.5 min of start-up, so both drafts fit one lease.
 # On an H200 three 8B servers with 131072-token pools fit (~100 GB); on an H100 the pools are cut to
 # 49152 tokens, alike on all three sides (the pool then caps the batch; say so with the numbers).
 # Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
@@ -22,7 +23,7 @@ if [ "${mib:-0}" -ge 100000 ]; then pool=131072; else pool=49152; fi
 auto_ab() {  # auto_ab NAME [--b-models DIR --c-models DIR]
   local name=$1; shift
   fa3_ready && ab "$name" --attention-backend fa3 --a none --b always --c auto --repeats 1 \
-    --workloads varied-closed,varied-poisson --concurrency 1,16,64,128 --rates 4,16,48 \
+    --workloads varied-closed,varied-poisson --concurrency 1,16,64,128 --rates 4,16,48 --row-seconds 12 \
     --max-total-tokens "$pool" "$@"
 }
 auto_ab ab-auto-p0.2
