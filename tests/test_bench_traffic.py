@@ -1109,3 +1109,32 @@ def test_rows_append_to_a_csv_written_before_the_steady_state_columns(tmp_path):
     traffic.append_row(old, row)
     lines = old.read_text().splitlines()
     assert lines[0] == ",".join(traffic.OLD_TRAFFIC_COLUMNS) and len(lines[1].split(",")) == len(traffic.OLD_TRAFFIC_COLUMNS)
+
+
+def test_steady_state_finds_the_full_batch_rate_of_a_simulated_closed_loop():
+    """A closed loop of C slots on a server whose step takes 5 ms + 0.1 ms a request and gives every
+    running request one token: steady_state reads C / step_time from bench_serving's per-request
+    TTFT and ITLs, where the whole run's tok/s is pulled down by the drain."""
+    import random
+
+    rng = random.Random(0)
+    c, n = 16, 120
+    lens = [rng.randint(32, 512) for _ in range(n)]
+    step = lambda b: 0.005 + 0.0001 * b  # noqa: E731
+    t, waiting, running, records = 0.0, list(range(n)), {}, {}
+    while waiting or running:
+        while waiting and len(running) < c:  # a freed slot is taken at the next step
+            i = waiting.pop(0)
+            running[i] = []
+            records[i] = [t]
+        t += step(len(running))
+        for i in list(running):
+            running[i].append(t)
+            if len(running[i]) == lens[i]:
+                records[i].append(running.pop(i))
+    ttfts = [records[i][1][0] - records[i][0] for i in range(n)]
+    itls = [[b - a for a, b in zip(records[i][1], records[i][1][1:])] for i in range(n)]
+    tok_s, window = traffic.steady_state({"ttfts": ttfts, "itls": itls, "output_lens": lens, "errors": [""] * n}, c)
+    assert tok_s == pytest.approx(c / step(c), rel=0.02)
+    whole = sum(lens) / t
+    assert whole < 0.95 * tok_s and 0 < window < t
