@@ -64,6 +64,8 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
+from server_patch import contract
+
 #: lower edges of the batch-size buckets (req): bucket i holds sizes [edge_i, edge_{i+1})
 BUCKET_EDGES: Tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384,
                                  512, 768, 1024, 1536, 2048)
@@ -76,7 +78,7 @@ LEARN_GAP = 2 * 8  # ... while the probed mode was never measured there (2 x PRO
 LEARN_PROBES = 4  # ... that many probes (a size the batch only passes through may never fill up)
 PROBE_SHARE = 0.01  # probes use at most this share of all decode steps ...
 PROBE_ALLOWANCE = 256  # ... plus this many steps to learn at startup
-MARGIN = 0.03  # a bucket's preference flips when the other mode is better by this fraction
+MARGIN = contract.AUTO_MARGIN  # within it the two modes tie: the bucket does not vote
 DWELL = 32  # decode steps a mode is kept after a switch
 SYNC_EVERY = 64  # decode steps between two tables (and their broadcast at TP > 1)
 OUTLIER = 4.0  # a step time this many times the estimate is dropped (a GC pause, a stall)

@@ -34,6 +34,9 @@ DEFAULT_HYSTERESIS = 0
 AUTO = "auto"
 #: spec_gate ``mode`` values
 MODE_MANUAL, MODE_AUTO = "manual", "auto"
+#: auto: a bucket whose ON and OFF estimates are within this fraction of each other does not vote
+#: on the crossover (a tie); its mode is the fitted crossover's (server_patch/auto_threshold.py)
+AUTO_MARGIN = 0.03
 
 #: keys of the ``POST /set_internal_state`` answer for a request with gate keys
 SET_ANSWER_KEYS = ("updated", "reason", "threshold", "hysteresis", "decode_step")

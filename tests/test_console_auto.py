@@ -149,3 +149,31 @@ def test_the_demo_cli_takes_auto(argv):
     args = ds.build_parser().parse_args(argv)
     ds.check_args(ds.build_parser(), args)
     assert ds.Simulation(args, ds.LogWriter(io.StringIO())).gate.config.auto
+
+
+def test_a_reason_too_long_for_the_panel_keeps_the_estimates_in_shorter_words():
+    """Fresh-user find: the server's reason (~75 columns) never fit the ~62-column panel, which fell
+    back to "auto: decode batch 40" and hid why."""
+    long = "auto: OFF at batch 40 (est. ON 4,737 vs OFF 5,192 tok/s; crossover 24, OFF ahead at smaller batches)"
+    snap = st.ConsoleSnapshot(gate=_gate(auto_reason=long), sample_seen=True,
+                              connection=st.ConnectionState(reachable=True))
+    assert badge_state(snap, 62)[1] == "auto: OFF at batch 40 (ON 4,737 vs OFF 5,192 tok/s)"
+    assert badge_state(snap, 40)[1] == "batch 40: ON 4.7k vs OFF 5.2k tok/s"
+    assert badge_state(snap, 30)[1] == "auto: decode batch 40"
+
+
+def test_the_learned_curve_says_which_modes_are_ties_or_outvoted():
+    """Fresh-user find: buckets marked OFF with ON estimated ahead, and nothing said why."""
+    from rich.style import Style
+
+    gate = _gate(auto_buckets=[
+        {"lo": 6, "hi": 7, "on_tok_s": 1500.0, "off_tok_s": 1477.0, "on": False},  # 1.6%: a tie
+        {"lo": 8, "hi": 11, "on_tok_s": 2100.0, "off_tok_s": 1900.0, "on": False},  # ON ahead 10%: lost the fit
+        {"lo": 32, "hi": 47, "on_tok_s": 4737.0, "off_tok_s": 5192.0, "on": False}])
+    snap = st.ConsoleSnapshot(gate=gate, sample_seen=True, connection=st.ConnectionState(reachable=True))
+    text = "\n".join(x.plain for x in detail_lines(snap, {k: Style() for k in
+                                                          ("label", "value", "dim", "ok", "alarm", "pending")}, 80))
+    assert "6-7     1,500      1,477  OFF ≈" in text
+    assert "8-11     2,100      1,900  OFF outvoted" in text
+    assert "32-47     4,737      5,192  OFF ◀ batch 40" in text
+    assert "≈ within 3% (no vote)" in text

@@ -10,6 +10,8 @@ The batch size here is the gate's own: the last decode batch from ``spec_gate``.
 
 from __future__ import annotations
 
+import math
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -72,7 +74,8 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
     n, h = g.threshold, g.hysteresis or 0
     if g.mode == contract.MODE_AUTO and g.spec_enabled is not None:
         label = "SPEC ON" if g.spec_enabled else "SPEC OFF"
-        reasons = [r for r in (g.auto_reason,) if r] + [f"auto: decode batch {fmt.num(bs)}", f"auto: batch {fmt.num(bs)}"]
+        reasons = [r for r in (g.auto_reason,) if r] + auto_estimates(g, bs) + [
+            f"auto: decode batch {fmt.num(bs)}", f"auto: batch {fmt.num(bs)}"]
         return label, reasons, "-on" if g.spec_enabled else "-off"
     if g.spec_enabled is True:
         return "SPEC ON", [f"decode batch {fmt.num(bs)} < threshold {fmt.num(n)}", f"batch {fmt.num(bs)} < N {fmt.num(n)}"], "-on"
@@ -87,6 +90,34 @@ def badge_variants(s: st.ConsoleSnapshot) -> tuple[str, list[str], str]:
             ], "-off"
         return "SPEC OFF", [f"decode batch {fmt.num(bs)} >= threshold {fmt.num(n)}", f"batch {fmt.num(bs)} >= N {fmt.num(n)}"], "-off"
     return "SPEC ?", ["spec_gate gives no true/false spec_enabled"], "-unknown"
+
+
+def live_bucket(g: st.GateState, bs: int | None) -> st.Bucket | None:
+    """The learned-curve bucket holding decode batch ``bs``, None when none does."""
+    if bs is None:
+        return None
+    for b in g.auto_buckets or ():
+        if b.lo is not None and b.lo <= bs and (b.hi is None or bs <= b.hi):
+            return b
+    return None
+
+
+def _k(tok_s: float) -> str:
+    """``10,929`` -> ``10.9k`` (tok/s, for the shortest reasons)."""
+    return f"{tok_s / 1000:.1f}k" if tok_s >= 1000 else f"{tok_s:.0f}"
+
+
+def auto_estimates(g: st.GateState, bs: int | None) -> list[str]:
+    """Shorter forms of ``spec_gate.auto_reason`` from the live batch's learned bucket, longest
+    first: ``auto: OFF at batch 109 (ON 6,323 vs OFF 10,929 tok/s)``, then ``batch 109: ON 6.3k vs
+    OFF 10.9k tok/s`` (the full reason is ~75 columns, the panel's line ~60). Empty when the
+    bucket has not been measured both ways."""
+    b = live_bucket(g, bs)
+    if b is None or b.on_tok_s is None or b.off_tok_s is None:
+        return []
+    mode = "ON" if g.spec_enabled else "OFF"
+    return [f"auto: {mode} at batch {bs} (ON {fmt.num(b.on_tok_s)} vs OFF {fmt.num(b.off_tok_s)} tok/s)",
+            f"batch {bs}: ON {_k(b.on_tok_s)} vs OFF {_k(b.off_tok_s)} tok/s"]
 
 
 def pinned_values(s: st.ConsoleSnapshot) -> str:
@@ -399,24 +430,43 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     return rows
 
 
+def bucket_note(b: st.Bucket) -> str:
+    """Why a bucket's mode may look at odds with its own two estimates: ``≈`` when they are within
+    ``contract.AUTO_MARGIN`` (a tie: it does not vote), ``outvoted`` when its own estimates favour
+    the other mode by more (the one crossover fitted to every bucket puts it on the other side)."""
+    if b.on is None or not b.on_tok_s or not b.off_tok_s:
+        return ""
+    ratio = b.on_tok_s / b.off_tok_s
+    if abs(math.log(ratio)) < math.log(1 + contract.AUTO_MARGIN):
+        return "≈"
+    return "" if (ratio > 1) == bool(b.on) else "outvoted"
+
+
 def learned_curve(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     """The auto threshold's learned curve, one row per measured batch-size bucket: its batch sizes,
-    the estimated output tok/s with speculation on and off, the preferred mode, the live decode
-    batch marked ``◀``; shown in auto mode (the server measures it in manual mode too)."""
+    the estimated output tok/s with speculation on and off, the mode the fitted crossover gives it
+    (with :func:`bucket_note`), the live decode batch marked ``◀``; shown in auto mode (the server
+    measures it in manual mode too)."""
     g = s.gate
     if g is None or not g.auto_buckets or g.mode != contract.MODE_AUTO:
         return []
-    rows = [[_t(("learned  batch   ON tok/s  OFF tok/s", d["label"]))]]
+    margin = f"{contract.AUTO_MARGIN * 100:.0f}%"
+    rows = [[_t(("learned  batch   ON tok/s  OFF tok/s  mode", d["label"]))]]
     bs = g.last_decode_batch_size
+    live = live_bucket(g, bs)
     for b in g.auto_buckets:
         span = f"{b.lo}" if b.hi in (b.lo, None) else f"{b.lo}-{b.hi}"
         mode = {True: "ON", False: "OFF", None: "?"}[b.on]
-        here = bs is not None and b.lo is not None and b.lo <= bs and (b.hi is None or bs <= b.hi)
         line = _t((f"  {span:>10}  {fmt.num(b.on_tok_s):>8}  {fmt.num(b.off_tok_s):>9}  ", d["value"]),
                   (f"{mode:<3}", d["ok"] if b.on else d["value"]))
-        if here:
+        note = bucket_note(b)
+        if note:
+            line.append(f" {note}", d["dim"])
+        if b is live:
             line.append(f" ◀ batch {bs}", d["pending"])
         rows.append([line])
+    rows.append([_t((f"mode: one crossover fitted to all buckets; ≈ within {margin} (no vote), "
+                     "outvoted: its own estimates lost the fit", d["dim"]))])
     return rows
 
 
