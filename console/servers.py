@@ -247,13 +247,16 @@ def expand_routers(cfg: AppConfig, lookup=router_workers) -> AppConfig:
             notes.append(f"{t.url} listed {len(left_out)} worker(s) the console cannot watch (not an http(s) "
                          f"URL): {_listed(left_out, 5)}")
         out += [ServerTarget(w, None, t.api_key) for w in workers]
-    seen: set[str] = set()
-    unique = []
+    unique: list[ServerTarget] = []
+    where: dict[str, int] = {}
     for t in out:
-        if t.url in seen:
+        if t.url in where:
             notes.append(f"{t.url} is listed twice (a router's worker and a URL given): shown once")
+            kept = unique[where[t.url]]
+            if kept.log_path is None and t.log_path is not None:  # the URL given with its --log wins
+                unique[where[t.url]] = replace(kept, log_path=t.log_path)
             continue
-        seen.add(t.url)
+        where[t.url] = len(unique)
         unique.append(t)
     if [t.url for t in unique] == [t.url for t in targets]:
         return replace(cfg, notes=tuple(notes))  # nothing was a router

@@ -293,6 +293,12 @@ def test_router_url_becomes_its_workers(router):
     # a worker also given on its own is shown once
     both = cli.multi_config(AppConfig(), (ServerTarget(url), ServerTarget("http://10.0.0.2:30000")))
     assert [t.url for t in expand_routers(both).servers] == ["http://10.0.0.1:30000", "http://10.0.0.2:30000"]
+    # ...and keeps its own --log whichever comes first (fresh-user find: the router first lost it)
+    log = Path("/var/log/w2.log")
+    for targets in ((ServerTarget(url), ServerTarget("http://10.0.0.2:30000", log)),
+                    (ServerTarget("http://10.0.0.2:30000", log), ServerTarget(url))):
+        got = {t.url: t.log_path for t in expand_routers(cli.multi_config(AppConfig(), targets)).servers}
+        assert got == {"http://10.0.0.1:30000": None, "http://10.0.0.2:30000": log}
     handler.answer = {"urls": ["http://10.0.0.9:30000"]}  # one worker: the plain single-server config
     single = expand_routers(AppConfig(url=url))
     assert single.servers == () and single.url == "http://10.0.0.9:30000"
