@@ -42,16 +42,23 @@ CONFIG_NAME = "specconsole.toml"
 DEFAULT_URL = "http://127.0.0.1:30000"
 
 
+def _xdg_base(variable: str, default: Path) -> Path:
+    """``$variable`` when it is an absolute path, else ``default``: the XDG Base Directory spec
+    says a relative value is invalid and is to be ignored."""
+    value = os.environ.get(variable) or ""
+    return Path(value) if os.path.isabs(value) else default
+
+
 def user_config_dir() -> Path:
-    """``$XDG_CONFIG_HOME/specconsole`` or ``~/.config/specconsole``."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "specconsole"
+    """``$XDG_CONFIG_HOME/specconsole`` or ``~/.config/specconsole`` (a relative
+    ``$XDG_CONFIG_HOME`` is ignored)."""
+    return _xdg_base("XDG_CONFIG_HOME", Path.home() / ".config") / "specconsole"
 
 
 def default_log_dir() -> Path:
-    """Where launch/demo write server logs: ``$XDG_STATE_HOME/specconsole/logs`` or ``~/.local/state/...``."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "specconsole" / "logs"
+    """Where launch/demo write server logs: ``$XDG_STATE_HOME/specconsole/logs`` or
+    ``~/.local/state/...`` (a relative ``$XDG_STATE_HOME`` is ignored)."""
+    return _xdg_base("XDG_STATE_HOME", Path.home() / ".local" / "state") / "specconsole" / "logs"
 
 
 def writable_dir_problem(path: Path) -> tuple[str, str] | None:

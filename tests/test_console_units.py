@@ -1872,3 +1872,16 @@ def test_a_timeout_after_connecting_is_not_answering_and_one_before_is_a_connect
     m = ConsoleModel(clock=lambda: 10.0)
     m.on_failure(st.NO_ANSWER_REASON)
     assert m.snapshot().connection.down_word == "not answering"
+
+
+def test_a_relative_xdg_directory_is_ignored_as_the_spec_says(monkeypatch, tmp_path):
+    """Fresh-user find: XDG_CONFIG_HOME=relative was read from the working directory."""
+    from console import config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", "relative")
+    monkeypatch.setenv("XDG_STATE_HOME", "also/relative")
+    assert config.user_config_dir() == tmp_path / ".config" / "specconsole"
+    assert config.default_log_dir() == tmp_path / ".local" / "state" / "specconsole" / "logs"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    assert config.user_config_dir() == tmp_path / "cfg" / "specconsole"
