@@ -275,10 +275,15 @@ class ConsoleModel:
         if self.gate.threshold is None and self.gate.mode != contract.MODE_AUTO:
             return ("spec_gate has no threshold (it does not follow specconsole's contract: a server "
                     "patched by another version?): threshold not changed")
-        if threshold is None or threshold == contract.AUTO:
-            return None
-        return validate_threshold(threshold, self.snapshot_max_running(),
-                                  self.target()[1] if hysteresis is None else None)
+        if threshold is not None and threshold != contract.AUTO:
+            err = validate_threshold(threshold, self.snapshot_max_running(),
+                                     self.target()[1] if hysteresis is None else None)
+            if err:
+                return err
+        if hysteresis is not None:  # against this server's N (T sends one H to servers of other N)
+            t = threshold if threshold is not None else self.target()[0]
+            return validate_hysteresis(hysteresis, None if t == contract.AUTO else t, self.snapshot_max_running())
+        return None
 
     def snapshot_max_running(self) -> int | None:
         """Upper bound for the threshold (req): spec_gate's max running requests, else /v1/loads'."""
@@ -347,6 +352,8 @@ class ConsoleModel:
         g = self.gate
         assert g is not None
         cur_t, cur_h = self.target()
+        if threshold in (None, cur_t) and hysteresis in (None, cur_h):  # e.g. T to a server already there
+            return Outcome(ok=True, log_lines=(f"already {target_text(cur_t, cur_h, ', ')}: nothing sent",))
         parts = []
         if threshold is not None:
             parts.append(f"threshold {cur_t} -> {threshold}")

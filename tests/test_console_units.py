@@ -341,13 +341,14 @@ def test_rejection_and_refusals():
     m.on_sample(parse_server_info({"internal_states": [{}]}, None))
     assert "without the speculation gate" in m.check_request(5)
     m.on_sample(_sample())
-    ok, _ = said(m.request_change(None, 40))
+    assert "must be" in m.check_request(None, 40)  # H >= this server's N 32: refused before sending
+    ok, _ = said(m.request_change(None, 20))  # the server may still reject what the console let pass
     assert ok
-    text = lines(m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 40 must be < threshold 32", 32, 4)))
-    assert text == ["set hysteresis 40 rejected by server: hysteresis 40 must be < threshold 32"]
+    text = lines(m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 20 is not allowed here", 32, 4)))
+    assert text == ["set hysteresis 20 rejected by server: hysteresis 20 is not allowed here"]
     assert m.pending is None and m.message_level == "error"
     m.on_sample(_sample())  # the server still has N 32 / H 4: the reason still applies
-    assert m.snapshot().message == "rejected: hysteresis 40 must be < threshold 32"
+    assert m.snapshot().message == "rejected: hysteresis 20 is not allowed here"
     assert "above max running requests 48" in m.check_request(49)
     assert "must be > hysteresis 4" in m.check_request(4)  # a step may not reach the hysteresis
     assert m.check_request(4, 2) is None  # with a new hysteresis the server judges the pair
@@ -365,10 +366,10 @@ def test_a_rejection_reason_goes_once_the_server_has_other_values():
     another client set N 40 / H 8."""
     m = ConsoleModel()
     m.on_sample(_sample(threshold=5, hysteresis=4))
-    m.request_change(None, 10)
-    m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 10 must be < threshold 5", 5, 4))
+    m.request_change(None, 3)
+    m.on_set_result(m.next_to_send(), st.SetResult(False, "hysteresis 3 is not allowed here", 5, 4))
     m.on_sample(_sample(threshold=5, hysteresis=4))
-    assert m.snapshot().message == "rejected: hysteresis 10 must be < threshold 5"
+    assert m.snapshot().message == "rejected: hysteresis 3 is not allowed here"
     m.on_sample(_sample(threshold=40, hysteresis=8))  # another client's change, said as such
     assert m.snapshot().message == "threshold changed to 40 and hysteresis changed to 8 outside this console"
 
@@ -1885,3 +1886,15 @@ def test_a_relative_xdg_directory_is_ignored_as_the_spec_says(monkeypatch, tmp_p
     assert config.default_log_dir() == tmp_path / ".local" / "state" / "specconsole" / "logs"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     assert config.user_config_dir() == tmp_path / "cfg" / "specconsole"
+
+
+def test_one_change_for_every_server_is_checked_against_each_servers_own_values():
+    """Fresh-user finds (T): H 10 was sent to a server of N 7 (which rejected it), and a server
+    already at N 7 / H 2 logged 'request threshold 7 -> 7, hysteresis 2 -> 2'."""
+    m = ConsoleModel()
+    m.on_sample(_sample(threshold=7, hysteresis=2))
+    out = m.request_change(None, 10)
+    assert not out.ok and "hysteresis" in out.log_lines[0] and m.next_to_send() is None
+    same = m.request_change(7, 2)
+    assert same.ok and same.log_lines == ("already threshold 7, hysteresis 2: nothing sent",)
+    assert m.next_to_send() is None and m.pending is None
