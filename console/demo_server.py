@@ -52,6 +52,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, TextIO
 from urllib.parse import parse_qs, urlparse
@@ -691,7 +692,18 @@ def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base class name
-            pass  # no access log: the console polls every second
+            pass  # errors and the like: SGLang's uvicorn writes only the access line below
+
+        def log_request(self, code: Any = "-", size: Any = "-") -> None:
+            """uvicorn's access line, as SGLang writes one per request (the console hides its
+            own polls' lines: ``o``)."""
+            try:
+                status = int(code)
+                phrase = HTTPStatus(status).phrase
+            except ValueError:
+                status, phrase = code, ""
+            host, port = self.client_address[:2]
+            sim.log(f'INFO:     {host}:{port} - "{self.requestline}" {status} {phrase}'.rstrip())
 
         def _send(self, code: int, obj: Any) -> None:
             data = json.dumps(obj).encode()
