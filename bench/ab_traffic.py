@@ -153,6 +153,11 @@ def ratio_stats(ratios: List[float], prefix: str = "", name: str = "over_a") -> 
             f"{head}{name}_min": round(min(ratios), 4), f"{head}{name}_max": round(max(ratios), 4)}
 
 
+def _values(rows: Dict[str, Dict[str, str]], column: str) -> Dict[str, float]:
+    """Each side's ``column`` of its row, as a number (0 where empty or absent: no ratio)."""
+    return {side: float(row.get(column) or 0) for side, row in rows.items()}
+
+
 def summarize(out: Path, repeats: int, sides: Sequence[str] = SIDES[:2]) -> List[Dict[str, Any]]:
     """Per planned row, from each repeat that measured the sides compared:
 
@@ -173,22 +178,16 @@ def summarize(out: Path, repeats: int, sides: Sequence[str] = SIDES[:2]) -> List
         keys = list(dict.fromkeys(k for s in sides for k in rows[s]))  # in the plan's order
         for key in keys:
             got = ratios.setdefault(key, {})
-            tok = {s: float(rows[s][key]["output_tok_s"] or 0) for s in sides if key in rows[s]}
-            steady = {s: float(rows[s][key].get("steady_tok_s") or 0) for s in sides if key in rows[s]}
-            e2e = {s: float(rows[s][key]["mean_e2e_ms"] or 0) for s in sides if key in rows[s]} if key[2] else {}
-            for side in sides[1:]:
-                if tok.get("a") and tok.get(side):
-                    got.setdefault((side, "over_a"), []).append(tok[side] / tok["a"])
-                if e2e.get("a") and e2e.get(side):
-                    got.setdefault((side, "e2e_over_a"), []).append(e2e[side] / e2e["a"])
-                if steady.get("a") and steady.get(side):
-                    got.setdefault((side, "steady_over_a"), []).append(steady[side] / steady["a"])
-            if len(sides) == 3 and all(tok.get(s) for s in sides):
-                got.setdefault(("c", "over_best"), []).append(tok["c"] / max(tok["a"], tok["b"]))
-            if len(sides) == 3 and all(steady.get(s) for s in sides):
-                got.setdefault(("c", "steady_over_best"), []).append(steady["c"] / max(steady["a"], steady["b"]))
-            if len(sides) == 3 and e2e and all(e2e.get(s) for s in sides):
-                got.setdefault(("c", "e2e_over_best"), []).append(e2e["c"] / min(e2e["a"], e2e["b"]))
+            here = {s: rows[s][key] for s in sides if key in rows[s]}
+            # (ratio name, each side's value, the better of A and B): tok/s higher, latency lower
+            for name, value, best in (("over", _values(here, "output_tok_s"), max),
+                                      ("steady_over", _values(here, "steady_tok_s"), max),
+                                      ("e2e_over", _values(here, "mean_e2e_ms") if key[2] else {}, min)):
+                for side in sides[1:]:
+                    if value.get("a") and value.get(side):
+                        got.setdefault((side, f"{name}_a"), []).append(value[side] / value["a"])
+                if len(sides) == 3 and all(value.get(s) for s in sides):
+                    got.setdefault(("c", f"{name}_best"), []).append(value["c"] / best(value["a"], value["b"]))
     summary = []
     for (workload, conc, rate), per in ratios.items():
         if not per:
@@ -313,17 +312,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(f"--profile-sides takes sides of this run ({','.join(sides)}), got {','.join(a.profile_sides)}")
     from bench import traffic
 
-    try:  # as bench.throughput traffic will read them
-        traffic._ints(a.concurrency)
-        traffic._workloads(a.workloads)
-        if a.rates:
-            traffic._rates(a.rates)
+    lists = [("--concurrency", a.concurrency, traffic._ints), ("--workloads", a.workloads, traffic._workloads)]
+    if a.rates:
+        lists.append(("--rates", a.rates, traffic._rates))
+    for flag, text, parse in lists:  # as bench.throughput traffic will read them
+        try:
+            parse(text)
+        except argparse.ArgumentTypeError as exc:
+            ap.error(f"argument {flag}: {exc}")
+    try:
         rows = {flag: traffic.parse_profile_row(v, flag) for flag, v in
                 (("--profile-row", a.profile_row), ("--cpu-profile-row", a.cpu_profile_row)) if v}
     except (argparse.ArgumentTypeError, ValueError) as exc:
-        which = next((f for f, v in (("--concurrency", a.concurrency), ("--workloads", a.workloads),
-                                     ("--rates", a.rates)) if v and repr(v) in str(exc)), None)
-        ap.error(f"argument {which}: {exc}" if which else str(exc))
+        ap.error(str(exc))
     if len({(w.name, level) for w, level in rows.values()}) > 1:
         ap.error("--profile-row and --cpu-profile-row name one row (the pass measures one)")
     a.configs = {s: getattr(a, s) for s in sides}

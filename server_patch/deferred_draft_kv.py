@@ -42,8 +42,9 @@ draft-extend graph every step, on the critical path of a server that overlaps no
 ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1=1`` has it queue the rows instead (opt-in: on an H200 it
 was exact, 0 mismatches in 219 checks, and not faster: 0.911 / 0.867 / 0.897x of no speculation at
 32 / 64 / 128 requests against 0.965 / 0.990 / 0.878x with the replay, the same run;
-``bench/results/h200-2026-12-06``). v1's prefills while OFF keep the immediate KV-only draft prefill and flush the pending rows
-first (a prefill's slots may be ones a pending row still targets).
+``bench/results/h200-2026-12-06``). v1's prefills while OFF keep the immediate KV-only draft
+prefill and flush the pending rows first (a prefill's slots may be ones a pending row still
+targets).
 ``SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_TOKENS`` sizes the buffer (tokens, default 8192: 8192 x 3 x
 4096 x 2 bytes = 192 MiB of GPU memory for an 8B target's aux hidden states), allocated at
 start-up (a server without that memory says so in its log and ``off_deferred_draft_kv``).
