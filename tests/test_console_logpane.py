@@ -13,6 +13,7 @@ import http.server
 import os
 import random
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -373,3 +374,29 @@ async def test_a_very_long_search_leaves_the_log_lines_in_view(tmp_path):
 
         screen = screen_text(app)  # shortened where it is too long: the count stays in view
         assert "… (0 matches)" in screen, screen[-900:]
+
+
+def test_the_demo_servers_access_lines_have_the_shape_of_real_sglangs(tmp_path):
+    """The demo's uvicorn access line (so `o` works against it) against a recorded SGLang 0.5.12 one."""
+    import re
+
+    from console.accesslog import access_line
+    from console_support import DemoServer
+
+    real = next(line for line in (FIXTURES / "server-no-spec.log").read_text().splitlines()
+                if '"GET /server_info HTTP/1.1" 200' in line)
+    demo = DemoServer(tmp_path).wait_ready()
+    try:
+        demo.get("/server_info")
+        wait_until = time.monotonic() + 5
+        while time.monotonic() < wait_until and '"GET /server_info' not in demo.log.read_text():
+            time.sleep(0.05)
+        ours = next(line for line in demo.log.read_text().splitlines() if '"GET /server_info HTTP/1.1"' in line)
+    finally:
+        demo.stop()
+
+    def shape(line: str) -> str:  # the timestamp and the client port differ, the rest is the format
+        return re.sub(r"127\.0\.0\.1:\d+", "ADDR", re.sub(r"^\[[^\]]*\]", "[TS]", line))
+
+    assert shape(ours) == shape(real) == '[TS] INFO:     ADDR - "GET /server_info HTTP/1.1" 200 OK'
+    assert access_line(ours) is not None and access_line(ours).status == 200
