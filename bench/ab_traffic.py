@@ -36,6 +36,12 @@ mean, min and max (``b_over_a``, ``geomean``, ``min``, ``max``), C's over A's wi
 prefix, and on open-loop rows the mean end-to-end latency's ratios (``b_e2e_over_a`` ...). One
 JSON line per step on stdout.
 
+``--time-varying`` adds, after the repeats, the uniform benchmark's time-varying load
+(``bench.throughput.TIME_VARYING``: 1 -> 64 -> 4 -> 128 -> 2 concurrent requests, the same work on every
+side, in A B (C) order) into ``OUT/time-varying.json``: each side's wall time and output tok/s, B's and
+C's tok/s over A's and, with three sides, C's over the better of A and B (``c_over_best``). An auto
+server meets it with what it learned in the rows before.
+
 ``--freeze-gc`` posts SGLang's ``/freeze_gc`` to every server once all are ready, before the
 first row (``gc.freeze()`` in each scheduler and detokenizer: what exists then, the model, the CUDA
 graphs, SGLang's own objects, is no longer traversed by the garbage collector): with it on one run
@@ -216,6 +222,8 @@ def measure(a: argparse.Namespace, urls: Dict[str, str], labels: Dict[str, str])
                     "seconds": round(time.time() - t0, 1)}
             _log(step)
             steps.append(step)
+    if a.time_varying:
+        steps.append(time_varying_pass(a, urls))
     if a.profile_row or a.cpu_profile_row:
         for side in a.profile_sides:
             out = a.out / "profile" / side
@@ -227,6 +235,47 @@ def measure(a: argparse.Namespace, urls: Dict[str, str], labels: Dict[str, str])
             _log(step)
             steps.append(step)
     return steps
+
+
+def time_varying_summary(loads: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """Per side (``{side: bench.throughput.time_varying's record}``) its output tok/s
+    (``total_output_tokens / wall_s``), each other side's over A's (``b_over_a`` ...) and, with three
+    sides, C's over the better of A and B (``c_over_best``). A side without a measured load
+    (``wall_s`` 0 or absent) gets no ratio."""
+    tok_s = {s: (t["total_output_tokens"] / t["wall_s"]) if t.get("wall_s") else 0.0 for s, t in loads.items()}
+    out: Dict[str, Any] = {"sides": {s: {**t, "output_tok_s": round(tok_s[s], 1)} for s, t in loads.items()}}
+    for side in list(loads)[1:]:
+        if tok_s.get("a") and tok_s[side]:
+            out[f"{side}_over_a"] = round(tok_s[side] / tok_s["a"], 4)
+    if len(loads) == 3 and all(tok_s.values()):
+        out["c_over_best"] = round(tok_s["c"] / max(tok_s["a"], tok_s["b"]), 4)
+    return out
+
+
+def time_varying_pass(a: argparse.Namespace, urls: Dict[str, str]) -> Dict[str, Any]:
+    """The time-varying load on every side in A B (C) order into ``OUT/time-varying.json``
+    (:func:`time_varying_summary`); the step record. A side whose load fails is recorded with its
+    error and the others still run."""
+    from urllib.parse import urlsplit
+
+    from bench import throughput
+
+    loads: Dict[str, Dict[str, Any]] = {}
+    errors = {}
+    t0 = time.time()
+    for side, url in urls.items():
+        work = a.out / "time-varying" / side
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            loads[side] = throughput.time_varying(a.configs[side], urlsplit(url).port, work)
+        except Exception as exc:  # noqa: BLE001 - recorded, the next side runs
+            errors[side] = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+            loads[side] = {"config": a.configs[side], "error": errors[side]}
+        _log({"step": "time_varying", "side": side, **{k: v for k, v in loads[side].items() if k != "stages"}})
+    summary = time_varying_summary(loads)
+    (a.out / "time-varying.json").write_text(json.dumps(summary, indent=1))
+    return {"step": "time_varying", "rc": 1 if errors else 0, "seconds": round(time.time() - t0, 1),
+            **{k: v for k, v in summary.items() if k != "sides"}}
 
 
 def freeze_gc(url: str) -> int:
@@ -276,6 +325,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--server-args", default="", metavar="'ARGS'",
                     help="more SGLang arguments for every server, one string split as a shell would "
                          "(e.g. '--chunked-prefill-size 4096')")
+    ap.add_argument("--time-varying", action="store_true",
+                    help="after the repeats, the time-varying load on every side (OUT/time-varying.json)")
     ap.add_argument("--freeze-gc", action="store_true",
                     help="POST /freeze_gc to every server once all are ready, before the first row")
     ap.add_argument("--out", type=Path, required=True)

@@ -5,7 +5,7 @@
 # workloads (variable lengths, closed loop at 1 / 16 / 64 / 128 and Poisson arrivals at 4 / 16 / 48
 # requests a second), fa3, one repeat, for two draft qualities of the 8B pair (p = 0.2: accept length
 # ~2.95; p = 0.5: ~1.9, the draft whose fixed threshold kept speculation on where it lost):
-#   1. p = 0.2: A none, B always, C auto;
+#   1. p = 0.2: A none, B always, C auto, then the time-varying load (1 -> 64 -> 4 -> 128 -> 2) on each;
 #   2. p = 0.5: A none (the same target), B always, C auto on the p = 0.5 draft.
 # 12 s rows: 7 rows x 3 sides ~8 min a draft plus ~2.5 min of start-up, so both drafts fit one lease.
 # On an H200 three 8B servers with 131072-token pools fit (~100 GB); on an H100 the pools are cut to
@@ -26,6 +26,6 @@ auto_ab() {  # auto_ab NAME [--b-models DIR --c-models DIR]
     --workloads varied-closed,varied-poisson --concurrency 1,16,64,128 --rates 4,16,48 --row-seconds 12 \
     --max-total-tokens "$pool" "$@"
 }
-auto_ab ab-auto-p0.2
+auto_ab ab-auto-p0.2 --time-varying
 auto_ab ab-auto-p0.5 --b-models /tmp/models/8b/p0.5 --c-models /tmp/models/8b/p0.5
 touch "$R/all.done"

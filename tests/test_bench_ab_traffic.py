@@ -333,3 +333,48 @@ def test_an_out_that_is_a_file_is_refused(pair, tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", str(f)])
     assert exc.value.code == 2 and f"--out {f}: a file, not a directory" in capsys.readouterr().err
+
+
+def test_the_time_varying_load_runs_on_every_side_after_the_repeats(pair, tmp_path, monkeypatch):
+    """--time-varying: after the rows, the staged load once per side (A B C), each side's tok/s from
+    its own tokens and wall time, C against the better static side; a side whose load fails is
+    recorded and the run exits 1, the other sides still measured."""
+    events = []
+    monkeypatch.setattr(server_harness, "start_server",
+                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=f"http://127.0.0.1:{port}", ready_s=1.0))
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+
+    def main():
+        argv = sys.argv[1:]
+        events.append("rows")
+        out = ab_traffic.Path(argv[argv.index("--out") + 1])
+        (out / "real-traffic.csv").write_text("\n".join([HEADER, fake_row("x", 8, 100)]) + "\n")
+
+    walls = {30720: 20.0, 30730: 25.0, 30740: 19.0}  # none, always, auto: auto the fastest
+
+    def time_varying(config, port, work):
+        events.append((config, port))
+        return {"config": config, "stages": [], "total_output_tokens": 1000, "wall_s": walls[port]}
+
+    monkeypatch.setattr(throughput, "main", main)
+    monkeypatch.setattr(throughput, "time_varying", time_varying)
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "always", "--c", "auto", "--concurrency", "8",
+                            "--repeats", "1", "--time-varying", "--out", str(out)]) == 0
+    assert events == ["rows"] * 3 + [("none", 30720), ("always", 30730), ("auto", 30740)]
+    tv = json.loads((out / "time-varying.json").read_text())
+    assert tv["sides"]["c"]["output_tok_s"] == 52.6 and tv["b_over_a"] == 0.8
+    assert tv["c_over_best"] == round(20.0 / 19.0, 4)
+
+    def failing(config, port, work):
+        if config == "always":
+            raise RuntimeError("bench_serving wrote nothing\ntail")
+        return time_varying(config, port, work)
+
+    monkeypatch.setattr(throughput, "time_varying", failing)
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "always", "--c", "auto", "--concurrency", "8",
+                            "--repeats", "1", "--time-varying", "--out", str(tmp_path / "out2")]) == 1
+    tv = json.loads((tmp_path / "out2" / "time-varying.json").read_text())
+    assert tv["sides"]["b"]["error"] == "RuntimeError: bench_serving wrote nothing"
+    assert "b_over_a" not in tv and "c_over_best" not in tv and tv["c_over_a"] == round(20.0 / 19.0, 4)
