@@ -14,6 +14,11 @@ reads the result like any traffic CSV (its ratios: off / none, auto / best stati
 of one run with the same configuration (e.g. forced off with and without an opt-in lever) are told
 apart by ``run`` and ``side``; ``RUN:a,b`` takes only those sides of a run (summarize-traffic wants
 one row per configuration and row of the plan).
+
+No speculation has no draft: a ``none`` side is labelled with its pair's p, which for a run whose
+speculative sides all ran another draft beside the same target (``--b-models`` / ``--c-models``) is not
+the draft its rows are the baseline of. Such ``none`` rows take the p of the run's speculative sides
+(:func:`label_none_with_draft`), so ``summarize-traffic`` finds them beside their draft's rows.
 """
 
 from __future__ import annotations
@@ -93,9 +98,22 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
                     merged[column] = _format(total if column in COUNT_COLUMNS else total / len(values))
             merged.update(repeats=str(len(rows)), run=run.name, side=side)
             out.append(merged)
+    label_none_with_draft(out)
     if not out:
         raise BenchError(f"{run}: no rows in {', '.join(str(d.name) for d in repeat_dirs) or 'any repeat'}")
     return out
+
+
+def label_none_with_draft(rows: List[Dict[str, str]]) -> None:
+    """In place: the ``none`` rows of one run get the ``p_wrong`` of its speculative rows when these
+    all have one (no speculation has no draft; see the module docstring). Rows of a run with drafts
+    of several p, or without speculative rows, keep theirs."""
+    drafts = {r["p_wrong"] for r in rows if r.get("config") != "none"}
+    if len(drafts) == 1:
+        (p,) = drafts
+        for r in rows:
+            if r.get("config") == "none":
+                r["p_wrong"] = p
 
 
 def write_csv(rows: List[Dict[str, str]], path: Path) -> None:

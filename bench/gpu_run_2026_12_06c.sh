@@ -3,7 +3,7 @@
 # shifting draft. The 8B-shaped pair with two prompt families (family 0: p = 0.1, accept length ~3.3;
 # family 1: p = 0.6, ~1.6) on triton at 4 concurrent requests, where the 2026-12-01/02 H200 rows put
 # the step-time ratio t_on / t_off between the two accept lengths (~2.3: speculation pays for family
-# 0, not for family 1), phases 0 -> 1 -> 0 of 30 s: how many decode steps auto needs to re-find its
+# 0, not for family 1), phases 0 -> 1 -> 0 of 20 s: how many decode steps auto needs to re-find its
 # choice after each change of the prompt mix.
 #   bash bench/gpu_run_2026_12_06c.sh models            (carry .gpuwheels/A)
 #   bash bench/gpu_run_2026_12_06c.sh install SECONDS   (carry .gpuwheels/B .devrun)
@@ -26,7 +26,7 @@ case "${1:-}" in
     for t in $(seq 300); do [ -e "$R/models.done" ] && break; sleep 1; done
     t0=$SECONDS
     python3 -m bench.auto_shift --models /tmp/models/8b/fam --out "$R/auto-shift.json" --concurrency 4 \
-      --phase-seconds 30 --log-dir "$R/logs" >"$R/auto-shift.log" 2>&1
+      --phase-seconds 20 --log-dir "$R/logs" >"$R/auto-shift.log" 2>&1
     echo "auto-shift rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
     pkill -f launch_server; sleep 2; pkill -9 -f launch_server
     touch "$R/all.done" ;;

@@ -95,3 +95,18 @@ def test_a_run_cut_short_without_a_summary_gives_the_rows_its_repeats_measured(t
     got = [(r["side"], r["concurrency"], r["output_tok_s"], r["repeats"]) for r in ab_collect.collect(run)]
     assert got == [("a", "32", "2600", "1"), ("a", "128", "5000", "1"), ("b", "32", "2450", "2"),
                    ("b", "128", "4400", "1")]
+
+
+def test_the_no_speculation_rows_take_the_draft_of_the_runs_speculative_sides(tmp_path):
+    """A run of none (the p = 0.2 pair) beside always / auto on the p = 0.5 draft of the same target:
+    the none rows are that draft's baseline and are labelled 0.5; a run with two drafts keeps its labels."""
+    p05 = dict(p_wrong="0.5")
+    run = write_run(tmp_path, "ab-auto-p0.5", {"a": "none", "b": "always", "c": "auto"}, {
+        (0, "a"): [row("none", 64, 4700, 11)], (0, "b"): [{**row("always", 64, 5900, 9), **p05}],
+        (0, "c"): [{**row("auto", 64, 5800, 9, threshold="auto"), **p05}]})
+    assert [(r["config"], r["p_wrong"]) for r in ab_collect.collect(run)] == [
+        ("none", "0.5"), ("always", "0.5"), ("auto", "0.5")]
+    mixed = write_run(tmp_path, "ab-two-drafts", {"a": "none", "b": "off", "c": "off"}, {
+        (0, "a"): [row("none", 64, 4700, 11)], (0, "b"): [row("off", 64, 4600, 11)],
+        (0, "c"): [{**row("off", 64, 4500, 11), **p05}]})
+    assert [r["p_wrong"] for r in ab_collect.collect(mixed)] == ["0.2", "0.2", "0.5"]

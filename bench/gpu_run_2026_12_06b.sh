@@ -13,7 +13,7 @@
 # Steps and carries as bench/gpu_run_2026_12_03c.sh (models with .gpuwheels/A, install 3 with
 # .gpuwheels/B .devrun, part 1..5 1 and part 6 200 with .gpuwheels/FN, then `wait` calls of at most
 # ~400 s: a machine taken back mid-call returns nothing). Rename it to its date when run.
-export SELF=bench/gpu_run_next.sh
+export SELF=bench/gpu_run_2026_12_06b.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
