@@ -596,3 +596,25 @@ def test_the_reason_says_when_the_fitted_crossover_overrules_this_size():
     gate.decide(5)  # crossover 1: the manual N it started from
     assert gate.auto_reason.endswith("(est. ON 1,150 vs OFF 1,000 tok/s; crossover 1, fitted to every measured size: "
                                      "it moves when they clearly favour another)")
+
+
+@pytest.mark.parametrize("p_wrong", ["0.2", "0.5"])
+def test_where_speculation_wins_at_every_size_auto_stays_on_and_probes_little(p_wrong, tmp_path):
+    """The curves the fa3 servers learned on an H100 (bench/results/h100-2026-12-06b: ON ahead of
+    OFF 2.3-3.3x with p = 0.2 and 1.6-2.2x with p = 0.5 at every size measured both ways, so no
+    crossover): auto keeps within 3% of always-on at each size, finds no crossover, and runs at
+    most its probe share of decode steps OFF (the H100 servers: 1.1% and 0.74%)."""
+    recorded = json.loads((RESULTS / "h100-2026-12-06b" / f"ab-auto-p{p_wrong}" / "repeat0" / "c" /
+                           f"traffic-auto-v2-p{p_wrong}.json").read_text())["runs"][0]
+    curve = tmp_path / "spec-gate.json"
+    curve.write_text(json.dumps(recorded["final_spec_gate"]))
+    costs = _gate_curve(curve)
+    assert sorted(costs) == [8, 48, 64]  # the buckets the server measured both ways
+    sim = Sim(seed=3)
+    for batch in (1, 16, 64, 110):
+        tok_s, _ = run(sim, [batch] * 3000, costs)
+        on_rate, off_rate = rates(costs, batch)
+        assert on_rate > off_rate and tok_s >= 0.97 * on_rate, (batch, tok_s, on_rate, off_rate)
+    assert auto.crossover(sim.gate.policy.table) is None
+    off_share = sim.gate.decode_steps_off / sim.gate.decode_steps
+    assert off_share <= auto.PROBE_SHARE + auto.PROBE_ALLOWANCE / sim.gate.decode_steps, off_share

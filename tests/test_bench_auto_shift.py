@@ -377,3 +377,23 @@ def test_both_tools_answer_help(module):
                           timeout=120)
     assert proc.returncode == 0 and "--models" in proc.stdout and "--out" in proc.stdout
     assert ("--auto" in proc.stdout) == (module == "bench.gate_correctness")
+
+
+def test_the_recorded_h100_run_re_analyzed_from_its_polls_gives_what_it_reported():
+    """bench/results/h100-2026-12-06c/auto-shift.json (one H100, 8B pair with families p = 0.1 / 0.6,
+    4 requests, two phases before the device time ran out): its 203 spec_gate polls, analyzed again
+    with the recorded phase windows, give the recorded phases and the one change, where the decision
+    did not flip (speculation paid for both families at batch 4) and that is what the measured step
+    times expect."""
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).parents[1] / "bench/results/h100-2026-12-06c/auto-shift.json").read_text())
+    windows = [{"family": p["family"], "t_from_s": p["t_from_s"], "t_to_s": p["t_to_s"]} for p in rec["phases"]]
+    again = auto_shift.analyze(rec["samples"], windows, [p["expected_mode"] for p in rec["phases"]])
+    keys = ("change_step", "end_step", "steps", "on_share", "steady_mode", "settled_step", "steps_to_settle",
+            "probes", "flipped")
+    assert [{k: p[k] for k in keys} for p in again["phases"]] == [{k: p[k] for k in keys} for p in rec["phases"]]
+    (change,) = again["changes"]
+    assert change["flipped"] is False and change["observed_direction"] == change["expected_direction"] == "none"
+    assert change["direction_matches"] is True and change["batch_size"] == 4
+    assert [p["steady_mode"] for p in again["phases"]] == ["on", "on"]
