@@ -117,17 +117,25 @@ def label_none_with_draft(rows: List[Dict[str, str]]) -> None:
 
 
 def write_csv(rows: List[Dict[str, str]], path: Path) -> None:
-    """``rows`` with the traffic columns, then ``repeats``, ``run``, ``side``; written whole, then renamed."""
+    """``rows`` with the traffic columns, then ``repeats``, ``run``, ``side``; written whole to
+    ``PATH.tmp``, then renamed (no ``.tmp`` is left behind either way).
+
+    Raises:
+        OSError: the file could not be written or renamed (``path`` untouched).
+    """
     from bench.traffic import TRAFFIC_COLUMNS
 
     columns = list(TRAFFIC_COLUMNS) + list(EXTRA)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=columns)
-        w.writeheader()
-        for row in rows:
-            w.writerow({c: row.get(c, "") for c in columns})
-    tmp.replace(path)
+    try:
+        with tmp.open("w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=columns)
+            w.writeheader()
+            for row in rows:
+                w.writerow({c: row.get(c, "") for c in columns})
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -137,17 +145,32 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="bench.ab_traffic output directories; RUN:a,b for those sides only")
     ap.add_argument("--csv", type=Path, required=True, help="the CSV to write (replaced if it exists)")
     a = ap.parse_args(argv)
+    if not a.csv.name:
+        ap.error(f"--csv {str(a.csv)!r}: give a file name (e.g. bench/results/real-traffic.csv)")
+    if a.csv.is_dir():
+        ap.error(f"--csv {a.csv}: a directory, not a file")
     if not a.csv.parent.is_dir():
         ap.error(f"--csv {a.csv}: no directory {a.csv.parent}")
+    if not all(spec.strip() for spec in a.runs):
+        ap.error("a run is an empty string: give a bench.ab_traffic output directory")
     try:
-        rows = []
+        rows, seen = [], set()
         for spec in a.runs:
             path, sep, sides = spec.rpartition(":") if ":" in Path(spec).name else (spec, "", "")
-            rows += collect(Path(path), [x for x in sides.split(",") if x] if sep else None)
+            got = collect(Path(path), [x for x in sides.split(",") if x] if sep else None)
+            twice = sorted({r["side"] for r in got} & {side for p, side in seen if p == Path(path).resolve()})
+            if twice:
+                raise BenchError(f"{spec}: side(s) {', '.join(twice)} of {path} already given (their rows would count twice)")
+            seen |= {(Path(path).resolve(), r["side"]) for r in got}
+            rows += got
     except BenchError as exc:
         print(f"bench.ab_collect: {exc}", file=sys.stderr)
         return 1
-    write_csv(rows, a.csv)
+    try:
+        write_csv(rows, a.csv)
+    except OSError as exc:
+        print(f"bench.ab_collect: cannot write --csv {a.csv}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"{len(rows)} rows from {len(a.runs)} run(s) -> {a.csv}")
     return 0
 

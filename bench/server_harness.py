@@ -20,6 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import httpx
 
+from bench.errors import BenchError
+
 from server_patch.contract import HYSTERESIS_KEY, THRESHOLD_KEY
 
 REPO = Path(__file__).resolve().parent.parent
@@ -120,6 +122,15 @@ class Server:
         return "\n".join(self.log_text().splitlines()[-n:])
 
 
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+
 def start_server(name: str, args: Sequence[str], port: int, log_dir: Path, *,
                  patched: bool = True, env: Optional[Dict[str, str]] = None) -> Server:
     """Start ``python -m server_patch.launch_server`` (or plain ``sglang.launch_server``) in its own
@@ -128,7 +139,12 @@ def start_server(name: str, args: Sequence[str], port: int, log_dir: Path, *,
 
     Raises:
         ValueError: that variable is not valid shell words.
+        BenchError: something already listens on 127.0.0.1:``port`` (the new server could not bind
+            it, and whatever answers there would be measured in its place).
     """
+    if port_in_use(port):
+        raise BenchError(f"port {port} is already in use on 127.0.0.1: a server started there could not bind it, "
+                         f"and the one answering would be measured instead (stop it or give another --port)")
     full_env = dict(os.environ)
     full_env.update(env or {})
     try:

@@ -193,6 +193,22 @@ def append_csv(path: Path, rows: List[Dict[str, Any]]) -> None:
         w.writerows(rows)
 
 
+def gpu_name() -> Optional[str]:
+    """``name, driver_version`` of each GPU as nvidia-smi prints them (one line each), or None
+    without nvidia-smi or when it fails (the record then says nothing about the GPU)."""
+    import shutil
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def run(a: argparse.Namespace) -> bool:
     """One configuration on one server (``main`` has checked the paths; see the module docstring).
     Returns False when the server failed (to start, or during the rows): the error and the server
@@ -245,8 +261,7 @@ def run(a: argparse.Namespace) -> bool:
         import httpx
         info = httpx.get(server.url + "/server_info", timeout=30).json()
         meta["sglang_version"] = info.get("version")
-        meta["gpu"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                     capture_output=True, text=True).stdout.strip()
+        meta["gpu"] = gpu_name()
         # Not recorded: the first requests after startup ran 5-20% slower in the 2026-11-30 run
         # (gate at 1 request: 368 tok/s first, 384-410 later in the same server), and the gate's
         # first OFF steps at 32 requests in x2-2026-11-30b read 12% below the same OFF steps later.

@@ -1094,19 +1094,25 @@ def traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
     except BenchError:
         raise
     except KeyboardInterrupt:
-        raise BenchError(f"traffic interrupted after {len(meta['rows'])} row(s) ({a.out / a.csv_name} has them)") from None
+        raise BenchError(f"traffic interrupted {rows_kept(len(meta['rows']), a.out / a.csv_name)}") from None
     except Exception as exc:
-        done = len(meta["rows"])
         print(f"{type(exc).__name__}: {exc}", flush=True)
         if server is not None:
             print(server.log_tail(60), flush=True)
         first = (str(exc).strip().splitlines() or [""])[0]
-        raise BenchError(f"traffic stopped after {done} row(s) ({a.out / a.csv_name} has them): "
-                         f"{type(exc).__name__}: {first}") from None
+        hint = (" (SGLang's bench_serving needs SGLang 0.5.12 with its dependencies: pip install 'specconsole[server]')"
+                if isinstance(exc, ModuleNotFoundError) else "")
+        raise BenchError(f"traffic stopped {rows_kept(len(meta['rows']), a.out / a.csv_name)}: "
+                         f"{type(exc).__name__}: {first}{hint}") from None
     finally:
         if server is not None:
             print(f"stopped the server: exit code {server_harness.stop_server(server)}", flush=True)
         signal.signal(signal.SIGTERM, old_handler if old_handler is not None else signal.SIG_DFL)
+
+
+def rows_kept(done: int, csv_path: Path) -> str:
+    """Where a stopped run's rows are: ``before its first row`` or ``after N row(s) (CSV has them)``."""
+    return "before its first row" if done == 0 else f"after {done} row(s) ({csv_path} has them)"
 
 
 PER_RUN_OVERHEAD_S = 3.0  # bench_serving's tokenizer load, warm-up request, 1 s sleep, /server_info calls

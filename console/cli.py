@@ -304,8 +304,9 @@ def _check_log_dir_option(parser: argparse.ArgumentParser, path: Path, given: Pa
 
 def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str, hint: str = "") -> None:
     """Refuse a log directory the console cannot write the server log into (exits 2 before the
-    screen opens); a missing one is created, as it would be at start. ``hint`` ends the message."""
-    problem = writable_dir_problem(path)
+    screen opens); a missing one is left missing (the launch creates it: a refusal after this, e.g.
+    no terminal, leaves nothing behind). ``hint`` ends the message."""
+    problem = writable_dir_problem(path, create=False)
     if problem is None:
         return
     stage, reason = problem

@@ -61,22 +61,31 @@ def default_log_dir() -> Path:
     return _xdg_base("XDG_STATE_HOME", Path.home() / ".local" / "state") / "specconsole" / "logs"
 
 
-def writable_dir_problem(path: Path) -> tuple[str, str] | None:
-    """Create ``path`` if missing and prove a file can be written in it (``os.access`` says yes to
-    root on /proc and /sys; only writing a file tells). None when it can, else ``(stage, reason)``
-    with stage ``"file"`` (it is a file), ``"create"`` (mkdir failed) or ``"write"`` (no file
-    can be written there), for the caller's own message."""
+def writable_dir_problem(path: Path, create: bool = True) -> tuple[str, str] | None:
+    """Whether files can be written in ``path`` (``os.access`` says yes to root on /proc and /sys;
+    only writing a file tells). None when they can, else ``(stage, reason)`` with stage ``"file"``
+    (it is a file), ``"create"`` (it cannot be created) or ``"write"`` (no file can be written
+    there), for the caller's own message. A missing ``path`` is created with ``create``; without
+    it nothing is left behind: its nearest existing parent must be a directory a file (and so the
+    missing folders) can be written in, and the caller creates ``path`` when it needs it."""
     if path.exists() and not path.is_dir():
         return "file", "it is a file"
+    probe, stage = path, "write"
+    if not path.exists() and not create:
+        probe, stage = path.parent, "create"  # the nearest existing parent: the folders go there
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            return "create", f"{probe} is a file"
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        probe.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return "create", str(exc.strerror or exc)
     try:
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".specconsole-write-test-"):
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".specconsole-write-test-"):
             pass
     except OSError as exc:
-        return "write", str(exc.strerror or exc)
+        return stage, str(exc.strerror or exc)
     return None
 
 

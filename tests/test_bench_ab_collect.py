@@ -110,3 +110,29 @@ def test_the_no_speculation_rows_take_the_draft_of_the_runs_speculative_sides(tm
         (0, "a"): [row("none", 64, 4700, 11)], (0, "b"): [row("off", 64, 4600, 11)],
         (0, "c"): [{**row("off", 64, 4500, 11), **p05}]})
     assert [r["p_wrong"] for r in ab_collect.collect(mixed)] == ["0.2", "0.2", "0.5"]
+
+
+def test_a_csv_that_is_a_directory_empty_or_unwritable_is_refused_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    run = write_run(tmp_path, "ab", {"a": "none", "b": "off"}, {(0, "a"): [row("none", 8, 1, 1)]})
+    for csv_arg, message in ((str(tmp_path), "a directory, not a file"), ("", "give a file name")):
+        with pytest.raises(SystemExit) as e:
+            ab_collect.main([str(run), "--csv", csv_arg])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    def refuse(self, target):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(ab_collect.Path, "replace", refuse)  # e.g. /proc/version: the rename fails
+    assert ab_collect.main([str(run), "--csv", str(tmp_path / "out.csv")]) == 1
+    assert "cannot write --csv" in capsys.readouterr().err and not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_run_given_twice_is_refused_but_its_sides_may_come_one_by_one(tmp_path, capsys):
+    run = write_run(tmp_path, "ab", {"a": "none", "b": "off"},
+                    {(0, "a"): [row("none", 8, 1, 1)], (0, "b"): [row("off", 8, 1, 1)]})
+    out = tmp_path / "out.csv"
+    assert ab_collect.main([str(run), str(run), "--csv", str(out)]) == 1
+    assert "already given" in capsys.readouterr().err and not out.exists()
+    assert ab_collect.main([f"{run}:a", f"{run}:b", "--csv", str(out)]) == 0
+    with pytest.raises(SystemExit):
+        ab_collect.main(["", "--csv", str(out)])
+    assert "empty string" in capsys.readouterr().err

@@ -37,3 +37,22 @@ def test_bad_extra_args_are_refused_before_anything_starts(monkeypatch, tmp_path
     with pytest.raises(ValueError, match=server_harness.EXTRA_ARGS_ENV):
         server_harness.start_server("s", [], 30500, tmp_path, env={server_harness.EXTRA_ARGS_ENV: "--x 'open"})
     assert not (tmp_path / "s.log").exists()
+
+
+def test_a_port_something_already_listens_on_is_refused_before_anything_starts(monkeypatch, tmp_path):
+    """A server started on a taken port cannot bind it, and the benchmark would measure whatever
+    answers there (a fresh user's run measured the demo server that held the port)."""
+    import socket
+
+    from bench.errors import BenchError
+
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("must not start"))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        assert server_harness.port_in_use(port)
+        with pytest.raises(BenchError, match=f"port {port} is already in use"):
+            server_harness.start_server("s", [], port, tmp_path)
+    assert not (tmp_path / "s.log").exists()
+    assert not server_harness.port_in_use(port)

@@ -1138,3 +1138,19 @@ def test_steady_state_finds_the_full_batch_rate_of_a_simulated_closed_loop():
     assert tok_s == pytest.approx(c / step(c), rel=0.02)
     whole = sum(lens) / t
     assert whole < 0.95 * tok_s and 0 < window < t
+
+
+def test_a_call_stopped_before_its_first_row_says_so_and_a_missing_sglang_dependency_names_the_install(
+        servers, bench, tmp_path, monkeypatch, capsys):
+    server = servers("gate")
+
+    def no_orjson(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'orjson'")
+
+    monkeypatch.setattr(traffic, "measure_server", no_orjson)
+    msg = fails(monkeypatch, capsys, "traffic", "--url", server.url, "--config", "off", "--p-wrong", "0.2",
+                "--workloads", "varied-closed", "--concurrency", "1", "--num-prompts", "4", "--no-warmup",
+                "--out", tmp_path / "o", "--work-dir", tmp_path / "w")
+    assert msg.startswith("traffic stopped before its first row: ModuleNotFoundError: No module named 'orjson'")
+    assert "pip install 'specconsole[server]'" in msg
+    assert not (tmp_path / "o" / traffic.DEFAULT_CSV).exists()

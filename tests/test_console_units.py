@@ -1655,8 +1655,11 @@ def test_a_log_dir_the_console_cannot_write_is_refused_before_the_screen_opens(t
         assert exc.value.code == 2
         last = capsys.readouterr().err.splitlines()[-1]
         assert "--log-dir" in last and says in last
-    cfg = cli.resolve(["demo", "--log-dir", str(tmp_path / "new" / "logs")])  # created, as at start
-    assert (tmp_path / "new" / "logs").is_dir() and cfg.log_dir == tmp_path / "new" / "logs"
+    cfg = cli.resolve(["demo", "--log-dir", str(tmp_path / "new" / "logs")])  # created at the launch, not here
+    assert not (tmp_path / "new").exists() and cfg.log_dir == tmp_path / "new" / "logs"
+    monkeypatch.setattr(cli, "_stdout_is_terminal", lambda: False)  # refused later: still nothing left behind
+    assert cli.main(["demo", "--log-dir", str(tmp_path / "new" / "logs")]) == 2
+    assert not (tmp_path / "new").exists()
     (tmp_path / "specconsole.toml").write_text(f'[server]\nargs = ["--port", "31004"]\nlog_dir = "{a_file}"\n')
     with pytest.raises(SystemExit):
         cli.resolve([])
