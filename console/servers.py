@@ -28,6 +28,8 @@ from server_patch import contract
 #: the router's endpoints that list its workers: sglang-router >= 0.2 (``{"workers": [{"url": ...}]}``),
 #: then < 0.2 (``{"urls": [...]}``), asked in this order
 WORKERS, LIST_WORKERS = "/workers", "/list_workers"
+#: the access-log request lines of :func:`router_workers`' probes (an SGLang server answers 404)
+ROUTER_PROBE_LINES = tuple(f"GET {path} HTTP/1.1" for path in (WORKERS, LIST_WORKERS))
 #: seconds to wait for a router's answer at start (a server that does not answer stays a row)
 ROUTER_TIMEOUT_S = 1.5
 

@@ -30,6 +30,7 @@ from console import logfilter, logparse, logreader, portcheck
 from console import state as st
 from console.accesslog import OwnRequestTracker
 from console.client import OWN_REQUEST_LINES, Backoff, ServerClient, ServerUnreachable
+from console.servers import ROUTER_PROBE_LINES
 from console.config import AppConfig, redact_args, server_host_port
 from console.logfollow import LogBatch, LogFollower
 from console.model import ConsoleModel
@@ -79,7 +80,7 @@ class ConsoleSession:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._scanned: list[str] = []
-        self._own = OwnRequestTracker(OWN_REQUEST_LINES)
+        self._own = OwnRequestTracker(OWN_REQUEST_LINES, ROUTER_PROBE_LINES)
         self._log_request: logfilter.LogRequest | None = None  # the newest request not yet read
         self._log_reader: asyncio.Task | None = None
         self._last_check = st.CHECK_UNKNOWN
@@ -347,7 +348,8 @@ class ConsoleSession:
         code = proc.poll()
         if code is None:
             return
-        last = tuple(proc.last_lines(12))
+        own = self._own.snapshot(self._own_addresses()).matches  # the console's own polls say nothing here
+        last = tuple([line for line in proc.last_lines(60) if not own(line)][-12:])
         self.model.on_process(replace(p, phase=st.PHASE_CRASHED, exit_code=code, last_lines=last))
         self.console_line(f"server exited on its own: {describe_exit(code)}; r restarts it")
         self.publish()

@@ -126,6 +126,21 @@ def test_own_polls_in_the_real_log_are_recognised_exactly():
     assert not tracker.is_own(failing.replace("%2C", ",").replace("500 Internal Server Error", "200 OK"), [CONSOLE_ADDR])
 
 
+def test_the_router_probe_answered_404_is_the_consoles_own_from_any_address_other_answers_stay():
+    """attach asks every URL whether it is SGLang's router (GET /workers, then /list_workers): a
+    server answers 404, and those two lines are the console's own (a fresh user saw them in the
+    pane titled "console polls hidden"); any other answer to them stays visible."""
+    from console.servers import ROUTER_PROBE_LINES
+
+    tracker = accesslog.OwnRequestTracker(client.OWN_REQUEST_LINES, ROUTER_PROBE_LINES)
+    probe = '[2026-12-06 05:30:01] INFO:     127.0.0.1:50110 - "GET /workers HTTP/1.1" 404 Not Found'
+    assert tracker.is_own(probe, [CONSOLE_ADDR])
+    assert tracker.is_own(probe.replace("/workers", "/list_workers"), [CONSOLE_ADDR])
+    assert not tracker.is_own(probe.replace("404 Not Found", "500 Internal Server Error"), [CONSOLE_ADDR])
+    assert tracker.snapshot([CONSOLE_ADDR]).matches(probe)
+    assert not accesslog.OwnRequestTracker(client.OWN_REQUEST_LINES).is_own(probe, [CONSOLE_ADDR])
+
+
 def attach_app(tmp_path: Path, log: Path) -> SpecConsoleApp:
     cfg = AppConfig(mode="attach", url=f"http://127.0.0.1:{free_port()}", interval_s=0.5, handle_signals=False,
                     log_path=log)

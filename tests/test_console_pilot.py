@@ -201,6 +201,9 @@ async def test_server_crash_is_displayed_and_restart_offered(make_app):
         assert "exit code 3" in text
         assert "CUDA out of memory" in text  # last log lines
         assert "r restart" in text
+        # ... without the console's own polls (the demo writes an access line per request)
+        last = app.model.process.last_lines
+        assert last and not any("/server_info" in line or "/v1/loads" in line for line in last), last
         # the crashed server's leftover scheduler process is stopped too
         await wait_for(pilot, lambda: app.proc.members() == [], timeout=10, what="group cleanup")
         await pilot.press("r")
