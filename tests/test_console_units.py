@@ -287,6 +287,23 @@ def test_change_is_shown_only_once_confirmed():
     assert m.pending is None and "still shows threshold 33" in msgs[0] and m.message_level == "error"
 
 
+def test_a_value_already_the_target_is_not_sent_with_the_other():
+    """T sends threshold and hysteresis to every server: one already at the hysteresis asked gets
+    the threshold alone (a fresh user saw "hysteresis 4 -> 4" and "hysteresis back to 4 confirmed")."""
+    now = [0.0]
+    m = ConsoleModel(clock=lambda: now[0])
+    m.on_sample(_sample(threshold=31, hysteresis=4))
+    ok, line = said(m.request_change(30, 4))
+    assert ok and line == "request threshold 31 -> 30"
+    sent = m.next_to_send()
+    assert sent == {"threshold": 30}
+    m.on_set_result(sent, st.SetResult(True, None, 30, 4))
+    now[0] += 0.1
+    assert lines(m.on_sample(_sample(threshold=30, hysteresis=4))) == ["threshold 31 -> 30 confirmed by spec_gate"]
+    ok, line = said(m.request_change(30, 2))
+    assert ok and line == "request hysteresis 4 -> 2" and m.next_to_send() == {"hysteresis": 2}
+
+
 def test_presses_that_cancel_out_are_confirmed_as_back_to_the_value():
     now = [0.0]
     m = ConsoleModel(clock=lambda: now[0])
