@@ -325,6 +325,7 @@ async def test_log_filter_search_and_pause(make_app):
         await pilot.press("enter")
         await pilot.pause(0.1)
         assert view.include == "" and "only:" not in str(app.main_screen.query_one("#log-filters").render())
+        assert any("'|||' has no terms" in n and "show filter cleared" in n for n in notifications(app))  # said
         await pilot.press("slash")
         app.main_screen.query_one("#log-prompt").value = "decode batch"
         await pilot.press("enter")
@@ -892,6 +893,9 @@ async def test_a_terminal_below_80x24_gets_one_notice_saying_so(make_app):
         await pilot.resize_terminal(72, 20)  # still small: no second notice
         await pilot.pause()
         assert len([n for n in notifications(app) if "needs 80x24" in n]) == 1
+        await pilot.resize_terminal(100, 30)  # big enough again: the notice goes at once, not after its 8 s
+        await pilot.pause()
+        assert not [n for n in notifications(app) if "needs 80x24" in n]
 
 
 async def test_a_long_interval_still_sees_the_launched_server_become_ready_and_tails_its_log(make_app):

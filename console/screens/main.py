@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
+from textual.notifications import Notification, Notify
 from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import Screen
@@ -64,6 +65,7 @@ class MainScreen(Screen):
         self._apply_size(event.size.width, event.size.height)
 
     _too_small = False
+    _size_notice: Notification | None = None
 
     def _apply_size(self, width: int, height: int) -> None:
         self.set_class(height >= TALL_ROWS, "-tall")
@@ -71,8 +73,15 @@ class MainScreen(Screen):
         self.set_class(width >= WIDE_COLS, "-wide")
         too_small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
         if too_small and not self._too_small:  # once per shrink below the minimum, not per resize event
-            self.app.notify(f"terminal {width}x{height}: specconsole needs {MIN_SIZE[0]}x{MIN_SIZE[1]} "
-                            "or more; parts are cut off", severity="warning", timeout=8)
+            self._size_notice = Notification(f"terminal {width}x{height}: specconsole needs {MIN_SIZE[0]}x"
+                                             f"{MIN_SIZE[1]} or more; parts are cut off", "", "warning", 8)
+            self.app.post_message(Notify(self._size_notice))
+        elif not too_small and self._size_notice is not None:  # big enough again: the notice is wrong now
+            notice, self._size_notice = self._size_notice, None
+            try:  # Textual has no public way to withdraw one notification (clear_notifications: all)
+                self.app._unnotify(notice)
+            except (AttributeError, KeyError):  # gone already (timed out), or another Textual
+                pass
         self._too_small = too_small
 
     _targets: tuple[int, list[SnapshotWidget], list[Widget], list[Widget]] | None = None

@@ -91,7 +91,10 @@ class LogPanel(Vertical):
         if kind is None:
             return
         if kind in ("include", "exclude") and not filter_terms(value):
-            value = ""  # "|||" has no terms: no filter, and the filter line must not claim one
+            if value:  # "|||" has no terms: no filter, and the filter line must not claim one
+                self.app.notify(f"{value!r} has no terms (a|b = a or b): {'show' if kind == 'include' else 'hide'} "
+                                f"filter cleared", severity="warning", timeout=4)
+            value = ""
         setattr(self.view, kind, value)
         if kind == "search" and value:
             self.view.next_match(1)
