@@ -43,10 +43,14 @@ def connect_host(host: str) -> str:
     return host
 
 
-def _accepts(host: str, port: int, timeout_s: float) -> bool:
+def _accepts(host: str, port: int, timeout_s: float) -> bool | None:
+    """True: a connection was accepted; None: the connect timed out (a listener whose accept queue
+    is full does that); False: refused or unreachable."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             return True
+    except TimeoutError:
+        return None
     except OSError:
         return False
 
@@ -218,7 +222,9 @@ def check_port(host: str, port: int, *, hint: str, api_key: str | None = None,
     accepts = _accepts(target, port, timeout_s)
     if not accepts and not _bind_in_use(host, port):
         return None
-    who = who_answers(target, port, api_key) if accepts else "a process listening on another address"
+    who = (who_answers(target, port, api_key) if accepts
+           else "a process that does not accept connections in time (its queue may be full)" if accepts is None
+           else "a process listening on another address")
     pids = tuple(sorted(listener_pids(port) or ()))
     return PortTaken(host, port, who, pids, hint)
 

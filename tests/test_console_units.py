@@ -1918,3 +1918,18 @@ def test_one_change_for_every_server_is_checked_against_each_servers_own_values(
     same = m.request_change(7, 2)
     assert same.ok and same.log_lines == ("already threshold 7, hysteresis 2: nothing sent",)
     assert m.next_to_send() is None and m.pending is None
+
+
+def test_a_listener_whose_connect_times_out_is_named_as_such_not_as_another_address(monkeypatch):
+    """Fresh-user find: a listener on the same address whose accept queue was full (the connect
+    timed out) was called "a process listening on another address"."""
+    from console import portcheck
+
+    monkeypatch.setattr(portcheck, "_accepts", lambda host, port, timeout_s: None)  # timed out
+    monkeypatch.setattr(portcheck, "_bind_in_use", lambda host, port: True)
+    text = portcheck.port_problem("127.0.0.1", 38333, hint="h")
+    assert "does not accept connections in time (its queue may be full)" in text
+    monkeypatch.setattr(portcheck, "_accepts", lambda host, port, timeout_s: False)  # refused: elsewhere
+    assert "listening on another address" in portcheck.port_problem("127.0.0.1", 38333, hint="h")
+    monkeypatch.setattr(portcheck, "_bind_in_use", lambda host, port: False)
+    assert portcheck.port_problem("127.0.0.1", 38333, hint="h") is None
