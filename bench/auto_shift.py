@@ -31,6 +31,12 @@ Per phase (:func:`analyze_phase`) and per change of family (:func:`analyze`):
 Usage (GPU machine, repository root):
     python -m bench.auto_shift --models /tmp/models/1b/fam --out $OUT/auto-shift.json
     python -m bench.auto_shift --models DIR --url http://127.0.0.1:30600 --out $OUT/auto-shift.json
+    python -m bench.auto_shift --models DIR --concurrency-from traffic-auto-v2-p0.2.json --out ...
+
+``--concurrency-from`` picks the concurrency from a curve an auto server learned on the same target
+(:func:`pick_concurrency`: where its t_on / t_off lies between the families' accept lengths, so the
+decision must flip at the change); when the curve has no such size, ``--concurrency`` is used and
+the record's ``concurrency_pick`` says why.
 Without ``--url`` it starts ``python -m server_patch.launch_server`` on the pair with
 ``--speculative-disable-batch-threshold auto`` (arguments after ``--`` are appended); with
 ``--url`` a server in manual mode is set to auto for the run (POST /set_internal_state) and set
@@ -393,6 +399,71 @@ def summarize(samples, load: Load, starts, t_end, snapshots, num_steps) -> Dict[
     return result
 
 
+PICK_NUM_STEPS = 3  # the server's --speculative-num-steps in start mode (bench.server_harness.eagle3_args)
+
+
+def learned_buckets(record: Any) -> Optional[List[Dict[str, Any]]]:
+    """The ``auto_buckets`` of a spec_gate in ``record``: a spec_gate itself, a record with a
+    ``final_spec_gate`` (bench.auto_run, bench.gate_correctness) or a ``bench.throughput traffic``
+    JSON (``runs[-1].final_spec_gate``); None when it has none."""
+    if not isinstance(record, dict):
+        return None
+    for gate in (record, record.get("final_spec_gate"),
+                 (record.get("runs") or [{}])[-1].get("final_spec_gate") if isinstance(record.get("runs"), list) else None):
+        if isinstance(gate, dict) and isinstance(gate.get("auto_buckets"), list):
+            return gate["auto_buckets"]
+    return None
+
+
+def pick_concurrency(buckets: Sequence[Dict[str, Any]], accept_lengths: Sequence[float]) -> Dict[str, Any]:
+    """The closed-loop concurrency at which the families' best modes differ, from a learned curve.
+
+    Speculation pays at batch ``b`` iff ``A > t_on(b) / t_off(b)`` (the module docstring); a bucket
+    measured both ways gives ``t_on / t_off = accept_length * off_tok_s / on_tok_s`` (the accept
+    length of the draft that measured it: the step times are the target's and the draft's
+    architecture, not its quality). One bucket's ratio is noisy (the H200 curve of 2026-12-02 read
+    3.9 at 24-31 and 2.5 at 32-47), so the ratio is fitted as ``r(b) = c0 + c1 ln b`` over the
+    buckets (least squares, each weighted by its fewer-measured mode's samples, at its middle batch
+    size) and the pick is where the fit reaches the geometric mean of the lowest and highest family
+    accept length (both modes then win by about the same factor), rounded, within the measured
+    sizes. Returns ``{"concurrency": C or None, "fit": [c0, c1], "target_ratio", "ratios": [[lo,
+    hi, ratio, weight], ...], "why"}``."""
+    lo_a, hi_a = min(accept_lengths), max(accept_lengths)
+    target = math.sqrt(lo_a * hi_a)
+    points = []
+    for b in buckets:
+        on, off, acc = b.get("on_tok_s"), b.get("off_tok_s"), b.get("accept_length")
+        if on and off and acc:
+            mid = b["lo"] if b.get("hi") is None else (b["lo"] + b["hi"]) / 2
+            weight = max(1, min(b.get("on_samples") or 0, b.get("off_samples") or 0))
+            points.append((b["lo"], b.get("hi"), acc * off / on, weight, mid))
+    out: Dict[str, Any] = {"concurrency": None, "fit": None, "target_ratio": round(target, 3),
+                           "ratios": [[lo, hi, round(r, 3), w] for lo, hi, r, w, _ in points]}
+    if len({p[4] for p in points}) < 2:
+        out["why"] = "fewer than two batch sizes measured both ways: nothing to fit"
+        return out
+    sw = sum(p[3] for p in points)
+    mx = sum(p[3] * math.log(p[4]) for p in points) / sw
+    my = sum(p[3] * p[2] for p in points) / sw
+    sxx = sum(p[3] * (math.log(p[4]) - mx) ** 2 for p in points)
+    c1 = sum(p[3] * (math.log(p[4]) - mx) * (p[2] - my) for p in points) / sxx
+    c0 = my - c1 * mx
+    out["fit"] = [round(c0, 4), round(c1, 4)]
+    if c1 <= 0:
+        out["why"] = f"t_on / t_off does not grow with the batch in this curve (fit {c0:.2f} + {c1:.2f} ln b)"
+        return out
+    b_star = math.exp((target - c0) / c1)
+    lowest, highest = min(p[0] for p in points), max(p[4] for p in points)
+    if not lowest <= b_star <= highest:
+        out["why"] = (f"the fit {c0:.2f} + {c1:.2f} ln b reaches t_on / t_off {target:.2f} at batch {b_star:.1f}, "
+                      f"outside the sizes measured both ways ({lowest}-{highest:g})")
+        return out
+    out["concurrency"] = max(1, round(b_star))
+    out["why"] = (f"the fit {c0:.2f} + {c1:.2f} ln b of t_on / t_off reaches {target:.2f} (between the families' "
+                  f"accept lengths {lo_a:.2f} and {hi_a:.2f}) at batch {b_star:.1f}")
+    return out
+
+
 def server_args(a: argparse.Namespace) -> List[str]:
     """Start mode: the SGLang server arguments (EAGLE-3 steps 3, topk 1, 4 draft tokens, as
     bench.traffic; the auto threshold; ``--tp-size``; the arguments after ``--``)."""
@@ -427,7 +498,10 @@ def run(a: argparse.Namespace, oracle: Any, rec: Dict[str, Any]) -> Dict[str, An
         if url is None:
             args = server_args(a)
             rec["launch_args"] = args
-            server = server_harness.start_server(f"auto-shift-{a.worker}", args, a.port, a.log_dir)
+            from bench.traffic import greedy_server_env  # the load is greedy: no sampling kernels to build
+
+            server = server_harness.start_server(f"auto-shift-{a.worker}", args, a.port, a.log_dir,
+                                                 env=greedy_server_env())
             server_harness.wait_ready(server, timeout_s=a.startup_timeout)
             rec["startup_s"] = round(server.ready_s, 1)
             url = server.url
@@ -557,7 +631,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, required=True, metavar="FILE.json", help="the result (rewritten per phase)")
     ap.add_argument("--url", metavar="URL", help="an already-started gate server, http://HOST:PORT "
                                                  "(default: start one with the auto threshold)")
-    ap.add_argument("--concurrency", type=int, default=16, metavar="C", help="requests in flight (default 16)")
+    ap.add_argument("--concurrency", type=int, default=16, metavar="C",
+                    help="requests in flight (default 16; with --concurrency-from, when it finds none)")
+    ap.add_argument("--concurrency-from", type=Path, metavar="FILE.json",
+                    help="pick the concurrency from a learned curve: a spec_gate with auto_buckets, or a "
+                         "bench.throughput traffic / bench.auto_run JSON with final_spec_gate (the batch size "
+                         "where t_on / t_off lies between the families' accept lengths)")
     ap.add_argument("--phase-seconds", type=float, default=40.0, metavar="S", help="length of a phase (default 40)")
     ap.add_argument("--output-len", type=int, default=256, metavar="N", help="tokens per request (default 256)")
     ap.add_argument("--input-len", type=int, default=32, metavar="N", help="prompt tokens (default 32)")
@@ -608,8 +687,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bad = [f for f in a.sequence if f >= oracle.num_families]
     if bad:
         ap.error(f"--sequence names family {bad[0]}; the pair has 0..{oracle.num_families - 1}")
+    pick = None
+    if a.concurrency_from is not None:
+        try:
+            buckets = learned_buckets(json.loads(a.concurrency_from.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            ap.error(f"--concurrency-from {a.concurrency_from}: {getattr(exc, 'strerror', None) or exc}")
+        if buckets is None:
+            ap.error(f"--concurrency-from {a.concurrency_from}: no auto_buckets (a spec_gate of an auto server, "
+                     f"or a JSON with final_spec_gate)")
+        pick = pick_concurrency(buckets, oracle.expected_accept_lengths_by_family(PICK_NUM_STEPS))
+        pick["from"] = str(a.concurrency_from)
+        if pick["concurrency"] is not None:
+            a.concurrency = pick["concurrency"]
+        else:
+            pick["fallback"] = a.concurrency
+        print(f"auto_shift: concurrency {a.concurrency}: {pick['why']}"
+              + ("" if pick["concurrency"] is not None else f"; --concurrency {a.concurrency} instead"), flush=True)
     rec: Dict[str, Any] = {
         "tool": "bench.auto_shift", "command": "python -m bench.auto_shift " + " ".join(argv),
+        "concurrency_pick": pick,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "models": str(a.models), "concurrency": a.concurrency, "phase_seconds": a.phase_seconds,
         "output_len": a.output_len, "input_len": a.input_len, "sequence": a.sequence,

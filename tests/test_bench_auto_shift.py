@@ -397,3 +397,64 @@ def test_the_recorded_h100_run_re_analyzed_from_its_polls_gives_what_it_reported
     assert change["flipped"] is False and change["observed_direction"] == change["expected_direction"] == "none"
     assert change["direction_matches"] is True and change["batch_size"] == 4
     assert [p["steady_mode"] for p in again["phases"]] == ["on", "on"]
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("h200-2026-12-02/auto/spec-gate-auto-p0.2.json", 7),  # triton, H200: t_on / t_off 1.2 at 1 -> 5.8 at 96-127
+    ("h200-2026-12-02/auto-p05/spec-gate-auto-p0.5.json", 6),
+    ("h100-2026-12-06b/ab-auto-p0.2/repeat0/c/traffic-auto-v2-p0.2.json", None),  # fa3, H100: 0.9-1.3, no flip
+])
+def test_the_concurrency_is_picked_where_the_learned_ratio_lies_between_the_families(path, expected):
+    """Recorded curves: the fit of t_on / t_off over the buckets reaches the geometric mean of the
+    families' accept lengths (3.44 and 1.62: 2.36) at the batch picked; a curve that never gets
+    there picks nothing (the run then uses --concurrency and says why)."""
+    from pathlib import Path
+
+    record = json.loads((Path(__file__).parents[1] / "bench/results" / path).read_text())
+    pick = auto_shift.pick_concurrency(auto_shift.learned_buckets(record), [3.4385, 1.6238])
+    assert pick["concurrency"] == expected, pick
+    assert pick["target_ratio"] == 2.363 and pick["ratios"]
+    if expected is None:
+        assert "outside the sizes measured" in pick["why"]
+
+
+def test_a_noisy_bucket_does_not_decide_the_pick_and_a_flat_curve_picks_nothing():
+    curve = [{"lo": lo, "hi": hi, "on_tok_s": 100.0, "off_tok_s": 100.0 * r / 3.0, "accept_length": 3.0,
+              "on_samples": 50, "off_samples": 20} for lo, hi, r in
+             ((1, 1, 1.2), (4, 5, 1.9), (8, 11, 2.4), (16, 23, 2.9), (24, 31, 2.3), (64, 95, 4.0))]
+    pick = auto_shift.pick_concurrency(curve, [3.44, 1.62])
+    assert 6 <= pick["concurrency"] <= 12, pick  # not 24-31, whose one reading is nearest 2.36
+    flat = [dict(b, off_tok_s=80.0) for b in curve]
+    assert auto_shift.pick_concurrency(flat, [3.44, 1.62])["concurrency"] is None
+    assert "nothing to fit" in auto_shift.pick_concurrency(curve[:1], [3.44, 1.62])["why"]
+    assert auto_shift.learned_buckets({"runs": [{"final_spec_gate": {"auto_buckets": curve}}]}) == curve
+    assert auto_shift.learned_buckets({"final_spec_gate": {"auto_buckets": curve}}) == curve
+    assert auto_shift.learned_buckets({"rows": []}) is None and auto_shift.learned_buckets([]) is None
+
+
+def test_cli_concurrency_from_a_learned_curve_and_its_refusals(models, tmp_path, capsys):
+    """--concurrency-from: the pick goes into the record (and is used); a curve without a flip
+    falls back to --concurrency and says so; a file without auto_buckets or not JSON is refused."""
+    from pathlib import Path
+
+    curves = Path(__file__).parents[1] / "bench/results"
+    out = tmp_path / "o.json"
+    argv = ["--models", str(models), "--url", "http://127.0.0.1:9", "--out", str(out)]
+    assert auto_shift.main(argv + ["--concurrency-from", str(curves / "h200-2026-12-02/auto/spec-gate-auto-p0.2.json")]) == 1
+    rec = json.loads(out.read_text())  # the server is not there: but the pick is recorded
+    assert rec["concurrency"] == 7 and rec["concurrency_pick"]["concurrency"] == 7
+    assert "auto_shift: concurrency 7: the fit" in capsys.readouterr().out
+    fa3 = curves / "h100-2026-12-06b/ab-auto-p0.2/repeat0/c/traffic-auto-v2-p0.2.json"
+    assert auto_shift.main(argv + ["--concurrency", "5", "--concurrency-from", str(fa3)]) == 1
+    rec = json.loads(out.read_text())
+    assert rec["concurrency"] == 5 and rec["concurrency_pick"]["fallback"] == 5
+    assert "; --concurrency 5 instead" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    for text, says in (("{}", "no auto_buckets"), ("not json", "--concurrency-from")):
+        bad.write_text(text)
+        with pytest.raises(SystemExit) as exc:
+            auto_shift.main(argv + ["--concurrency-from", str(bad)])
+        assert exc.value.code == 2 and says in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        auto_shift.main(argv + ["--concurrency-from", str(tmp_path / "missing.json")])
+    assert "No such file" in capsys.readouterr().err
