@@ -11,7 +11,8 @@ output rate is higher::
 size with speculation on / off -- the time between the results of two consecutive decode batches
 (``time.perf_counter`` after each result is processed), kept only inside a run of three decode
 batches of one mode (:class:`StepTimer`: under the overlap scheduler that period holds the next
-batch's launch, so a prefill next would be charged to a decode step). It is the period the
+batch's launch, so a prefill next would be charged to a decode step) and without a sampled proof
+check in it (``proof.note_check``: a check waits for the GPU). It is the period the
 server really produces tokens at, GPU- or CPU-bound. ``A(b)``: the accept length (tokens per
 request per ON step: accepted drafts + the bonus token, from SGLang's ``update_spec_metrics``)
 measured live, per bucket while that bucket runs ON, else the accept length of the last ~256
@@ -228,7 +229,9 @@ class StepTimer:
     long prompt -- would be charged to k. A sample is therefore kept only when batches k-1, k and
     k+1 were decode batches in a row (``forward_iter`` contiguous) that ran the same way
     (``kind``: ``on``, ``off``, or ``resume`` -- the full OFF step before the first ON step after
-    OFF steps, never a sample); it comes out when k+1's result is observed.
+    OFF steps, never a sample); it comes out when k+1's result is observed. A period in which a
+    sampled run-time proof ran (``clean`` False: it waited for the GPU, maybe ran a reference
+    forward) gives no sample either, without breaking the run: its neighbours still count.
     """
 
     def __init__(self) -> None:
@@ -236,17 +239,19 @@ class StepTimer:
         self._pending: Optional[Tuple[int, StepSample]] = None  # (forward_iter, sample) awaiting k+1
 
     def observe(self, forward_iter: Optional[int], kind: str, now_s: float, batch_size: int,
-                tokens: Optional[int] = None) -> Optional[StepSample]:
+                tokens: Optional[int] = None, clean: bool = True) -> Optional[StepSample]:
         """The result of batch ``forward_iter`` (``batch_size`` requests, ``tokens`` output tokens)
-        that ran as ``kind`` was processed at ``now_s`` (s); returns the previous batch's sample
-        when this batch confirms it (see the class)."""
+        that ran as ``kind`` was processed at ``now_s`` (s); ``clean``: no proof check ran since
+        the previous result. Returns the previous batch's sample when this batch confirms it (see
+        the class)."""
         prev, self._last = self._last, (forward_iter, kind, now_s)
         pending, self._pending = self._pending, None
         if prev is None or forward_iter is None or prev[0] is None or forward_iter != prev[0] + 1:
             return None
         if kind != prev[1] or kind == "resume":
             return None
-        self._pending = (forward_iter, StepSample(batch_size, kind == "on", now_s - prev[2], tokens))
+        if clean:
+            self._pending = (forward_iter, StepSample(batch_size, kind == "on", now_s - prev[2], tokens))
         if pending is not None and pending[0] + 1 == forward_iter and pending[1].on == (kind == "on"):
             return pending[1]
         return None

@@ -47,6 +47,7 @@ import os
 import types
 from typing import Any, Optional
 
+from server_patch import proof
 from server_patch.contract import sampled
 
 logger = logging.getLogger("server_patch.spec_gate")
@@ -137,6 +138,7 @@ def decode_kernel_subclass(base: type, decode_mode: Any) -> type:
             own = self.req_to_token[rows, cols].to(forward_batch.out_cache_loc.dtype)
             ok = bool((own == forward_batch.out_cache_loc[:bs]).all().item())
             self.spec_gate_checks += 1
+            proof.note_check()
             if not ok:
                 self.spec_gate_mismatches += 1
                 logger.error(

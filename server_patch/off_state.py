@@ -48,6 +48,7 @@ import torch
 from server_patch import (deferred_draft_kv, draft_kv_only, host_copy, off_attention, off_fa3, off_step_v1,
                           off_verify_v2, options)
 from server_patch import off_sampling as sampling
+from server_patch import proof
 from server_patch.contract import sampled
 
 logger = logging.getLogger(__name__)
@@ -917,6 +918,7 @@ class OffStepRunner:
         n = self.early_seq_lens_steps
         if sampled(n):
             self.early_seq_lens_checks += 1
+            proof.note_check()
             differ = not torch.equal(sglang_lens, new_seq_lens)  # waits for this OFF step's verify
             if differ:
                 self.early_seq_lens_mismatches += 1

@@ -33,7 +33,7 @@ import logging
 import os
 from typing import Any, Callable, Optional
 
-from server_patch import options
+from server_patch import options, proof
 
 logger = logging.getLogger("server_patch.spec_gate")
 
@@ -130,6 +130,7 @@ class PrefillGraphCheck:
         if not self.sampled(self.replays):
             return out
         self.checks += 1
+        proof.note_check()
         graph_logits = out.next_token_logits.clone()
         graph_hidden = None if out.hidden_states is None else out.hidden_states.clone()
         eager = self.eager_forward(forward_batch, **kwargs)

@@ -6,6 +6,11 @@ steps ``contract.sampled`` picks and stops for the server's life at the first fa
 the ranks must stop together (the cut and SGLang's path run different kernels and collectives, so
 one rank alone falling back would hang the others): every rank checks the same step numbers and
 the verdict is an all-reduce of "this rank failed".
+
+A check waits for the GPU (and some run a reference forward), so the decode step it runs in is
+slower than the mechanism it proves: :func:`note_check` counts every check this process ran, and
+the auto threshold leaves the step times of the periods with a check out of its estimates
+(``scheduler_hooks.on_decode_result``; the first PROOF_FIRST OFF steps of a server are all checked).
 """
 
 from __future__ import annotations
@@ -14,6 +19,20 @@ import logging
 from typing import Callable, Optional
 
 logger = logging.getLogger("server_patch.spec_gate")
+
+
+_checks_run = 0
+
+
+def note_check() -> None:
+    """Count one sampled check (a sync, maybe a reference forward) run in this process now."""
+    global _checks_run
+    _checks_run += 1
+
+
+def checks_run() -> int:
+    """How many sampled checks this process has run (:func:`note_check`)."""
+    return _checks_run
 
 
 class SampledProof:
@@ -36,6 +55,7 @@ class SampledProof:
         an error with ``fallback``, what the server does instead from now on). Every TP rank must
         call it at the same check. Returns ``ok``."""
         self.checks += 1
+        note_check()
         if failure is not None:
             self.mismatches += 1
             logger.error("spec_gate: %s; %s, on every TP rank", failure, fallback)

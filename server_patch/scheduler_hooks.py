@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from server_patch import (auto_threshold, compat, contract, metrics, off_future_map, options, prefill_graph,
+from server_patch import (auto_threshold, compat, contract, metrics, off_future_map, options, prefill_graph, proof,
                           rank_gpu, sampling_warmup, triton_draft_extend)
 from server_patch.contract import (
     DECODE_STEP_KEY,
@@ -89,6 +89,7 @@ class GateRuntime:
         self.max_running_requests: Optional[int] = None  # the scheduler's, set by status()
         self.step_tokens: Optional[int] = None  # output tokens of the ON batch being processed
         self.step_timer = auto_threshold.StepTimer()
+        self._checks_at_result = proof.checks_run()  # sampled proof checks run by the last decode result
         self._scheduler = scheduler
         # how the target's prefills run, set after init (prefill_graph: its spec_gate fields)
         self.prefill_graph: Any = prefill_graph.EagerPrefill("not set up")
@@ -147,7 +148,10 @@ class GateRuntime:
                 else "off" if getattr(result, OFF_RESULT_ATTR, False) else "on")
         bs = batch.batch_size()
         tokens = self.step_tokens if kind == "on" else bs
-        sample = self.step_timer.observe(getattr(batch, "forward_iter", None), kind, time.perf_counter(), bs, tokens)
+        checks = proof.checks_run()  # a check since the previous result: this period is not the step's own
+        clean, self._checks_at_result = checks == self._checks_at_result, checks
+        sample = self.step_timer.observe(getattr(batch, "forward_iter", None), kind, time.perf_counter(), bs, tokens,
+                                         clean=clean)
         if sample is not None and sample.tokens is not None:
             self.gate.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
 

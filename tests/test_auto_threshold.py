@@ -367,6 +367,28 @@ def test_the_step_timer_keeps_only_steps_inside_a_run_of_three_of_one_kind():
     assert t.observe(None, "on", 1.40, 8) is None
 
 
+def test_a_period_with_a_proof_check_gives_no_sample_and_its_neighbours_still_do():
+    """A sampled run-time proof waits for the GPU (some run a reference forward): the first 64 OFF
+    steps of a server are all checked, and the H100 probes of 2026-12-06 measured an OFF step at
+    batch 4 as long as an ON step (bench/results/h100-2026-12-06c). Such periods are left out."""
+    t = auto.StepTimer()
+    assert t.observe(10, "off", 1.000, 4, 4) is None
+    assert t.observe(11, "off", 1.006, 4, 4) is None
+    assert t.observe(12, "off", 1.015, 4, 4, clean=False) == auto.StepSample(4, False, pytest.approx(0.006), 4)
+    assert t.observe(13, "off", 1.021, 4, 4) is None  # 12's 9 ms period (the check) is no sample
+    assert t.observe(14, "off", 1.027, 4, 4) == auto.StepSample(4, False, pytest.approx(0.006), 4)
+
+
+def test_proof_checks_are_counted_where_they_run():
+    from server_patch import proof
+
+    before = proof.checks_run()
+    p = proof.SampledProof()
+    assert p.verdict(None, "fallback") and proof.checks_run() == before + 1
+    proof.note_check()
+    assert proof.checks_run() == before + 2
+
+
 def test_prefill_launches_charged_to_the_decode_step_before_them_do_not_bias_the_estimates():
     # variable-length traffic under the overlap scheduler: after a quarter of the decode steps a
     # prefill is launched before that step's result is processed, adding 3 ms (its CPU launch)
@@ -618,3 +640,30 @@ def test_where_speculation_wins_at_every_size_auto_stays_on_and_probes_little(p_
     assert auto.crossover(sim.gate.policy.table) is None
     off_share = sim.gate.decode_steps_off / sim.gate.decode_steps
     assert off_share <= auto.PROBE_SHARE + auto.PROBE_ALLOWANCE / sim.gate.decode_steps, off_share
+
+
+def test_a_decode_result_after_a_proof_check_feeds_no_step_time_to_the_gate():
+    """scheduler_hooks.GateRuntime.on_decode_result: the step time of the period in which a check
+    ran (any of the sampled proofs: proof.note_check) does not reach the auto threshold's estimates."""
+    import types
+
+    from server_patch import proof, scheduler_hooks
+
+    recorded = []
+    rt = types.SimpleNamespace(step_timer=auto.StepTimer(), step_tokens=None, _checks_at_result=proof.checks_run(),
+                               gate=types.SimpleNamespace(record_step=lambda *a: recorded.append(a)))
+
+    def result_of(i, checked=False):
+        if checked:
+            proof.note_check()
+        off = types.SimpleNamespace(**{scheduler_hooks.OFF_RESULT_ATTR: True})
+        scheduler_hooks.GateRuntime.on_decode_result(rt, types.SimpleNamespace(forward_iter=i, batch_size=lambda: 4), off)
+
+    for i, checked in enumerate([False, False, False, True, False, False, False]):
+        result_of(100 + i, checked)
+    # periods 101..105 are confirmed by their successors: 103 (the check ran in it) is left out
+    assert len(recorded) == 4 and all(r[0] == 4 and r[1] is False and r[3] == 4 for r in recorded)
+    recorded.clear()
+    for i in range(7):
+        result_of(200 + i)
+    assert len(recorded) == 5
