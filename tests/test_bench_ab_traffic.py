@@ -19,6 +19,14 @@ def fake_row(config, conc, tok_s):
     return ",".join(row[c] for c in traffic.TRAFFIC_COLUMNS)
 
 
+def fake_servers(monkeypatch, url_of=lambda port: f"u{port}"):
+    """Every server "starts" at once and is ready: ``url_of(port)`` is its URL."""
+    monkeypatch.setattr(server_harness, "start_server",
+                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=url_of(port), ready_s=1.0))
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+
+
 @pytest.fixture
 def pair(tmp_path):
     (tmp_path / "p0.2" / "target").mkdir(parents=True)
@@ -121,10 +129,7 @@ def test_bad_options_are_refused_before_a_server_starts(pair, tmp_path, monkeypa
 
 def test_a_profile_pass_per_side_after_the_repeats_outside_the_summary(pair, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(server_harness, "start_server",
-                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=f"u{port}", ready_s=1.0))
-    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
-    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+    fake_servers(monkeypatch)
 
     def main():
         argv = sys.argv[1:]
@@ -265,10 +270,7 @@ def test_freeze_gc_is_posted_to_every_server_before_the_first_row(pair, tmp_path
     import httpx
 
     events = []
-    monkeypatch.setattr(server_harness, "start_server",
-                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=f"http://h:{port}", ready_s=1.0))
-    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
-    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+    fake_servers(monkeypatch, lambda port: f"http://h:{port}")
     monkeypatch.setattr(httpx, "post", lambda url, timeout: events.append(url) or httpx.Response(200))
 
     def main():
@@ -340,10 +342,7 @@ def test_the_time_varying_load_runs_on_every_side_after_the_repeats(pair, tmp_pa
     its own tokens and wall time, C against the better static side; a side whose load fails is
     recorded and the run exits 1, the other sides still measured."""
     events = []
-    monkeypatch.setattr(server_harness, "start_server",
-                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=f"http://127.0.0.1:{port}", ready_s=1.0))
-    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
-    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+    fake_servers(monkeypatch, lambda port: f"http://127.0.0.1:{port}")
 
     def main():
         argv = sys.argv[1:]
