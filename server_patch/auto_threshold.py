@@ -36,7 +36,9 @@ probed: PROBE_LEN decode steps in the other mode, at most once every PROBE_GAP d
 bucket, and never more than PROBE_SHARE of all decode steps (plus PROBE_ALLOWANCE steps to learn
 at startup). A probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
 A mode never measured in a bucket is probed every LEARN_GAP steps for its first LEARN_PROBES
-probes (learning in tens of steps, not hundreds); a bucket whose ratio is beyond LOG_CLIP
+probes (learning in tens of steps, not hundreds; OFF probes within the server's first
+``contract.PROOF_FIRST`` OFF steps do not count: the run-time proofs check those, so they measure
+nothing); a bucket whose ratio is beyond LOG_CLIP
 re-measures its losing mode DECISIVE_STALE times less often (at 128 requests an ON step of the
 8B-shaped pair costs two OFF steps' time, so its probes cost twice their share of steps). Since
 speculation pays less as the batch grows, a bucket beyond one that is ahead for its mode by
@@ -427,11 +429,14 @@ class AutoPolicy:
         self.last_probe: Dict[int, int] = {}  # bucket -> decode step its last probe began
         self.probes_of: Dict[int, int] = {}  # bucket -> probes begun there
 
-    def decide(self, batch_size: int, step: int) -> Tuple[bool, bool]:
+    def decide(self, batch_size: int, step: int, off_steps: Optional[int] = None) -> Tuple[bool, bool]:
         """Mode for decode batch number ``step`` (0-based) of ``batch_size`` requests:
         ``(speculation on, this step belongs to a probe)``. When a probe ends, the mode it
         interrupted is back at once (the dwell holds only the switches the table asked for); that
-        step counts as the probe's (its switch back is not a decision), not as a probe step."""
+        step counts as the probe's (its switch back is not a decision), not as a probe step.
+        ``off_steps``: OFF steps run so far (rank-identical, as ``step``); an OFF probe begun within
+        the first ``contract.PROOF_FIRST`` of them does not count as one of a bucket's LEARN_PROBES:
+        the run-time proofs check those steps, so they give no step-time samples (StepTimer)."""
         index = bucket_of(batch_size)
         if self.probe_left > 0:
             self.probe_left -= 1
@@ -450,7 +455,8 @@ class AutoPolicy:
                 and self.probe_steps + PROBE_LEN <= budget
                 and step - self.last_probe.get(index, -gap) >= gap):
             self.last_probe[index] = step
-            self.probes_of[index] = self.probes_of.get(index, 0) + 1
+            if entry.probe or off_steps is None or off_steps >= contract.PROOF_FIRST:
+                self.probes_of[index] = self.probes_of.get(index, 0) + 1
             self.probe_starts.append(step)
             self.probe_on, self.resume_mode = entry.probe, self.on
             self.probe_left = PROBE_LEN - 1

@@ -89,7 +89,7 @@ class SpecGate:
         cfg = self.config
         was_probing = self.probing
         if cfg.auto:
-            on, self.probing = self.policy.decide(batch_size, self.decode_steps)
+            on, self.probing = self.policy.decide(batch_size, self.decode_steps, self.decode_steps_off)
         else:
             self.probing = False
             on = self.spec_enabled

@@ -21,6 +21,7 @@ import pytest
 
 from server_patch import auto_threshold as auto
 from server_patch.contract import GateConfig, parse_update
+from server_patch.contract import sampled as contract_sampled
 from server_patch.gate import SpecGate
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -59,6 +60,7 @@ def rates(costs: dict, batch: int) -> tuple[float, float]:
 
 
 ACCEPT_NOISE = True
+CHECK_COST = 1.5  # a checked OFF step's time over an unchecked one's (a sync, maybe a reference forward)
 
 
 def _p_wrong_for(accept: float, steps: int = 3) -> float:
@@ -82,6 +84,7 @@ class Sim:
         self.clock = 0.0
         self.tokens = 0
         self.switches_not_probe = 0
+        self.off_steps = 0  # OFF steps so far: the sampled run-time proofs check contract.sampled ones
 
     def step(self, batch: int, costs: dict, table_from: "Sim | None" = None) -> bool:
         g = self.gate
@@ -97,11 +100,16 @@ class Sim:
         m = model(costs, batch)
         accept = m["accept"] if on else 1.0
         step_time = (m["always"] * accept if on else m["none"]) * max(0.2, 1 + self.rng.gauss(0, self.noise))
+        checked = False
+        if not on:  # an OFF step the proofs check (the first 64, then every 256th) waits for the GPU
+            self.off_steps += 1
+            checked = contract_sampled(self.off_steps)
+            step_time *= CHECK_COST if checked else 1.0
         self.clock += step_time
         tokens = round(batch * accept) if not (on and ACCEPT_NOISE) else sum(
             _accept_sample(self.rng, _p_wrong_for(m["accept"])) for _ in range(batch))
         self.tokens += tokens
-        sample = self.timer.observe(g.decode_steps, "on" if on else "off", self.clock, batch, tokens)
+        sample = self.timer.observe(g.decode_steps, "on" if on else "off", self.clock, batch, tokens, clean=not checked)
         if sample is not None:
             g.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
         return on
@@ -633,6 +641,7 @@ def test_where_speculation_wins_at_every_size_auto_stays_on_and_probes_little(p_
     costs = _gate_curve(curve)
     assert sorted(costs) == [8, 48, 64]  # the buckets the server measured both ways
     sim = Sim(seed=3)
+    run(sim, [1] * 2000, costs)  # learning, probing (the first 64 OFF steps are checked: no samples)
     for batch in (1, 16, 64, 110):
         tok_s, _ = run(sim, [batch] * 3000, costs)
         on_rate, off_rate = rates(costs, batch)
@@ -667,3 +676,28 @@ def test_a_decode_result_after_a_proof_check_feeds_no_step_time_to_the_gate():
     for i in range(7):
         result_of(200 + i)
     assert len(recorded) == 5
+
+
+def test_off_probes_within_the_checked_first_off_steps_do_not_use_up_the_fast_learning_probes():
+    """The first contract.PROOF_FIRST OFF steps are all checked and give no samples: OFF probes begun
+    then keep the bucket learning at LEARN_GAP instead of falling back to PROBE_GAP after
+    LEARN_PROBES probes that measured nothing (a simulated run stayed ON 13% of 3,000 steps at 64
+    requests, where OFF wins, before this rule)."""
+    from server_patch import contract
+
+    def starts(off_steps_of):
+        policy = auto.AutoPolicy()
+        policy.table = auto.Table(((auto.bucket_of(8), auto.Entry(on=True, probe=False, learning=True)),))
+        off = 0
+        for step in range(400):
+            on, probing = policy.decide(8, step, off_steps_of(off))
+            off += not on
+        return policy.probe_starts
+
+    early = starts(lambda off: off)  # the server's first OFF steps: checked
+    late = starts(lambda off: off + contract.PROOF_FIRST)  # past them
+    gaps = lambda s: [b - a for a, b in zip(s, s[1:])]  # noqa: E731
+    assert gaps(late)[:auto.LEARN_PROBES - 1] == [auto.LEARN_GAP] * (auto.LEARN_PROBES - 1)
+    assert gaps(late)[auto.LEARN_PROBES - 1] == auto.PROBE_GAP  # then the slow gap
+    checked_probes = -(-contract.PROOF_FIRST // auto.PROBE_LEN)  # probes until the checks thin out
+    assert gaps(early)[:checked_probes + auto.LEARN_PROBES - 1] == [auto.LEARN_GAP] * (checked_probes + auto.LEARN_PROBES - 1)

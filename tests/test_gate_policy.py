@@ -134,7 +134,7 @@ def test_switches_into_and_back_from_an_auto_probe_are_marked_and_a_real_change_
     gate = SpecGate(GateConfig(None, 0))
     # (mode, probing) as the auto policy decides: ON preferred, an OFF probe of two steps, ON, then OFF preferred
     plan = iter([(True, False), (False, True), (False, True), (True, False), (False, False), (False, False)])
-    gate.policy.decide = lambda batch_size, step: next(plan)
+    gate.policy.decide = lambda batch_size, step, off_steps=None: next(plan)
     marks = []
     for _ in range(6):
         switch = gate.decide(8)
@@ -151,7 +151,7 @@ def test_the_scheduler_logs_probe_switches_at_debug_and_real_changes_at_info(cap
 
     gate = SpecGate(GateConfig(None, 0))
     plan = iter([(True, False), (False, True), (True, False), (False, False)])
-    gate.policy.decide = lambda batch_size, step: next(plan)
+    gate.policy.decide = lambda batch_size, step, off_steps=None: next(plan)
     gate.estimate_text = lambda bs: "auto: batch %d" % bs
     runtime = SimpleNamespace(gate=gate, sync_table=lambda: None, metrics=SimpleNamespace(update=lambda r: None))
     batch = SimpleNamespace(forward_mode=SimpleNamespace(is_decode=lambda: True), batch_size=lambda: 8)
