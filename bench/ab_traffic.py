@@ -356,6 +356,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(f"--mem-fraction is a fraction of GPU memory (0-1], got {a.mem_fraction}")
     if a.out.exists() and not a.out.is_dir():
         ap.error(f"--out {a.out}: a file, not a directory")
+    if a.out.is_dir() and ((a.out / "ab-summary.json").exists() or any(a.out.glob("repeat*"))):
+        ap.error(f"--out {a.out} holds a run already (ab-summary.json or repeat*/): give another --out "
+                 f"(a new run there would mix its rows with that run's and replace its summary)")
     if not 1 <= a.port <= 65535 - 10 * (len(sides) - 1):
         ap.error(f"--port must be in 1..{65535 - 10 * (len(sides) - 1)} (the last side's is PORT + {10 * (len(sides) - 1)})")
     a.profile_sides = tuple(x for x in a.profile_sides.split(",") if x) or sides

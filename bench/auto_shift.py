@@ -508,6 +508,8 @@ def run(a: argparse.Namespace, oracle: Any, rec: Dict[str, Any]) -> Dict[str, An
         rec["url"] = url
         try:
             gate = server_harness.spec_gate(url)
+        except httpx.TransportError as exc:  # nothing there (refused, timed out): not a missing flag
+            raise BenchError(f"nothing answers at {url} ({type(exc).__name__}: {exc})") from None
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
             raise BenchError(f"no spec_gate in {url}/server_info ({type(exc).__name__}: {exc}): "
                              f"start the server with {THRESHOLD_FLAG} {AUTO}") from None
@@ -662,6 +664,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a.server_args = extra
     if extra and a.url:
         ap.error("arguments after -- are server arguments: only when the server is started here (not --url)")
+    if a.url is not None:
+        from bench.traffic import split_url
+
+        try:
+            split_url(a.url)
+        except BenchError as exc:
+            ap.error(str(exc))
+    if a.out.exists():  # the record is rewritten after every phase: an earlier one would be lost
+        ap.error(f"--out {a.out} exists: give another file (or move it away)")
+    if not a.out.parent.is_dir():
+        ap.error(f"--out {a.out}: no directory {a.out.parent}")
     for flag, value, ok in (("--concurrency", a.concurrency, a.concurrency >= 1),
                             ("--output-len", a.output_len, a.output_len >= 1),
                             ("--input-len", a.input_len, a.input_len >= 1),

@@ -1671,8 +1671,9 @@ def generate_pair(
                               device=str(dev), proj_noise=float(proj_noise), kv_sensitive=kv_sensitive,
                               pi=[int(x) for x in maps[0]])
         out.mkdir(parents=True, exist_ok=True)
-        _clear_target_dir(tdir)
-        tdir.symlink_to(shared, target_is_directory=True)
+        if tdir.resolve() != shared:  # else the shared target is this pair's own already: keep it
+            _clear_target_dir(tdir)
+            tdir.symlink_to(shared, target_is_directory=True)
     written = (ddir,) if target_from is not None else (tdir, ddir)
     for d in written:
         d.mkdir(parents=True, exist_ok=True)

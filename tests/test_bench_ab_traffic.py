@@ -377,3 +377,16 @@ def test_the_time_varying_load_runs_on_every_side_after_the_repeats(pair, tmp_pa
     tv = json.loads((tmp_path / "out2" / "time-varying.json").read_text())
     assert tv["sides"]["b"]["error"] == "RuntimeError: bench_serving wrote nothing"
     assert "b_over_a" not in tv and "c_over_best" not in tv and tv["c_over_a"] == round(20.0 / 19.0, 4)
+
+
+def test_an_out_that_holds_a_run_is_refused_and_left_as_it_was(pair, tmp_path, monkeypatch, capsys):
+    """Fresh-user find: a failed run into an earlier run's folder replaced its ab-summary.json (the old
+    rows then read as the new settings')."""
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("no server into an old run"))
+    old = tmp_path / "old"
+    (old / "repeat0" / "a").mkdir(parents=True)
+    (old / "ab-summary.json").write_text('{"argv": ["the old run"]}')
+    with pytest.raises(SystemExit) as exc:
+        ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", str(old)])
+    assert exc.value.code == 2 and "holds a run already" in capsys.readouterr().err
+    assert (old / "ab-summary.json").read_text() == '{"argv": ["the old run"]}'

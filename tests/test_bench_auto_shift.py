@@ -353,7 +353,7 @@ def test_cli_writes_the_error_when_the_server_cannot_be_reached(models, tmp_path
     code = auto_shift.main(["--models", str(models), "--url", "http://127.0.0.1:9", "--out", str(out)])
     assert code == 1
     rec = json.loads(out.read_text())
-    assert "no spec_gate" in rec["error"] and rec["command"].startswith("python -m bench.auto_shift")
+    assert "nothing answers at http://127.0.0.1:9" in rec["error"] and rec["command"].startswith("python -m bench.auto_shift")
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["error"] == rec["error"]
 
 
@@ -444,11 +444,13 @@ def test_cli_concurrency_from_a_learned_curve_and_its_refusals(models, tmp_path,
     rec = json.loads(out.read_text())  # the server is not there: but the pick is recorded
     assert rec["concurrency"] == 7 and rec["concurrency_pick"]["concurrency"] == 7
     assert "auto_shift: concurrency 7: the fit" in capsys.readouterr().out
+    out.unlink()  # an --out that exists is refused (the record is rewritten per phase)
     fa3 = curves / "h100-2026-12-06b/ab-auto-p0.2/repeat0/c/traffic-auto-v2-p0.2.json"
     assert auto_shift.main(argv + ["--concurrency", "5", "--concurrency-from", str(fa3)]) == 1
     rec = json.loads(out.read_text())
     assert rec["concurrency"] == 5 and rec["concurrency_pick"]["fallback"] == 5
     assert "; --concurrency 5 instead" in capsys.readouterr().out
+    out.unlink()
     bad = tmp_path / "bad.json"
     for text, says in (("{}", "no auto_buckets"), ("not json", "--concurrency-from")):
         bad.write_text(text)
@@ -458,3 +460,17 @@ def test_cli_concurrency_from_a_learned_curve_and_its_refusals(models, tmp_path,
     with pytest.raises(SystemExit):
         auto_shift.main(argv + ["--concurrency-from", str(tmp_path / "missing.json")])
     assert "No such file" in capsys.readouterr().err
+
+
+def test_cli_refuses_an_out_that_exists_a_url_that_is_not_http_and_keeps_the_file(models, tmp_path, capsys):
+    """Fresh-user finds: a failed run replaced an existing --out with its error record; --url ftp://x
+    was tried (and called a server without the auto threshold)."""
+    kept = tmp_path / "prev.json"
+    kept.write_text('{"precious": 1}')
+    for argv, says in ((["--url", "http://127.0.0.1:9", "--out", str(kept)], "exists: give another file"),
+                       (["--url", "ftp://x", "--out", str(tmp_path / "n.json")], "expected http://HOST:PORT"),
+                       (["--url", "http://127.0.0.1:9", "--out", str(tmp_path / "no" / "n.json")], "no directory")):
+        with pytest.raises(SystemExit) as exc:
+            auto_shift.main(["--models", str(models), *argv])
+        assert exc.value.code == 2 and says in capsys.readouterr().err, argv
+    assert kept.read_text() == '{"precious": 1}' and not (tmp_path / "n.json").exists()

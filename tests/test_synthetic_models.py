@@ -531,6 +531,19 @@ def test_a_pair_linked_to_an_earlier_target_has_the_same_draft_bytes_and_oracle(
     assert linked.is_symlink()  # written again over its own link
 
 
+def test_a_target_from_the_pair_itself_or_one_linked_to_it_keeps_its_weights(tmp_path):
+    """Fresh-user find: --target-from pointing at the pair being written (itself, or a pair whose
+    target links back to it) replaced the target directory by a link to itself and lost the weights."""
+    sm.generate_pair(tmp_path / "p0.2", preset="tiny", p_wrong=0.2, device="cpu")
+    weights = (tmp_path / "p0.2" / "target" / "model.safetensors").read_bytes()
+    sm.generate_pair(tmp_path / "p0.5", preset="tiny", p_wrong=0.5, device="cpu", target_from=tmp_path / "p0.2")
+    for source in (tmp_path / "p0.5", tmp_path / "p0.2"):  # linked back to it; itself
+        sm.generate_pair(tmp_path / "p0.2", preset="tiny", p_wrong=0.2, device="cpu", target_from=source)
+        target = tmp_path / "p0.2" / "target"
+        assert not target.is_symlink() and (target / "model.safetensors").read_bytes() == weights
+    assert (tmp_path / "p0.5" / "target").resolve() == (tmp_path / "p0.2" / "target").resolve()
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"seed": 3}, "seed: 0, not 3"),
     ({"vocab": 64}, "vocab: 128, not 64"),

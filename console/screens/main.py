@@ -64,25 +64,33 @@ class MainScreen(Screen):
     def on_resize(self, event: events.Resize) -> None:
         self._apply_size(event.size.width, event.size.height)
 
-    _too_small = False
-    _size_notice: Notification | None = None
+    _size_notice: Notification | None = None  # the below-80x24 notice shown now
+    _noticed_size: tuple[int, int] | None = None  # the size it names
 
     def _apply_size(self, width: int, height: int) -> None:
         self.set_class(height >= TALL_ROWS, "-tall")
         self.set_class(height >= TALLER_ROWS, "-taller")
         self.set_class(width >= WIDE_COLS, "-wide")
         too_small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
-        if too_small and not self._too_small:  # once per shrink below the minimum, not per resize event
+        if too_small and (width, height) != self._noticed_size:  # one notice, saying the size now
+            self._withdraw_size_notice()
+            self._noticed_size = (width, height)
             self._size_notice = Notification(f"terminal {width}x{height}: specconsole needs {MIN_SIZE[0]}x"
                                              f"{MIN_SIZE[1]} or more; parts are cut off", "", "warning", 8)
             self.app.post_message(Notify(self._size_notice))
-        elif not too_small and self._size_notice is not None:  # big enough again: the notice is wrong now
-            notice, self._size_notice = self._size_notice, None
-            try:  # Textual has no public way to withdraw one notification (clear_notifications: all)
-                self.app._unnotify(notice)
-            except (AttributeError, KeyError):  # gone already (timed out), or another Textual
-                pass
-        self._too_small = too_small
+        elif not too_small:  # big enough again: the notice is wrong now
+            self._withdraw_size_notice()
+            self._noticed_size = None
+
+
+    def _withdraw_size_notice(self) -> None:
+        notice, self._size_notice = self._size_notice, None
+        if notice is None:
+            return
+        try:  # Textual has no public way to withdraw one notification (clear_notifications: all)
+            self.app._unnotify(notice)
+        except (AttributeError, KeyError):  # gone already (timed out), or another Textual
+            pass
 
     _targets: tuple[int, list[SnapshotWidget], list[Widget], list[Widget]] | None = None
 
