@@ -157,7 +157,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows, seen = [], set()
         for spec in a.runs:
             path, sep, sides = spec.rpartition(":") if ":" in Path(spec).name else (spec, "", "")
-            got = collect(Path(path), [x for x in sides.split(",") if x] if sep else None)
+            only = [x for x in sides.split(",") if x] if sep else None
+            if only == []:
+                raise BenchError(f"{spec}: no side after ':' (RUN:a,b names sides a and b)")
+            got = collect(Path(path), only)
             twice = sorted({r["side"] for r in got} & {side for p, side in seen if p == Path(path).resolve()})
             if twice:
                 raise BenchError(f"{spec}: side(s) {', '.join(twice)} of {path} already given (their rows would count twice)")

@@ -1056,7 +1056,17 @@ def traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
 
     if a.dry_run:
         return dry_run(a)
+    created = not a.out.exists()
     a.out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _traffic(a, server_harness)
+    finally:
+        if created and a.out.is_dir() and not any(a.out.iterdir()):
+            a.out.rmdir()  # a run that wrote nothing leaves no empty --out behind
+
+
+def _traffic(a: argparse.Namespace, server_harness: Any) -> List[Dict[str, Any]]:
+    """:func:`traffic` once ``a.out`` exists."""
     check_csv(a.out / a.csv_name)
     host, port = split_url(a.url) if a.url else ("127.0.0.1", a.port)
     checked = check_bench_serving_cli(argv for _, argv, _, _ in a.plan.argvs(host, port, a.work_dir, "check"))

@@ -133,6 +133,8 @@ def test_a_run_given_twice_is_refused_but_its_sides_may_come_one_by_one(tmp_path
     assert ab_collect.main([str(run), str(run), "--csv", str(out)]) == 1
     assert "already given" in capsys.readouterr().err and not out.exists()
     assert ab_collect.main([f"{run}:a", f"{run}:b", "--csv", str(out)]) == 0
+    assert ab_collect.main([f"{run}:", "--csv", str(out)]) == 1
+    assert "no side after ':'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         ab_collect.main(["", "--csv", str(out)])
     assert "empty string" in capsys.readouterr().err

@@ -1153,4 +1153,4 @@ def test_a_call_stopped_before_its_first_row_says_so_and_a_missing_sglang_depend
                 "--out", tmp_path / "o", "--work-dir", tmp_path / "w")
     assert msg.startswith("traffic stopped before its first row: ModuleNotFoundError: No module named 'orjson'")
     assert "pip install 'specconsole[server]'" in msg
-    assert not (tmp_path / "o" / traffic.DEFAULT_CSV).exists()
+    assert not (tmp_path / "o").exists()  # nothing written: no empty --out left behind
