@@ -643,7 +643,7 @@ def test_where_speculation_wins_at_every_size_auto_stays_on_and_probes_little(p_
     sim = Sim(seed=3)
     run(sim, [1] * 2000, costs)  # learning, probing (the first 64 OFF steps are checked: no samples)
     for batch in (1, 16, 64, 110):
-        tok_s, _ = run(sim, [batch] * 3000, costs)
+        tok_s, _ = run(sim, [batch] * 1000, costs)
         on_rate, off_rate = rates(costs, batch)
         assert on_rate > off_rate and tok_s >= 0.97 * on_rate, (batch, tok_s, on_rate, off_rate)
     assert auto.crossover(sim.gate.policy.table) is None
