@@ -161,10 +161,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             if only == []:
                 raise BenchError(f"{spec}: no side after ':' (RUN:a,b names sides a and b)")
             got = collect(Path(path), only)
-            twice = sorted({r["side"] for r in got} & {side for p, side in seen if p == Path(path).resolve()})
+            given = {(Path(path).resolve(), r["side"]) for r in got}
+            twice = sorted(side for _, side in given & seen)
             if twice:
                 raise BenchError(f"{spec}: side(s) {', '.join(twice)} of {path} already given (their rows would count twice)")
-            seen |= {(Path(path).resolve(), r["side"]) for r in got}
+            seen |= given
             rows += got
     except BenchError as exc:
         print(f"bench.ab_collect: {exc}", file=sys.stderr)

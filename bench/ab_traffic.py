@@ -66,6 +66,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from bench.errors import first_line
+
 CONFIGS = ("none", "always", "off", "gate", "auto")
 SIDES = ("a", "b", "c")  # A is the reference every other side is divided by
 
@@ -256,9 +258,8 @@ def time_varying_pass(a: argparse.Namespace, urls: Dict[str, str]) -> Dict[str, 
     """The time-varying load on every side in A B (C) order into ``OUT/time-varying.json``
     (:func:`time_varying_summary`); the step record. A side whose load fails is recorded with its
     error and the others still run."""
-    from urllib.parse import urlsplit
-
     from bench import throughput
+    from bench.traffic import split_url
 
     loads: Dict[str, Dict[str, Any]] = {}
     errors = {}
@@ -267,9 +268,9 @@ def time_varying_pass(a: argparse.Namespace, urls: Dict[str, str]) -> Dict[str, 
         work = a.out / "time-varying" / side
         work.mkdir(parents=True, exist_ok=True)
         try:
-            loads[side] = throughput.time_varying(a.configs[side], urlsplit(url).port, work)
+            loads[side] = throughput.time_varying(a.configs[side], split_url(url)[1], work)
         except Exception as exc:  # noqa: BLE001 - recorded, the next side runs
-            errors[side] = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+            errors[side] = first_line(exc)
             loads[side] = {"config": a.configs[side], "error": errors[side]}
         _log({"step": "time_varying", "side": side, **{k: v for k, v in loads[side].items() if k != "stages"}})
     summary = time_varying_summary(loads)
@@ -422,8 +423,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as exc:  # noqa: BLE001 - recorded with what was measured
         record["error"] = f"{type(exc).__name__}: {exc}"
         _log({"step": "error", "error": record["error"]})
-        first = (str(exc).strip().splitlines() or [""])[0]
-        print(f"bench.ab_traffic: {type(exc).__name__}: {first} (details: {a.out / 'ab-summary.json'}, "
+        print(f"bench.ab_traffic: {first_line(exc)} (details: {a.out / 'ab-summary.json'}, "
               f"{a.out / 'server-logs'})", file=sys.stderr, flush=True)
     finally:
         for side, server in servers.items():

@@ -408,8 +408,9 @@ def learned_buckets(record: Any) -> Optional[List[Dict[str, Any]]]:
     JSON (``runs[-1].final_spec_gate``); None when it has none."""
     if not isinstance(record, dict):
         return None
-    for gate in (record, record.get("final_spec_gate"),
-                 (record.get("runs") or [{}])[-1].get("final_spec_gate") if isinstance(record.get("runs"), list) else None):
+    runs = record.get("runs")
+    last_run = runs[-1] if isinstance(runs, list) and runs and isinstance(runs[-1], dict) else {}
+    for gate in (record, record.get("final_spec_gate"), last_run.get("final_spec_gate")):
         if isinstance(gate, dict) and isinstance(gate.get("auto_buckets"), list):
             return gate["auto_buckets"]
     return None

@@ -9,3 +9,8 @@ class BenchError(Exception):
     """Bad input the user can fix (a CSV, a path, a missing optional package, a server that is not
     the configuration asked for): ``bench.throughput.main`` prints the message on stderr and exits 1,
     without a traceback."""
+
+
+def first_line(exc: BaseException) -> str:
+    """``TYPE: the first line of its message`` (a subprocess failure's message may hold a whole log tail)."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"

@@ -64,7 +64,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from bench.bench_serving_cli import RESULT_KEYS, check_bench_serving_cli
-from bench.errors import BenchError
+from bench.errors import BenchError, first_line
 from server_patch.contract import HYSTERESIS_FLAG, THRESHOLD_FLAG, GateConfig, GateConfigError
 
 CONFIGS = ("none", "always", "gate", "off", "auto")
@@ -840,7 +840,7 @@ def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spe
                            "duration_s": round(float(res.get("duration", 0.0)), 3),
                            "completed": res.get("completed"), "wall_s": round(time.time() - t0, 1)}
     except Exception as exc:  # noqa: BLE001 - the row is measured; the profile is a diagnostic
-        errors.append(f"the profiled pass failed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}")
+        errors.append(f"the profiled pass failed: {first_line(exc)}")
     except BaseException:  # an interrupt: leave at once
         interrupted = True
         raise
@@ -1052,21 +1052,21 @@ def traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
             :func:`check_bench_serving_cli`), or the measurement failed after some rows (the
             message's first line; details on stdout and in the JSON).
     """
-    from bench import server_harness
-
     if a.dry_run:
         return dry_run(a)
     created = not a.out.exists()
     a.out.mkdir(parents=True, exist_ok=True)
     try:
-        return _traffic(a, server_harness)
+        return _traffic(a)
     finally:
         if created and a.out.is_dir() and not any(a.out.iterdir()):
             a.out.rmdir()  # a run that wrote nothing leaves no empty --out behind
 
 
-def _traffic(a: argparse.Namespace, server_harness: Any) -> List[Dict[str, Any]]:
+def _traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
     """:func:`traffic` once ``a.out`` exists."""
+    from bench import server_harness
+
     check_csv(a.out / a.csv_name)
     host, port = split_url(a.url) if a.url else ("127.0.0.1", a.port)
     checked = check_bench_serving_cli(argv for _, argv, _, _ in a.plan.argvs(host, port, a.work_dir, "check"))
@@ -1109,11 +1109,10 @@ def _traffic(a: argparse.Namespace, server_harness: Any) -> List[Dict[str, Any]]
         print(f"{type(exc).__name__}: {exc}", flush=True)
         if server is not None:
             print(server.log_tail(60), flush=True)
-        first = (str(exc).strip().splitlines() or [""])[0]
         hint = (" (SGLang's bench_serving needs SGLang 0.5.12 with its dependencies: pip install 'specconsole[server]')"
                 if isinstance(exc, ModuleNotFoundError) else "")
         raise BenchError(f"traffic stopped {rows_kept(len(meta['rows']), a.out / a.csv_name)}: "
-                         f"{type(exc).__name__}: {first}{hint}") from None
+                         f"{first_line(exc)}{hint}") from None
     finally:
         if server is not None:
             print(f"stopped the server: exit code {server_harness.stop_server(server)}", flush=True)

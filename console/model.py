@@ -352,11 +352,11 @@ class ConsoleModel:
         g = self.gate
         assert g is not None
         cur_t, cur_h = self.target()
-        if threshold in (None, cur_t) and hysteresis in (None, cur_h):  # e.g. T to a server already there
-            return Outcome(ok=True, log_lines=(f"already {target_text(cur_t, cur_h, ', ')}: nothing sent",))
         # a value already the target is not sent (T sends both: "hysteresis 4 -> 4" said nothing)
         threshold = None if threshold == cur_t else threshold
         hysteresis = None if hysteresis == cur_h else hysteresis
+        if threshold is None and hysteresis is None:  # e.g. T to a server already there
+            return Outcome(ok=True, log_lines=(f"already {target_text(cur_t, cur_h, ', ')}: nothing sent",))
         parts = []
         if threshold is not None:
             parts.append(f"threshold {cur_t} -> {threshold}")

@@ -30,12 +30,12 @@ from console import logfilter, logparse, logreader, portcheck
 from console import state as st
 from console.accesslog import OwnRequestTracker
 from console.client import OWN_REQUEST_LINES, Backoff, ServerClient, ServerUnreachable
-from console.servers import ROUTER_PROBE_LINES
 from console.config import AppConfig, redact_args, server_host_port
 from console.logfollow import LogBatch, LogFollower
 from console.model import ConsoleModel
 from console.nvml import NvmlReader
 from console.process import ServerProcess, describe_exit
+from console.servers import ROUTER_PROBE_LINES
 
 #: seconds between log-file reads while a launched server starts (its start-up lines tell when it
 #: is ready); afterwards the log is read once per poll interval, just before the poll's snapshot

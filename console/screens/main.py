@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
-from textual.notifications import Notification, Notify
 from textual.containers import Horizontal, VerticalScroll
+from textual.notifications import Notification, Notify
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
@@ -81,7 +81,6 @@ class MainScreen(Screen):
         elif not too_small:  # big enough again: the notice is wrong now
             self._withdraw_size_notice()
             self._noticed_size = None
-
 
     def _withdraw_size_notice(self) -> None:
         notice, self._size_notice = self._size_notice, None
