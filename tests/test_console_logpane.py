@@ -126,6 +126,7 @@ def test_own_polls_in_the_real_log_are_recognised_exactly():
     assert not tracker.is_own(failing.replace("%2C", ",").replace("500 Internal Server Error", "200 OK"), [CONSOLE_ADDR])
 
 
+@needs_fixture
 def test_the_router_probe_answered_404_is_the_consoles_own_from_any_address_other_answers_stay():
     """attach asks every URL whether it is SGLang's router (GET /workers, then /list_workers): a
     server answers 404, and those two lines are the console's own (a fresh user saw them in the
@@ -133,7 +134,10 @@ def test_the_router_probe_answered_404_is_the_consoles_own_from_any_address_othe
     from console.servers import ROUTER_PROBE_LINES
 
     tracker = accesslog.OwnRequestTracker(client.OWN_REQUEST_LINES, ROUTER_PROBE_LINES)
-    probe = '[2026-12-06 05:30:01] INFO:     127.0.0.1:50110 - "GET /workers HTTP/1.1" 404 Not Found'
+    # a real SGLang 0.5.12 404 line (its GET /metrics without --enable-metrics), the path the probe's
+    real_404 = next(line for line in (FIXTURES / "server-no-spec.log").read_text().splitlines()
+                    if '"GET /metrics HTTP/1.1" 404 Not Found' in line)
+    probe = real_404.replace("/metrics", "/workers")
     assert tracker.is_own(probe, [CONSOLE_ADDR])
     assert tracker.is_own(probe.replace("/workers", "/list_workers"), [CONSOLE_ADDR])
     assert not tracker.is_own(probe.replace("404 Not Found", "500 Internal Server Error"), [CONSOLE_ADDR])
