@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next GPU run, prepared on 2026-12-06 after bench/results/h100-2026-12-06b/ (auto on fa3 with
+# The GPU run of 2026-12-06 evening (one H100: bench/results/h100-2026-12-06e/), prepared after bench/results/h100-2026-12-06b/ (auto on fa3 with
 # 49,152-token pools on an H100: speculation won at every load there, no crossover in range, so that
 # run did not test auto's OFF side) and h100-2026-12-06c/ (the shifting draft at 4 requests: no flip
 # on that GPU). Issue 17 where a crossover exists: triton (the H200 rows of 2026-12-01/02 put it
@@ -12,9 +12,9 @@
 #   3. p = 0.5 (the same target, its draft beside: the none rows are labelled 0.5 by bench.ab_collect).
 # No FA3 (triton): steps `models` (.gpuwheels/A), `install 3` (.gpuwheels/B .devrun), then `wait` calls
 # of at most ~400 s. ~11 + ~4 + ~9 min on an H200 plus ~3 min of start-up. On an H100 the pools are
-# cut to 49,152 tokens (the pool then caps the batch at ~110: say so with the numbers). Rename to its
-# date when run.
-export SELF=bench/gpu_run_next.sh
+# cut to 49,152 tokens (the pool then caps the batch at ~110: say so with the numbers). On the H100 of
+# 2026-12-06 step 1 took 778 s and step 2 172 s; step 3 was stopped for gpu_run_2026_12_06e_tail.sh.
+export SELF=bench/gpu_run_2026_12_06e.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 if [ "${1:-}" = models ]; then  # the 8B pair p = 0.2, then the families pair (its own target: another pi)
