@@ -32,11 +32,15 @@ Usage (GPU machine, repository root):
     python -m bench.auto_shift --models /tmp/models/1b/fam --out $OUT/auto-shift.json
     python -m bench.auto_shift --models DIR --url http://127.0.0.1:30600 --out $OUT/auto-shift.json
     python -m bench.auto_shift --models DIR --concurrency-from traffic-auto-v2-p0.2.json --out ...
+    python -m bench.auto_shift --models DIR --calibrate 8,16,32,64 --out ...
 
 ``--concurrency-from`` picks the concurrency from a curve an auto server learned on the same target
 (:func:`pick_concurrency`: where its t_on / t_off lies between the families' accept lengths, so the
 decision must flip at the change); when the curve has no such size, ``--concurrency`` is used and
-the record's ``concurrency_pick`` says why.
+the record's ``concurrency_pick`` says why. ``--calibrate 8,16,32,64`` learns that curve on this
+run's own prompts first (:func:`calibrate`): a curve learned on other traffic misleads, because the
+step-time ratio depends on the context lengths (on an H100, 2026-12-06, a curve from prompts of
+64-1,024 tokens put the ratio 2.36 at batch 16; with this tool's 32-token prompts it was ~1.7 there).
 Without ``--url`` it starts ``python -m server_patch.launch_server`` on the pair with
 ``--speculative-disable-batch-threshold auto`` (arguments after ``--`` are appended); with
 ``--url`` a server in manual mode is set to auto for the run (POST /set_internal_state) and set
@@ -465,6 +469,41 @@ def pick_concurrency(buckets: Sequence[Dict[str, Any]], accept_lengths: Sequence
     return out
 
 
+def calibrate(url: str, oracle: Any, a: argparse.Namespace, num_steps: Optional[int]) -> Dict[str, Any]:
+    """Learn the auto server's curve on this run's own prompts, then pick the concurrency from it.
+
+    A closed loop of the first phase's family (``a.sequence[0]``, ``a.input_len`` / ``a.output_len``
+    tokens) at each concurrency of ``a.calibrate`` in turn, ``a.calibrate_seconds`` s each, while the
+    server's auto threshold probes the mode it does not run in each new batch-size bucket; then
+    :func:`pick_concurrency` on the server's ``auto_buckets`` (the step-time ratio does not depend on
+    which family measured it: ``accept_length * off_tok_s / on_tok_s``). Returns the pick with
+    ``from`` and, under ``levels``, per concurrency the requests answered, those that differed from
+    the oracle and the request errors. Raises BenchError when the spec_gate cannot be read after."""
+    from bench import server_harness
+
+    load = Load(url, oracle, [a.sequence[0]], a.input_len, a.output_len, a.seed + 7919)
+    levels = []
+    for c in a.calibrate:
+        before, bad_before = load.answered[0], load.mismatched[0]
+        loop = ClosedLoop(load.send, c).start()
+        time.sleep(a.calibrate_seconds)
+        stopped = loop.stop(timeout_s=STOP_WAIT_S)
+        levels.append({"concurrency": c, "requests": load.answered[0] - before,
+                       "oracle_mismatches": load.mismatched[0] - bad_before, "request_errors": len(loop.errors),
+                       "stopped": stopped})
+    try:
+        gate = server_harness.spec_gate(url)
+    except Exception as exc:  # noqa: BLE001 - any failure to read it ends the run with the reason
+        raise BenchError(f"calibration: no spec_gate at {url} ({type(exc).__name__}: {exc})") from None
+    accept = [x for x in oracle_accept_lengths(oracle, num_steps or PICK_NUM_STEPS) if x]
+    pick = pick_concurrency(gate.get("auto_buckets") or [], accept)
+    pick["from"] = (f"--calibrate {','.join(map(str, a.calibrate))}: family {a.sequence[0]}, "
+                    f"{a.calibrate_seconds:g} s a level, prompts of {a.input_len} tokens")
+    pick["levels"] = levels
+    pick["first_mismatch"] = load.first_mismatch
+    return pick
+
+
 def server_args(a: argparse.Namespace) -> List[str]:
     """Start mode: the SGLang server arguments (EAGLE-3 steps 3, topk 1, 4 draft tokens, as
     bench.traffic; the auto threshold; ``--tp-size``; the arguments after ``--``)."""
@@ -530,6 +569,15 @@ def run(a: argparse.Namespace, oracle: Any, rec: Dict[str, Any]) -> Dict[str, An
                                        "expected_accept_length": acc}
                                       for k, (f, acc) in enumerate(zip(oracle.families,
                                                                        oracle_accept_lengths(oracle, num_steps)))]}
+        if a.calibrate:
+            pick = calibrate(url, oracle, a, num_steps)
+            if pick["concurrency"] is not None:
+                a.concurrency = pick["concurrency"]
+            else:
+                pick["fallback"] = a.concurrency
+            rec["concurrency_pick"], rec["concurrency"] = pick, a.concurrency
+            server_harness.write_json(a.out, rec)
+            emit({"calibration": pick["levels"], "concurrency": a.concurrency, "why": pick["why"]})
         load = Load(url, oracle, a.sequence, a.input_len, a.output_len, a.seed)
         loop = ClosedLoop(load.send, a.concurrency)
         samples: List[Dict[str, Any]] = rec["samples"]
@@ -553,8 +601,10 @@ def run(a: argparse.Namespace, oracle: Any, rec: Dict[str, Any]) -> Dict[str, An
         def write(t_end: float) -> Dict[str, Any]:
             result = summarize(samples, load, starts, t_end, snapshots, num_steps)
             rec.update(result)
-            rec["oracle_match"] = sum(load.mismatched) == 0 and sum(load.answered) > 0
-            rec["first_mismatch"] = load.first_mismatch
+            calibration = (rec.get("concurrency_pick") or {}).get("levels") or []
+            rec["oracle_match"] = (sum(load.mismatched) == 0 and sum(load.answered) > 0
+                                   and not any(x["oracle_mismatches"] for x in calibration))
+            rec["first_mismatch"] = load.first_mismatch or (rec.get("concurrency_pick") or {}).get("first_mismatch")
             rec["request_errors"] = len(loop.errors)
             rec["request_error_examples"] = loop.errors[:5]
             server_harness.write_json(a.out, rec)
@@ -625,6 +675,16 @@ def _sequence(text: str) -> List[int]:
     return seq
 
 
+def _levels(text: str) -> List[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected concurrencies like 8,16,32,64, got {text!r}") from None
+    if len(levels) < 2 or any(x < 1 for x in levels):
+        raise argparse.ArgumentTypeError(f"expected two or more concurrencies >= 1 (a curve to fit), got {text!r}")
+    return levels
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.auto_shift", description=__doc__.splitlines()[0],
                                  epilog="Arguments after -- are appended to the server's (start mode only).")
@@ -635,11 +695,17 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--url", metavar="URL", help="an already-started gate server, http://HOST:PORT "
                                                  "(default: start one with the auto threshold)")
     ap.add_argument("--concurrency", type=int, default=16, metavar="C",
-                    help="requests in flight (default 16; with --concurrency-from, when it finds none)")
+                    help="requests in flight (default 16; with --concurrency-from or --calibrate, when they find none)")
     ap.add_argument("--concurrency-from", type=Path, metavar="FILE.json",
                     help="pick the concurrency from a learned curve: a spec_gate with auto_buckets, or a "
                          "bench.throughput traffic / bench.auto_run JSON with final_spec_gate (the batch size "
                          "where t_on / t_off lies between the families' accept lengths)")
+    ap.add_argument("--calibrate", type=_levels, metavar="C,C,..",
+                    help="first learn the curve on this run's own prompts: a closed loop at each of these "
+                         "concurrencies, then the concurrency picked from the server's auto_buckets as "
+                         "--concurrency-from does (e.g. 8,16,32,64)")
+    ap.add_argument("--calibrate-seconds", type=float, default=10.0, metavar="S",
+                    help="length of each calibration level (default 10)")
     ap.add_argument("--phase-seconds", type=float, default=40.0, metavar="S", help="length of a phase (default 40)")
     ap.add_argument("--output-len", type=int, default=256, metavar="N", help="tokens per request (default 256)")
     ap.add_argument("--input-len", type=int, default=32, metavar="N", help="prompt tokens (default 32)")
@@ -681,6 +747,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             ("--input-len", a.input_len, a.input_len >= 1),
                             ("--tp", a.tp, a.tp >= 1),
                             ("--phase-seconds", a.phase_seconds, math.isfinite(a.phase_seconds) and a.phase_seconds > 0),
+                            ("--calibrate-seconds", a.calibrate_seconds,
+                             math.isfinite(a.calibrate_seconds) and a.calibrate_seconds > 0),
                             ("--poll-interval", a.poll_interval, math.isfinite(a.poll_interval) and a.poll_interval > 0)):
         if not ok:
             ap.error(f"{flag} must be > 0, got {value}")
@@ -701,6 +769,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bad = [f for f in a.sequence if f >= oracle.num_families]
     if bad:
         ap.error(f"--sequence names family {bad[0]}; the pair has 0..{oracle.num_families - 1}")
+    if a.calibrate and a.concurrency_from is not None:
+        ap.error("--calibrate and --concurrency-from both pick the concurrency: give one")
     pick = None
     if a.concurrency_from is not None:
         try:
@@ -720,7 +790,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               + ("" if pick["concurrency"] is not None else f"; --concurrency {a.concurrency} instead"), flush=True)
     rec: Dict[str, Any] = {
         "tool": "bench.auto_shift", "command": "python -m bench.auto_shift " + " ".join(argv),
-        "concurrency_pick": pick,
+        "concurrency_pick": pick, "calibrate": a.calibrate, "calibrate_seconds": a.calibrate_seconds,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "models": str(a.models), "concurrency": a.concurrency, "phase_seconds": a.phase_seconds,
         "output_len": a.output_len, "input_len": a.input_len, "sequence": a.sequence,

@@ -154,8 +154,8 @@ class FakeGate:
     """A gate whose decode steps advance with the clock; ``DELAY`` steps after the first request of
     a new family it switches to ``modes[family]``."""
 
-    def __init__(self, oracle, modes):
-        self.oracle, self.modes = oracle, modes
+    def __init__(self, oracle, modes, curve=None):
+        self.oracle, self.modes, self.curve = oracle, modes, curve
         self.lock = threading.Lock()
         self.t0 = time.monotonic()
         self.segments = [(0, True)]
@@ -206,8 +206,8 @@ class FakeGate:
                 "last_switch": self.last_switch, "accept_length_recent": accept, "auto_probes": 0,
                 "auto_reason": f"auto: {'ON' if spec else 'OFF'} at batch 4" if self.mode == "auto" else None,
                 # t_on / t_off = 2 at batch 4: family 0 (A 3.43) pays, family 1 (A 1.62) does not
-                "auto_buckets": [{"lo": 4, "hi": 5, "on_tok_s": 4.5 * accept / 0.02, "off_tok_s": 450.0,
-                                  "on_samples": 9, "off_samples": 9, "accept_length": accept, "on": spec}],
+                "auto_buckets": self.curve or [{"lo": 4, "hi": 5, "on_tok_s": 4.5 * accept / 0.02, "off_tok_s": 450.0,
+                                                "on_samples": 9, "off_samples": 9, "accept_length": accept, "on": spec}],
                 "ranks": [{"tp_rank": 0, "decisions_digest": 5, "switches": len(self.segments) - 1,
                            "decode_steps_on": on, "decode_steps_off": n - on, "mode": self.mode}],
             }
@@ -474,3 +474,49 @@ def test_cli_refuses_an_out_that_exists_a_url_that_is_not_http_and_keeps_the_fil
             auto_shift.main(["--models", str(models), *argv])
         assert exc.value.code == 2 and says in capsys.readouterr().err, argv
     assert kept.read_text() == '{"precious": 1}' and not (tmp_path / "n.json").exists()
+
+
+def test_cli_calibrates_on_its_own_prompts_then_runs_the_phases_at_the_pick(models, tmp_path, capsys):
+    """--calibrate: a closed loop at each level on the first family's prompts, then the concurrency
+    picked from the server's auto_buckets read after (here the recorded H200 triton curve: 7), used
+    for the phases; the levels' requests are oracle-checked and recorded. A server whose curve has
+    no flip in range falls back to --concurrency and says why; --calibrate with --concurrency-from,
+    a single level or a level of 0 is refused."""
+    from pathlib import Path
+
+    curve = auto_shift.learned_buckets(json.loads(
+        (Path(__file__).parents[1] / "bench/results/h200-2026-12-02/auto/spec-gate-auto-p0.2.json").read_text()))
+    fake = FakeGate(auto_shift_oracle(models), MODES, curve=curve)
+    srv = serve(fake)
+    out = tmp_path / "shift.json"
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    argv = ["--models", str(models), "--url", url, "--phase-seconds", "0.6", "--output-len", "16",
+            "--poll-interval", "0.02", "--calibrate-seconds", "0.3"]
+    try:
+        code = auto_shift.main(argv + ["--out", str(out), "--calibrate", "2,4"])
+        rec = json.loads(out.read_text())
+        assert code == 0, rec.get("error")
+        pick = rec["concurrency_pick"]
+        assert pick["concurrency"] == rec["concurrency"] == 7 and pick["from"].startswith("--calibrate 2,4: family 0")
+        assert [x["concurrency"] for x in pick["levels"]] == [2, 4]
+        assert all(x["requests"] > 0 and x["oracle_mismatches"] == 0 and x["request_errors"] == 0
+                   for x in pick["levels"])
+        assert rec["oracle_match"] is True and rec["calibrate"] == [2, 4] and len(rec["phases"]) == 3
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+        assert lines[0]["concurrency"] == 7 and "between the families" in lines[0]["why"]
+        fake.curve = curve[:1]  # one bucket: nothing to fit
+        code = auto_shift.main(argv + ["--out", str(tmp_path / "two.json"), "--calibrate", "2,4",
+                                       "--concurrency", "3"])
+        rec = json.loads((tmp_path / "two.json").read_text())
+        assert code == 0 and rec["concurrency"] == 3 and rec["concurrency_pick"]["fallback"] == 3
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    for extra, says in ((["--calibrate", "2,4", "--concurrency-from", str(out)], "give one"),
+                        (["--calibrate", "8"], "two or more concurrencies"),
+                        (["--calibrate", "0,8"], "two or more concurrencies"),
+                        (["--calibrate", "8,x"], "expected concurrencies"),
+                        (["--calibrate", "2,4", "--calibrate-seconds", "0"], "--calibrate-seconds must be > 0")):
+        with pytest.raises(SystemExit) as exc:
+            auto_shift.main(argv + ["--out", str(tmp_path / "n.json"), *extra])
+        assert exc.value.code == 2 and says in capsys.readouterr().err, extra
