@@ -4,7 +4,7 @@
 # 1.149x; p = 0.5 only at 16 / 64; the shifting draft at 16 requests, a concurrency picked from a curve
 # of other traffic, flipped but did not hold OFF where it led by ~4%). Issue 17's acceptance run, on
 # whatever GPU comes (it asks for one H200), triton, none / always / auto, closed loop at 1 / 4 / 16 /
-# 64 / 128 and Poisson at 4 / 16 / 48 req/s, one repeat, 12 s rows:
+# 32 / 64 / 128 (32: the H100 crossover, where the hysteresis band built after 06e acts) and Poisson at 4 / 16 / 48 req/s, one repeat, 12 s rows:
 #   1. p = 0.2, then the time-varying load (1 -> 64 -> 4 -> 128 -> 2) on each server;
 #   2. p = 0.5 (the same target, its draft beside: the none rows are labelled 0.5 by bench.ab_collect);
 #   3. the shifting draft (families p = 0.1 / 0.6), its concurrency from a curve learned on its own
@@ -33,7 +33,7 @@ if [ "${mib:-0}" -ge 100000 ]; then pool=131072; else pool=49152; fi
 auto_ab() {  # auto_ab NAME [more bench.ab_traffic arguments]
   local name=$1; shift
   ab "$name" --a none --b always --c auto --repeats 1 --workloads varied-closed,varied-poisson \
-    --concurrency 1,4,16,64,128 --rates 4,16,48 --row-seconds 12 --max-total-tokens "$pool" "$@"
+    --concurrency 1,4,16,32,64,128 --rates 4,16,48 --row-seconds 12 --max-total-tokens "$pool" "$@"
 }
 auto_ab ab-auto-triton-p0.2 --time-varying
 auto_ab ab-auto-triton-p0.5 --b-models /tmp/models/8b/p0.5 --c-models /tmp/models/8b/p0.5

@@ -47,10 +47,11 @@ such an ON one -- is settled by it: it never probes a mode it has not measured (
 2026-12-02, each new size at 128 requests spent its first probes ON at half the speed of OFF
 although 64 had shown OFF 1.8x ahead).
 
-**Stability.** The crossover moves only when another fits the votes better by STICK, and after
-any switch the mode is kept for DWELL decode steps, so a batch size hovering at the crossover
-cannot flip it every step (vLLM's dynamic speculation lost up to 10x throughput that way: vLLM
-issue 49548).
+**Stability.** The crossover moves only when another fits the votes better by STICK; speculation
+comes back on no sooner than DWELL decode steps after a switch and not in the bucket just below
+the crossover (a hysteresis band: a switch on costs a resume step, a switch off nothing:
+:class:`AutoPolicy`), so a batch size hovering at the crossover cannot flip it every step (vLLM's
+dynamic speculation lost up to 10x throughput that way: vLLM issue 49548).
 
 **TP ranks decide alike.** Step times differ a little between TP ranks, so only TP rank 0's
 estimates count: every SYNC_EVERY decode steps rank 0 computes the :class:`Table` (the crossover
@@ -82,7 +83,8 @@ LEARN_PROBES = 4  # ... that many probes (a size the batch only passes through m
 PROBE_SHARE = 0.01  # probes use at most this share of all decode steps ...
 PROBE_ALLOWANCE = 256  # ... plus this many steps to learn at startup
 MARGIN = contract.AUTO_MARGIN  # within it the two modes tie: the bucket does not vote
-DWELL = 32  # decode steps a mode is kept after a switch
+DWELL = 32  # decode steps after a switch before speculation may come back on
+BAND_FROM = 4  # the bucket below the crossover keeps OFF on (a hysteresis band) from this size up
 SYNC_EVERY = 64  # decode steps between two tables (and their broadcast at TP > 1)
 OUTLIER = 4.0  # a step time this many times the estimate is dropped (a GC pause, a stall)
 LOG_CLIP = math.log(1.5)  # a bucket's vote counts a ratio of ON to OFF tok/s up to 1.5x either way
@@ -415,7 +417,17 @@ def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
 
 class AutoPolicy:
     """The per-step decision of the auto threshold (identical on every TP rank: it reads only the
-    shared :class:`Table`, the batch size and the decode step)."""
+    shared :class:`Table`, the batch size and the decode step).
+
+    Speculation goes off as soon as the table prefers it, and comes back on only DWELL decode steps
+    or more after the last switch and below the band: the bucket just below the crossover keeps
+    OFF on (:meth:`in_band`; a hysteresis, as the manual gate's N / H). A switch on costs a resume
+    step (one more OFF step with the full draft extend: 1 token a request where an ON step makes
+    A), a switch off nothing; a batch that dips below the crossover for a step or two, as a closed
+    loop's does whenever a request finishes, gains nothing from speculation but pays that step. A
+    dwell that held either mode (before 2026-12-06) kept a batch of 32 ON for a third of its steps
+    in the simulated closed loop at 32 on the H100 triton curve of that day (crossover 32; ON / OFF
+    1.04 at 24-31, 0.84 at 32-47): 0.942x the better static mode; with the band 0.997x."""
 
     def __init__(self) -> None:
         self.table = Table()
@@ -428,6 +440,12 @@ class AutoPolicy:
         self.probe_starts: List[int] = []  # decode steps at which probes began
         self.last_probe: Dict[int, int] = {}  # bucket -> decode step its last probe began
         self.probes_of: Dict[int, int] = {}  # bucket -> probes begun there
+
+    def in_band(self, index: int) -> bool:
+        """Bucket ``index`` is the hysteresis band: the bucket just below the crossover, from 4
+        requests up (below that a batch may have nowhere lower to go)."""
+        cross = self.table.cross
+        return cross is not None and index == cross - 1 and BUCKET_EDGES[index] >= BAND_FROM
 
     def decide(self, batch_size: int, step: int, off_steps: Optional[int] = None) -> Tuple[bool, bool]:
         """Mode for decode batch number ``step`` (0-based) of ``batch_size`` requests:
@@ -463,8 +481,8 @@ class AutoPolicy:
             self.probe_steps += 1
             self.on = self.probe_on
             return self.on, True
-        if want != self.on and step - self.last_switch_step < DWELL:
-            want = self.on  # dwell: a switch holds for DWELL steps
+        if want and not self.on and (step - self.last_switch_step < DWELL or self.in_band(index)):
+            want = False  # back on at most once per DWELL steps, and not in the band (see the class)
         if want != self.on:
             self.on, self.last_switch_step = want, step
             return want, False

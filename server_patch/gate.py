@@ -201,6 +201,8 @@ class SpecGate:
         cross = auto.crossover(self.policy.table)
         if cross is None:
             return f"{here}; no crossover yet"
+        if not self.spec_enabled and index is not None and self.policy.in_band(index):
+            return f"{here}; crossover {cross}: OFF kept just below it (hysteresis band)"
         lean = _lean(on_rate, off_rate)
         if lean is not None and index is not None and lean != self.policy.table.preferred(index):
             # one crossover fitted to every measured size decides, not this size alone
