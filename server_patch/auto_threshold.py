@@ -34,7 +34,8 @@ bucket (an H200 run on variable-length traffic measured ON at 149 tok/s at batch
 other mode has fewer than MIN_SAMPLES samples, or none newer than STALE_STEPS decode steps, is
 probed: PROBE_LEN decode steps in the other mode, at most once every PROBE_GAP decode steps per
 bucket, and never more than PROBE_SHARE of all decode steps (plus PROBE_ALLOWANCE steps to learn
-at startup). A probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
+at startup). In the two buckets at and just below the crossover ON goes stale after
+NEAR_STALE_STEPS: the band keeps them off, so a draft that got better shows only in ON probes. A probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
 A mode never measured in a bucket is probed every LEARN_GAP steps for its first LEARN_PROBES
 probes (learning in tens of steps, not hundreds; OFF probes within the server's first
 ``contract.PROOF_FIRST`` OFF steps do not count: the run-time proofs check those, so they measure
@@ -76,6 +77,7 @@ BUCKET_EDGES: Tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 1
 ALPHA = 0.2  # EMA weight of a new sample (~the last 10 samples count)
 MIN_SAMPLES = 4  # samples of a mode in a bucket before its estimate is used
 STALE_STEPS = 2_048  # decode steps after which a mode's estimate in a bucket is re-measured
+NEAR_STALE_STEPS = 512  # ... ON's, in the two buckets at and just below the crossover
 PROBE_LEN = 8  # decode steps of one probe (the first one or two are transitions, not samples)
 PROBE_GAP = 256  # decode steps between two probes of one bucket
 LEARN_GAP = 2 * 8  # ... while the probed mode was never measured there (2 x PROBE_LEN), for
@@ -405,7 +407,11 @@ def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
         # and never probes a mode it has not measured (that one is measured next door)
         implied = any(i > index for i in ahead_on) if on else any(i < index for i in ahead_off)
         stale = STALE_STEPS * (DECISIVE_STALE if decisive or implied else 1)
-        missing = [mode for mode, known in ((True, b.t_on.fresh(step, stale) and b.accept.fresh(step, stale)),
+        # at and just below the crossover ON is re-measured sooner: OFF keeps the band off, so a draft
+        # that got better shows only in ON probes (one that got worse shows in the ON steps running)
+        near = cross is not None and index in (cross - 1, cross) and not decisive
+        stale_on = NEAR_STALE_STEPS if near else stale
+        missing = [mode for mode, known in ((True, b.t_on.fresh(step, stale_on) and b.accept.fresh(step, stale_on)),
                                             (False, b.t_off.fresh(step, stale))) if not known]
         if implied:
             missing = [mode for mode in missing if (b.t_on if mode else b.t_off).count >= MIN_SAMPLES]

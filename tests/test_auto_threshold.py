@@ -264,6 +264,19 @@ def test_a_better_draft_is_found_again_while_off():
     assert settled <= auto.STALE_STEPS + 6 * auto.SYNC_EVERY, settled
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_better_draft_is_found_again_while_the_band_holds_off(seed):
+    """The shifting draft's return (h100-2026-12-06e: family 1 -> 0 at 15-16 requests): OFF at the
+    crossover and held in the band below it, so no ON step runs to show the better draft; the ON
+    probes at and just below the crossover, due after NEAR_STALE_STEPS there, find it."""
+    sim = Sim(seed=seed)
+    run(sim, [16] * 3000, P05)  # weak draft: OFF from 16, batch 15 in the band
+    assert not sim.gate.spec_enabled
+    _, modes = run(sim, [16 if i % 4 else 15 for i in range(6000)], P02)
+    settled = next(i for i in range(len(modes)) if all(modes[i:i + 200]))
+    assert settled <= auto.NEAR_STALE_STEPS + 6 * auto.SYNC_EVERY, settled
+
+
 def test_tp_ranks_decide_alike_from_rank_0s_table():
     r0, r1 = Sim(seed=1), Sim(seed=2)  # the two ranks measure different step times
     sizes = [1] * 800 + [64] * 1500 + [4] * 800 + [128] * 1500 + [24] * 1000
