@@ -665,24 +665,21 @@ def phase_line(result: Dict[str, Any], i: int) -> Dict[str, Any]:
     return line
 
 
-def _sequence(text: str) -> List[int]:
-    try:
-        seq = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected family numbers like 0,1,0, got {text!r}") from None
-    if len(seq) < 2 or any(x < 0 for x in seq):
-        raise argparse.ArgumentTypeError(f"expected two or more family numbers >= 0, got {text!r}")
-    return seq
+def _int_list(what: str, example: str, least: int) -> Any:
+    """An argparse type: two or more comma-separated integers >= ``least`` (``what``, e.g. ``example``)."""
+    def parse(text: str) -> List[int]:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} like {example}, got {text!r}") from None
+        if len(values) < 2 or any(x < least for x in values):
+            raise argparse.ArgumentTypeError(f"expected two or more {what} >= {least}, got {text!r}")
+        return values
+    return parse
 
 
-def _levels(text: str) -> List[int]:
-    try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected concurrencies like 8,16,32,64, got {text!r}") from None
-    if len(levels) < 2 or any(x < 1 for x in levels):
-        raise argparse.ArgumentTypeError(f"expected two or more concurrencies >= 1 (a curve to fit), got {text!r}")
-    return levels
+_sequence = _int_list("family numbers", "0,1,0", 0)
+_levels = _int_list("concurrencies", "8,16,32,64", 1)  # a curve to fit needs two sizes or more
 
 
 def parser() -> argparse.ArgumentParser:

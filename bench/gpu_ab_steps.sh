@@ -39,3 +39,27 @@ dispatch() {  # a run script's steps: `models` here, `chain` starts the chain (t
     *) exec bash bench/gpu_run_2026_12_03c.sh "$@" ;;
   esac
 }
+
+models_8b_fam() {  # step `models` of the auto runs (carry .gpuwheels/A): the 8B pair p = 0.2, then the families pair (its own target)
+  mkdir -p /tmp/whl "$R" /tmp/fa3parts && cp .gpuwheels/A/*.whl /tmp/whl/
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  setsid bash -c 'export PYTHONUNBUFFERED=1
+    python3 -m bench.synthetic_models --out /tmp/models/8b/p0.2 --preset 8b --p-wrong 0.2 --device cuda 2>&1 | tail -n 2
+    python3 -m bench.synthetic_models --out /tmp/models/8b/fam --preset 8b --families 2 --p-wrong-families 0.1,0.6 \
+      --device cuda 2>&1 | tail -n 3
+    touch /tmp/run/models.done' >"$R/models.log" 2>&1 </dev/null &
+  sleep 1
+}
+
+models_p05() {  # the p = 0.5 draft beside the p = 0.2 target (in the chain, after `models`)
+  python3 -m bench.synthetic_models --out /tmp/models/8b/p0.5 --preset 8b --p-wrong 0.5 \
+    --target-from /tmp/models/8b/p0.2 --device cuda >"$R/models-p0.5.log" 2>&1
+}
+
+auto_ab() {  # auto_ab NAME CONCURRENCY [more bench.ab_traffic arguments]: none / always / auto, one repeat, 12 s rows
+  local name=$1 levels=$2; shift 2
+  local pool=49152
+  if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi  # an H200: three 8B servers fit 131,072-token pools
+  ab "$name" --a none --b always --c auto --repeats 1 --workloads varied-closed,varied-poisson \
+    --concurrency "$levels" --rates 4,16,48 --row-seconds 12 --max-total-tokens "$pool" "$@"
+}

@@ -17,31 +17,15 @@
 export SELF=bench/gpu_run_2026_12_06e.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
-if [ "${1:-}" = models ]; then  # the 8B pair p = 0.2, then the families pair (its own target: another pi)
-  mkdir -p /tmp/whl "$R" /tmp/fa3parts && cp .gpuwheels/A/*.whl /tmp/whl/
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  setsid bash -c 'export PYTHONUNBUFFERED=1
-    python3 -m bench.synthetic_models --out /tmp/models/8b/p0.2 --preset 8b --p-wrong 0.2 --device cuda 2>&1 | tail -n 2
-    python3 -m bench.synthetic_models --out /tmp/models/8b/fam --preset 8b --families 2 --p-wrong-families 0.1,0.6 \
-      --device cuda 2>&1 | tail -n 3
-    touch /tmp/run/models.done' >"$R/models.log" 2>&1 </dev/null &
-  sleep 1; exit 0
-fi
+if [ "${1:-}" = models ]; then models_8b_fam; exit 0; fi
 dispatch "$@"
-python3 -m bench.synthetic_models --out /tmp/models/8b/p0.5 --preset 8b --p-wrong 0.5 \
-  --target-from /tmp/models/8b/p0.2 --device cuda >"$R/models-p0.5.log" 2>&1
-if [ "${mib:-0}" -ge 100000 ]; then pool=131072; else pool=49152; fi
-auto_ab() {  # auto_ab NAME [more bench.ab_traffic arguments]
-  local name=$1; shift
-  ab "$name" --a none --b always --c auto --repeats 1 --workloads varied-closed,varied-poisson \
-    --concurrency 1,4,16,64,128 --rates 4,16,48 --row-seconds 12 --max-total-tokens "$pool" "$@"
-}
-auto_ab ab-auto-triton-p0.2 --time-varying
+models_p05
+auto_ab ab-auto-triton-p0.2 1,4,16,64,128 --time-varying
 t0=$SECONDS
 python3 -m bench.auto_shift --models /tmp/models/8b/fam --out "$R/auto-shift.json" --concurrency 8 \
   --concurrency-from "$R/ab-auto-triton-p0.2/repeat0/c/traffic-auto-v2-p0.2.json" --phase-seconds 30 \
   --log-dir "$R/logs" >"$R/auto-shift.log" 2>&1
 echo "auto-shift rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
 pkill -f launch_server; sleep 2; pkill -9 -f launch_server
-auto_ab ab-auto-triton-p0.5 --b-models /tmp/models/8b/p0.5 --c-models /tmp/models/8b/p0.5
+auto_ab ab-auto-triton-p0.5 1,4,16,64,128 --b-models /tmp/models/8b/p0.5 --c-models /tmp/models/8b/p0.5
 touch "$R/all.done"
