@@ -665,8 +665,9 @@ def phase_line(result: Dict[str, Any], i: int) -> Dict[str, Any]:
     return line
 
 
-def _int_list(what: str, example: str, least: int) -> Any:
-    """An argparse type: two or more comma-separated integers >= ``least`` (``what``, e.g. ``example``)."""
+def _int_list(what: str, example: str, least: int, distinct: bool = False) -> Any:
+    """An argparse type: two or more comma-separated integers >= ``least`` (``what``, e.g. ``example``),
+    two of them different when ``distinct``."""
     def parse(text: str) -> List[int]:
         try:
             values = [int(x) for x in text.split(",") if x.strip()]
@@ -674,12 +675,14 @@ def _int_list(what: str, example: str, least: int) -> Any:
             raise argparse.ArgumentTypeError(f"expected {what} like {example}, got {text!r}") from None
         if len(values) < 2 or any(x < least for x in values):
             raise argparse.ArgumentTypeError(f"expected two or more {what} >= {least}, got {text!r}")
+        if distinct and len(set(values)) < 2:
+            raise argparse.ArgumentTypeError(f"expected two or more different {what}, got {text!r}")
         return values
     return parse
 
 
 _sequence = _int_list("family numbers", "0,1,0", 0)
-_levels = _int_list("concurrencies", "8,16,32,64", 1)  # a curve to fit needs two sizes or more
+_levels = _int_list("concurrencies", "8,16,32,64", 1, distinct=True)  # a curve to fit needs two sizes
 
 
 def parser() -> argparse.ArgumentParser:
@@ -736,7 +739,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except BenchError as exc:
             ap.error(str(exc))
     if a.out.exists():  # the record is rewritten after every phase: an earlier one would be lost
-        ap.error(f"--out {a.out} exists: give another file (or move it away)")
+        ap.error(f"--out {a.out} exists (an earlier run's record; a failed run leaves one too): "
+                 f"give another file or move it away")
     if not a.out.parent.is_dir():
         ap.error(f"--out {a.out}: no directory {a.out.parent}")
     for flag, value, ok in (("--concurrency", a.concurrency, a.concurrency >= 1),
@@ -749,6 +753,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             ("--poll-interval", a.poll_interval, math.isfinite(a.poll_interval) and a.poll_interval > 0)):
         if not ok:
             ap.error(f"{flag} must be > 0, got {value}")
+    if not 0 < a.mem_fraction < 1:
+        ap.error(f"--mem-fraction must be between 0 and 1 (SGLang's --mem-fraction-static), got {a.mem_fraction}")
+    if not 1 <= a.port <= 65535:
+        ap.error(f"--port must be 1-65535, got {a.port}")
     if a.url is None:
         missing = [n for n in ("target", "draft", "oracle.json") if not (a.models / n).exists()]
         if missing:

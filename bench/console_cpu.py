@@ -316,7 +316,21 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
         p.error("--keep-profile needs --profile")
     if a.out is not None and not a.out.parent.is_dir():  # before minutes of measuring, not after
         p.error(f"--out {a.out}: no directory {a.out.parent}")
+    if a.out is not None and (a.out.exists() or a.out.is_symlink()) and not _own_record(a.out):
+        p.error(f"--out {a.out} exists and is not an earlier record of this tool: give another file")
     return a
+
+
+def _own_record(path: Path) -> bool:
+    """``path`` is a regular file holding a JSON record this tool wrote (its ``command``): only such a
+    file is replaced by a new run (a fresh-user run once replaced /etc/passwd)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(rec, dict) and str(rec.get("command", "")).startswith("python -m bench.console_cpu")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -296,7 +296,8 @@ class ConsoleModel:
 
     def step_threshold(self, delta: int) -> Outcome:
         """``+``/``-``: the target threshold +- ``delta``; see :meth:`request_change`. From the
-        auto threshold it leaves auto for a manual N at the learned crossover +- ``delta``."""
+        auto threshold it leaves auto for a manual N at the learned crossover +- ``delta``; from
+        an N above max running requests (it never fires) ``-`` goes to max running requests."""
         err = self.check_request()
         if err:
             return self.refuse(err)
@@ -308,6 +309,14 @@ class ConsoleModel:
                                    "(threshold not changed)", KIND_NO_CROSSOVER)
             return self._leave_auto(base + delta)
         assert isinstance(base, int)  # check_request refuses a spec_gate without a threshold
+        limit = self.snapshot_max_running()
+        if delta < 0 and limit is not None and base + delta > limit >= 1:
+            # N above max running requests never fires: a step down goes straight to the limit
+            out = self.request_change(limit, None)
+            if not out.ok:
+                return out
+            return replace(out, notice=f"threshold {base} is above max running requests {limit}: "
+                                       f"- goes to {limit}")
         return self.request_change(base + delta, None)
 
     def toggle_auto(self) -> Outcome:

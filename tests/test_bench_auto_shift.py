@@ -467,7 +467,7 @@ def test_cli_refuses_an_out_that_exists_a_url_that_is_not_http_and_keeps_the_fil
     was tried (and called a server without the auto threshold)."""
     kept = tmp_path / "prev.json"
     kept.write_text('{"precious": 1}')
-    for argv, says in ((["--url", "http://127.0.0.1:9", "--out", str(kept)], "exists: give another file"),
+    for argv, says in ((["--url", "http://127.0.0.1:9", "--out", str(kept)], "exists (an earlier run"),
                        (["--url", "ftp://x", "--out", str(tmp_path / "n.json")], "expected http://HOST:PORT"),
                        (["--url", "http://127.0.0.1:9", "--out", str(tmp_path / "no" / "n.json")], "no directory")):
         with pytest.raises(SystemExit) as exc:
@@ -516,6 +516,9 @@ def test_cli_calibrates_on_its_own_prompts_then_runs_the_phases_at_the_pick(mode
                         (["--calibrate", "8"], "two or more concurrencies"),
                         (["--calibrate", "0,8"], "two or more concurrencies"),
                         (["--calibrate", "8,x"], "expected concurrencies"),
+                        (["--calibrate", "4,4"], "two or more different concurrencies"),
+                        (["--mem-fraction", "2"], "--mem-fraction must be between 0 and 1"),
+                        (["--port", "0"], "--port must be 1-65535"),
                         (["--calibrate", "2,4", "--calibrate-seconds", "0"], "--calibrate-seconds must be > 0")):
         with pytest.raises(SystemExit) as exc:
             auto_shift.main(argv + ["--out", str(tmp_path / "n.json"), *extra])

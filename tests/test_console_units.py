@@ -1933,3 +1933,16 @@ def test_a_listener_whose_connect_times_out_is_named_as_such_not_as_another_addr
     assert "listening on another address" in portcheck.port_problem("127.0.0.1", 38333, hint="h")
     monkeypatch.setattr(portcheck, "_bind_in_use", lambda host, port: False)
     assert portcheck.port_problem("127.0.0.1", 38333, hint="h") is None
+
+
+def test_minus_from_a_threshold_above_max_running_goes_to_the_limit():
+    """Fresh-user find: a server started with N 24 and max running requests 20 (N never fires):
+    ``-`` was refused ('threshold 23 refused: above max running requests 20'), so only ``t`` got
+    out. A step down now goes to the limit, with a notice; ``+`` is still refused."""
+    m = ConsoleModel(clock=lambda: 0.0)
+    gate = {**GATE, "threshold": 24, "hysteresis": 4, "max_running_requests": 20}
+    m.on_sample(parse_server_info({"internal_states": [{"spec_gate": gate}]}, None), polled_at=0.0)
+    out = m.step_threshold(-1)
+    assert out.ok and out.notice == "threshold 24 is above max running requests 20: - goes to 20"
+    assert m.next_to_send() == {"threshold": 20}
+    assert not m.step_threshold(+1).ok
