@@ -315,8 +315,8 @@ class ConsoleModel:
             out = self.request_change(limit, None)
             if not out.ok:
                 return out
-            return replace(out, notice=f"threshold {base} is above max running requests {limit}: "
-                                       f"- goes to {limit}")
+            above = contract.Problem("threshold", base, "max_running", limit).reason
+            return replace(out, notice=f"threshold {base} is {above}: - goes to {limit}")
         return self.request_change(base + delta, None)
 
     def toggle_auto(self) -> Outcome:
