@@ -17,6 +17,8 @@ Per phase (:func:`analyze_phase`) and per change of family (:func:`analyze`):
 - ``settled_step``: the first decode step from which the steady mode held for >= HOLD_SHARE (90%)
   of the rest of the phase's decode steps (the switch step from ``last_switch`` when the switch
   into it happened between the two polls, else the step count of the poll that first saw it);
+- ``first_switch_step`` / ``steps_to_first_switch``: the first switch away from the mode in force at
+  the change that the auto table decided (probes left out), whether or not it then held;
 - ``steps_to_refind`` = ``settled_step - change_step`` and the same in seconds, when the steady
   mode differs from the previous phase's (``flipped``); when it does not the decision never flips
   (the new family's best mode at this batch size is the old one) and the record says so;
@@ -177,6 +179,29 @@ def expectation(bucket: Optional[Dict[str, Any]], accept_oracle: Optional[float]
     return out
 
 
+def first_switch(samples: Sequence[Dict[str, Any]], t_from: float, t_to: float) -> Optional[int]:
+    """The decode step of the first switch in ``(t_from, t_to]`` away from the mode in force at
+    ``t_from`` (the last poll at or before it) that the auto table decided, not a probe (a poll
+    whose ``auto_reason`` says ``probing``): ``last_switch_step`` when that switch happened between
+    the two polls, else the poll's step count. None without such a switch or a poll before."""
+    before = [x for x in samples if x["t_s"] <= t_from]
+    if not before:
+        return None
+    mode, prev = before[-1].get("spec_enabled"), before[-1]
+    for x in samples:
+        if not t_from < x["t_s"] <= t_to:
+            continue
+        probing = "probing" in str(x.get("auto_reason") or "")
+        if x.get("spec_enabled") != mode and not probing:
+            step, direction_ = x.get("last_switch_step"), x.get("last_switch_direction")
+            if (step is not None and direction_ == mode_name(x.get("spec_enabled"))
+                    and prev["decode_steps"] - 1 < step <= x["decode_steps"]):
+                return int(step)
+            return int(x["decode_steps"])
+        prev = x
+    return None
+
+
 def analyze_phase(samples: Sequence[Dict[str, Any]], t_from: float, t_to: float,
                   previous_mode: Optional[str] = None, hold: float = HOLD_SHARE) -> Dict[str, Any]:
     """One phase from the polls: the window from ``t_from`` (its first request) to ``t_to`` (the
@@ -191,7 +216,11 @@ def analyze_phase(samples: Sequence[Dict[str, Any]], t_from: float, t_to: float,
         "settled_step": None, "steps_to_settle": None, "seconds_to_settle": None, "held_share": None,
         "steady_on_share": None, "median_batch_size": None, "probes": None,
         "previous_mode": previous_mode, "flipped": None, "note": None,
+        "first_switch_step": None, "steps_to_first_switch": None,
     }
+    first = first_switch(samples, t_from, t_to)
+    if first is not None and change is not None:
+        out["first_switch_step"], out["steps_to_first_switch"] = first, max(0, int(round(first - change)))
     if len(window) < 2:
         out["note"] = "fewer than two polls in this phase"
         return out
@@ -282,6 +311,8 @@ def change_record(old: Dict[str, Any], new: Dict[str, Any]) -> Dict[str, Any]:
         "from_family": old.get("family"), "to_family": new.get("family"),
         "change_step": new.get("change_step"), "change_t_s": new.get("t_from_s"),
         "old_mode": old.get("steady_mode"), "new_mode": new.get("steady_mode"), "flipped": flipped,
+        "first_switch_step": new.get("first_switch_step"),
+        "steps_to_first_switch": new.get("steps_to_first_switch"),
         "flip_step": new.get("settled_step") if flipped else None,
         "steps_to_refind": new.get("steps_to_settle") if flipped else None,
         "seconds_to_refind": new.get("seconds_to_settle") if flipped else None,
@@ -822,7 +853,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     write_json(a.out, rec)
     emit({"out": str(a.out), "oracle_match": rec.get("oracle_match"),
           "changes": [{k: c.get(k) for k in ("from_family", "to_family", "old_mode", "new_mode", "flipped",
-                                             "steps_to_refind", "seconds_to_refind", "direction_matches")}
+                                             "steps_to_first_switch", "steps_to_refind", "seconds_to_refind",
+                                             "direction_matches")}
                       for c in rec["changes"]],
           "steady_on_share": [p.get("steady_on_share") for p in rec["phases"]],
           "ranks_agree_auto": rec.get("ranks_agree_auto")})

@@ -523,3 +523,21 @@ def test_cli_calibrates_on_its_own_prompts_then_runs_the_phases_at_the_pick(mode
         with pytest.raises(SystemExit) as exc:
             auto_shift.main(argv + ["--out", str(tmp_path / "n.json"), *extra])
         assert exc.value.code == 2 and says in capsys.readouterr().err, extra
+
+
+def test_the_recorded_triton_shift_first_switches_are_the_measured_re_find():
+    """bench/results/h100-2026-12-06e/auto-shift.json (one H100, 16 requests, 0 -> 1 -> 0): the
+    table's first OFF came 133 decode steps after the change to the weak family (a probe 69 steps
+    after it does not count), the first ON 4 steps after the change back; OFF did not hold in
+    phase 1 (never settled), ON did in phase 2."""
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).parents[1] / "bench/results/h100-2026-12-06e/auto-shift.json").read_text())
+    windows = [{"family": p["family"], "t_from_s": p["t_from_s"], "t_to_s": p["t_to_s"]} for p in rec["phases"]]
+    again = auto_shift.analyze(rec["samples"], windows, [p["expected_mode"] for p in rec["phases"]])
+    keys = ("change_step", "steady_mode", "settled_step", "steps_to_settle", "on_share", "probes")
+    assert [{k: p[k] for k in keys} for p in again["phases"]] == [{k: p[k] for k in keys} for p in rec["phases"]]
+    to_weak, back = again["changes"]
+    assert (to_weak["first_switch_step"], to_weak["steps_to_first_switch"]) == (2432, 133)
+    assert to_weak["flip_step"] is None and "never settled" in again["phases"][1]["note"]
+    assert (back["first_switch_step"], back["steps_to_first_switch"]) == (5367, 4)
