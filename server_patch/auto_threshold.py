@@ -50,7 +50,7 @@ although 64 had shown OFF 1.8x ahead).
 
 **Stability.** The crossover moves only when another fits the votes better by STICK; speculation
 comes back on no sooner than DWELL decode steps after a switch and not in the bucket just below
-the crossover (a hysteresis band: a switch on costs a resume step, a switch off nothing:
+the crossover within BAND_HOLD steps of it (a hysteresis band: a switch on costs a resume step, a switch off nothing:
 :class:`AutoPolicy`), so a batch size hovering at the crossover cannot flip it every step (vLLM's
 dynamic speculation lost up to 10x throughput that way: vLLM issue 49548).
 
@@ -86,7 +86,8 @@ PROBE_SHARE = 0.01  # probes use at most this share of all decode steps ...
 PROBE_ALLOWANCE = 256  # ... plus this many steps to learn at startup
 MARGIN = contract.AUTO_MARGIN  # within it the two modes tie: the bucket does not vote
 DWELL = 32  # decode steps after a switch before speculation may come back on
-BAND_FROM = 4  # the bucket below the crossover keeps OFF on (a hysteresis band) from this size up
+BAND_FROM = 4  # the bucket below the crossover keeps OFF on (a hysteresis band) from this size up ...
+BAND_HOLD = 256  # ... for this many decode steps after the last switch (a batch that stays there goes ON)
 SYNC_EVERY = 64  # decode steps between two tables (and their broadcast at TP > 1)
 OUTLIER = 4.0  # a step time this many times the estimate is dropped (a GC pause, a stall)
 LOG_CLIP = math.log(1.5)  # a bucket's vote counts a ratio of ON to OFF tok/s up to 1.5x either way
@@ -427,7 +428,9 @@ class AutoPolicy:
 
     Speculation goes off as soon as the table prefers it, and comes back on only DWELL decode steps
     or more after the last switch and below the band: the bucket just below the crossover keeps
-    OFF on (:meth:`in_band`; a hysteresis, as the manual gate's N / H). A switch on costs a resume
+    OFF on (:meth:`in_band`; a hysteresis, as the manual gate's N / H) for BAND_HOLD decode steps
+    after the last switch (a batch that stays in the band, where ON is preferred, then goes ON:
+    there the table's ON probes cannot reach it, it runs ON in the table's view). A switch on costs a resume
     step (one more OFF step with the full draft extend: 1 token a request where an ON step makes
     A), a switch off nothing; a batch that dips below the crossover for a step or two, as a closed
     loop's does whenever a request finishes, gains nothing from speculation but pays that step. A
@@ -487,8 +490,9 @@ class AutoPolicy:
             self.probe_steps += 1
             self.on = self.probe_on
             return self.on, True
-        if want and not self.on and (step - self.last_switch_step < DWELL or self.in_band(index)):
-            want = False  # back on at most once per DWELL steps, and not in the band (see the class)
+        since = step - self.last_switch_step
+        if want and not self.on and (since < DWELL or (since < BAND_HOLD and self.in_band(index))):
+            want = False  # back on at most once per DWELL steps, in the band after BAND_HOLD (see the class)
         if want != self.on:
             self.on, self.last_switch_step = want, step
             return want, False

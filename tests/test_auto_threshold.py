@@ -208,20 +208,29 @@ def test_a_batch_size_hovering_at_the_crossover_switches_back_on_at_most_once_pe
 
 def test_a_batch_hovering_across_the_band_below_the_crossover_keeps_off():
     """The bucket below the crossover is a hysteresis band: a batch that comes down into it from
-    the OFF side stays OFF, one that comes up into it from below stays ON (as the manual gate's
-    N / H), so a closed loop at the crossover, its batch dipping below it whenever a request
-    finishes, does not pay a resume step each time (H100 triton curve of 2026-12-06e, c = 32: the
-    crossover at 32, ON / OFF 1.04 at 24-31 and 0.84 at 32-47)."""
+    the OFF side stays OFF (for BAND_HOLD steps: one that stays there goes ON, preferred there),
+    one that comes up into it from below stays ON (as the manual gate's N / H), so a closed loop at
+    the crossover, its batch dipping below it whenever a request finishes, does not pay a resume
+    step each time (H100 triton curve of 2026-12-06e, c = 32: the crossover at 32, ON / OFF 1.04 at
+    24-31 and 0.84 at 32-47)."""
     costs = _traffic_curve(H100_TRITON / "ab-auto-triton-p0.2/repeat0/c/traffic-auto-v2-p0.2.json")
     sim = Sim(seed=3)
     run(sim, [8] * 1500 + [24] * 1500 + [40] * 1500 + [64] * 1500, costs)
     assert auto.crossover(sim.gate.policy.table) == 32
     run(sim, [32] * 100, costs)
-    _, modes = run(sim, [31 if i % 3 == 0 else 32 for i in range(3000)] + [28] * 1000, costs)
-    assert sum(modes) <= 0.02 * len(modes)  # from above into the band: OFF but for probes
+    _, modes = run(sim, [31 if i % 3 == 0 else 32 for i in range(3000)], costs)
+    # dipping into the band from above: OFF but for probes and one step ON per BAND_HOLD steps
+    assert sum(modes) <= 0.02 * len(modes) + len(modes) / auto.BAND_HOLD + 1, sum(modes)  # ON probes (near-stale at 32) and releases
+    run(sim, [16] * 100 + [40] * 20, costs)  # ON below the band, then OFF above it: a switch now
+    _, modes = run(sim, [28] * (auto.BAND_HOLD - 40), costs)
+    assert not any(modes), modes  # from above into the band: OFF ...
     assert "crossover 32: OFF kept just below it (hysteresis band)" in sim.gate.auto_reason, sim.gate.auto_reason
-    _, modes = run(sim, [16] * 200 + [28] * 2000, costs)
-    assert sum(modes[-2000:]) >= 0.98 * 2000  # from below into the band: ON but for probes
+    _, modes = run(sim, [28] * 1000, costs)  # ... but a batch that stays there goes ON (preferred there)
+    assert sum(modes[auto.BAND_HOLD:]) >= 0.98 * (1000 - auto.BAND_HOLD), sum(modes)
+    sizes = [16] * 200 + [28] * 2000  # from below into the band: ON where ON is ahead (by 4%)
+    tok_s, _ = run(sim, sizes, costs)
+    static = [run(Sim(seed=3, config=GateConfig(t)), sizes, costs)[0] for t in (10**6, 1)]
+    assert tok_s >= 0.98 * max(static), (tok_s, static)
 
 
 def test_a_worse_draft_is_followed_within_tens_of_steps_while_on():
