@@ -213,7 +213,7 @@ def test_a_batch_hovering_across_the_band_below_the_crossover_keeps_off():
     the crossover, its batch dipping below it whenever a request finishes, does not pay a resume
     step each time (H100 triton curve of 2026-12-06e, c = 32: the crossover at 32, ON / OFF 1.04 at
     24-31 and 0.84 at 32-47)."""
-    costs = _traffic_curve(H100_TRITON / "ab-auto-triton-p0.2/repeat0/c/traffic-auto-v2-p0.2.json")
+    costs = _gate_curve(H100_TRITON / "ab-auto-triton-p0.2/repeat0/c/traffic-auto-v2-p0.2.json")
     sim = Sim(seed=3)
     run(sim, [8] * 1500 + [24] * 1500 + [40] * 1500 + [64] * 1500, costs)
     assert auto.crossover(sim.gate.policy.table) == 32
@@ -572,9 +572,12 @@ def test_on_variable_length_closed_loops_auto_is_within_3_percent_of_the_better_
 
 
 def _gate_curve(path: Path) -> dict:
-    """Costs in :func:`model`'s form from a ``spec_gate.auto_buckets`` the H200 server learned."""
+    """Costs in :func:`model`'s form from the ``auto_buckets`` a server learned: a spec_gate, or a
+    ``bench.throughput traffic`` record's last ``final_spec_gate`` (``auto_shift.learned_buckets``)."""
+    from bench.auto_shift import learned_buckets
+
     out = {}
-    for b in json.loads(path.read_text())["auto_buckets"]:
+    for b in learned_buckets(json.loads(path.read_text())):
         if b["on_tok_s"] and b["off_tok_s"] and b["accept_length"]:
             mid = b["lo"] if b["hi"] is None else (b["lo"] + b["hi"]) / 2
             out[b["lo"]] = {"none": mid / b["off_tok_s"], "always": mid / b["on_tok_s"], "accept": b["accept_length"]}
@@ -774,19 +777,6 @@ def test_off_probes_within_the_checked_first_off_steps_do_not_use_up_the_fast_le
     assert gaps(early)[:checked_probes + auto.LEARN_PROBES - 1] == [auto.LEARN_GAP] * (checked_probes + auto.LEARN_PROBES - 1)
 
 
-def _traffic_curve(path: Path) -> dict:
-    """:func:`_gate_curve` of the buckets a ``bench.throughput traffic`` auto server learned
-    (``runs[-1].final_spec_gate.auto_buckets``)."""
-    gate = json.loads(path.read_text())["runs"][-1]["final_spec_gate"]
-    tmp = {"auto_buckets": gate["auto_buckets"]}
-    out = {}
-    for b in tmp["auto_buckets"]:
-        if b["on_tok_s"] and b["off_tok_s"] and b["accept_length"]:
-            mid = b["lo"] if b["hi"] is None else (b["lo"] + b["hi"]) / 2
-            out[b["lo"]] = {"none": mid / b["off_tok_s"], "always": mid / b["on_tok_s"], "accept": b["accept_length"]}
-    return out
-
-
 H100_TRITON = RESULTS / "h100-2026-12-06e"
 
 
@@ -801,7 +791,7 @@ def test_on_the_h100_triton_curves_auto_is_within_3_percent_of_the_better_static
     """The curves the H100 triton servers learned on 2026-12-06 (crossover 32 for p = 0.2, 12 for
     p = 0.5; ON / OFF 1.30 at 16-23 down to 0.71 at 48-63), in the variable-length closed loop:
     including at the learned crossover itself, where the two modes are within a few percent."""
-    costs = _traffic_curve(H100_TRITON / path)
+    costs = _gate_curve(H100_TRITON / path)
     steps, warmup = 8_000, 3_000
     auto_tok_s = _closed_loop(GateConfig(None), costs, concurrency, steps, concurrency, warmup)
     on = _closed_loop(GateConfig(10**6), costs, concurrency, steps, concurrency, warmup)
