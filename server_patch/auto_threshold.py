@@ -35,7 +35,8 @@ other mode has fewer than MIN_SAMPLES samples, or none newer than STALE_STEPS de
 probed: PROBE_LEN decode steps in the other mode, at most once every PROBE_GAP decode steps per
 bucket, and never more than PROBE_SHARE of all decode steps (plus PROBE_ALLOWANCE steps to learn
 at startup). In the two buckets at and just below the crossover ON goes stale after
-NEAR_STALE_STEPS: the band keeps them off, so a draft that got better shows only in ON probes. A probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
+NEAR_STALE_STEPS: the band keeps them off, so a draft that got better shows only in ON probes. A
+probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
 A mode never measured in a bucket is probed every LEARN_GAP steps for its first LEARN_PROBES
 probes (learning in tens of steps, not hundreds; OFF probes within the server's first
 ``contract.PROOF_FIRST`` OFF steps do not count: the run-time proofs check those, so they measure
@@ -50,9 +51,9 @@ although 64 had shown OFF 1.8x ahead).
 
 **Stability.** The crossover moves only when another fits the votes better by STICK; speculation
 comes back on no sooner than DWELL decode steps after a switch and not in the bucket just below
-the crossover within BAND_HOLD steps of it (a hysteresis band: a switch on costs a resume step, a switch off nothing:
-:class:`AutoPolicy`), so a batch size hovering at the crossover cannot flip it every step (vLLM's
-dynamic speculation lost up to 10x throughput that way: vLLM issue 49548).
+the crossover within BAND_HOLD steps of it (a hysteresis band: a switch on costs a resume step, a
+switch off nothing: :class:`AutoPolicy`), so a batch size hovering at the crossover cannot flip it
+every step (vLLM's dynamic speculation lost up to 10x throughput that way: vLLM issue 49548).
 
 **TP ranks decide alike.** Step times differ a little between TP ranks, so only TP rank 0's
 estimates count: every SYNC_EVERY decode steps rank 0 computes the :class:`Table` (the crossover
@@ -430,13 +431,13 @@ class AutoPolicy:
     or more after the last switch and below the band: the bucket just below the crossover keeps
     OFF on (:meth:`in_band`; a hysteresis, as the manual gate's N / H) for BAND_HOLD decode steps
     after the last switch (a batch that stays in the band, where ON is preferred, then goes ON:
-    there the table's ON probes cannot reach it, it runs ON in the table's view). A switch on costs a resume
-    step (one more OFF step with the full draft extend: 1 token a request where an ON step makes
-    A), a switch off nothing; a batch that dips below the crossover for a step or two, as a closed
-    loop's does whenever a request finishes, gains nothing from speculation but pays that step. A
-    dwell that held either mode (before 2026-12-06) kept a batch of 32 ON for a third of its steps
-    in the simulated closed loop at 32 on the H100 triton curve of that day (crossover 32; ON / OFF
-    1.04 at 24-31, 0.84 at 32-47): 0.942x the better static mode; with the band 0.997x."""
+    there the table's ON probes cannot reach it, it runs ON in the table's view). A switch on costs
+    a resume step (one more OFF step with the full draft extend: 1 token a request where an ON step
+    makes A), a switch off nothing; a batch that dips below the crossover for a step or two, as a
+    closed loop's does whenever a request finishes, gains nothing from speculation but pays that
+    step. A dwell that held either mode (before 2026-12-06) kept a batch of 32 ON for a third of its
+    steps in the simulated closed loop at 32 on the H100 triton curve of that day (crossover 32; ON
+    / OFF 1.04 at 24-31, 0.84 at 32-47): 0.942x the better static mode; with the band 0.995x."""
 
     def __init__(self) -> None:
         self.table = Table()

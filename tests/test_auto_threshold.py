@@ -27,6 +27,7 @@ from server_patch.contract import sampled as contract_sampled
 from server_patch.gate import SpecGate
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+H100_TRITON = RESULTS / "h100-2026-12-06e"  # the curves the H100 triton servers learned, 2026-12-06
 
 
 def _costs(path: Path, p_wrong: str) -> dict:
@@ -776,8 +777,6 @@ def test_off_probes_within_the_checked_first_off_steps_do_not_use_up_the_fast_le
     checked_probes = -(-contract.PROOF_FIRST // auto.PROBE_LEN)  # probes until the checks thin out
     assert gaps(early)[:checked_probes + auto.LEARN_PROBES - 1] == [auto.LEARN_GAP] * (checked_probes + auto.LEARN_PROBES - 1)
 
-
-H100_TRITON = RESULTS / "h100-2026-12-06e"
 
 
 @pytest.mark.parametrize("path,concurrency", [
