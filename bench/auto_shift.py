@@ -632,10 +632,10 @@ def run(a: argparse.Namespace, oracle: Any, rec: Dict[str, Any]) -> Dict[str, An
         def write(t_end: float) -> Dict[str, Any]:
             result = summarize(samples, load, starts, t_end, snapshots, num_steps)
             rec.update(result)
-            calibration = (rec.get("concurrency_pick") or {}).get("levels") or []
+            pick = rec.get("concurrency_pick") or {}  # --calibrate's levels are oracle-checked too
             rec["oracle_match"] = (sum(load.mismatched) == 0 and sum(load.answered) > 0
-                                   and not any(x["oracle_mismatches"] for x in calibration))
-            rec["first_mismatch"] = load.first_mismatch or (rec.get("concurrency_pick") or {}).get("first_mismatch")
+                                   and not any(x["oracle_mismatches"] for x in pick.get("levels") or []))
+            rec["first_mismatch"] = load.first_mismatch or pick.get("first_mismatch")
             rec["request_errors"] = len(loop.errors)
             rec["request_error_examples"] = loop.errors[:5]
             server_harness.write_json(a.out, rec)

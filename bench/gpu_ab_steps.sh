@@ -3,12 +3,17 @@
 # bench/gpu_run_2026_12_03c.sh's.
 R=/tmp/run
 
-models_8b() {  # step `models` (carry .gpuwheels/A): wheels to /tmp/whl; the 8B pair p = 0.2 written in the background
+models_8b() {  # step `models` (carry .gpuwheels/A): wheels to /tmp/whl; the 8B pair p = 0.2 written in the background, then with `fam` the families pair (its own target)
   mkdir -p /tmp/whl "$R" /tmp/fa3parts && cp .gpuwheels/A/*.whl /tmp/whl/ && ls /tmp/whl | wc -l
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  setsid bash -c 'export PYTHONUNBUFFERED=1
+  local fam=""
+  if [ "${1:-}" = fam ]; then
+    fam='python3 -m bench.synthetic_models --out /tmp/models/8b/fam --preset 8b --families 2 --p-wrong-families 0.1,0.6 --device cuda 2>&1 | tail -n 3'
+  fi
+  setsid bash -c "export PYTHONUNBUFFERED=1
     python3 -m bench.synthetic_models --out /tmp/models/8b/p0.2 --preset 8b --p-wrong 0.2 --device cuda 2>&1 | tail -n 2
-    touch /tmp/run/models.done' >"$R/models.log" 2>&1 </dev/null &
+    $fam
+    touch /tmp/run/models.done" >"$R/models.log" 2>&1 </dev/null &
   sleep 1
 }
 
@@ -38,17 +43,6 @@ dispatch() {  # a run script's steps: `models` here, `chain` starts the chain (t
     chain) chain_start ;;
     *) exec bash bench/gpu_run_2026_12_03c.sh "$@" ;;
   esac
-}
-
-models_8b_fam() {  # step `models` of the auto runs (carry .gpuwheels/A): the 8B pair p = 0.2, then the families pair (its own target)
-  mkdir -p /tmp/whl "$R" /tmp/fa3parts && cp .gpuwheels/A/*.whl /tmp/whl/
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-  setsid bash -c 'export PYTHONUNBUFFERED=1
-    python3 -m bench.synthetic_models --out /tmp/models/8b/p0.2 --preset 8b --p-wrong 0.2 --device cuda 2>&1 | tail -n 2
-    python3 -m bench.synthetic_models --out /tmp/models/8b/fam --preset 8b --families 2 --p-wrong-families 0.1,0.6 \
-      --device cuda 2>&1 | tail -n 3
-    touch /tmp/run/models.done' >"$R/models.log" 2>&1 </dev/null &
-  sleep 1
 }
 
 models_p05() {  # the p = 0.5 draft beside the p = 0.2 target (in the chain, after `models`)

@@ -16,7 +16,7 @@
 export SELF=bench/gpu_run_next.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
-if [ "${1:-}" = models ]; then models_8b_fam; exit 0; fi
+if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
 dispatch "$@"
 models_p05
 auto_ab ab-auto-triton-p0.2 1,4,16,32,64,128 --time-varying
