@@ -19,6 +19,10 @@ No speculation has no draft: a ``none`` side is labelled with its pair's p, whic
 speculative sides all ran another draft beside the same target (``--b-models`` / ``--c-models``) is not
 the draft its rows are the baseline of. Such ``none`` rows take the p of the run's speculative sides
 (:func:`label_none_with_draft`), so ``summarize-traffic`` finds them beside their draft's rows.
+``--share-none`` goes one step further for runs that started no ``none`` server at all (a second draft
+measured beside the first run's target, to save a server's rows of device time): the ``none`` rows of
+the other runs also stand as the baseline of every draft p that has none of its own
+(:func:`share_none`); the copies keep their ``run`` and ``side``.
 """
 
 from __future__ import annotations
@@ -116,6 +120,26 @@ def label_none_with_draft(rows: List[Dict[str, str]]) -> None:
                 r["p_wrong"] = p
 
 
+def share_none(rows: List[Dict[str, str]]) -> List[Dict[str, str]]:
+    """``rows`` plus, for every ``p_wrong`` of speculative rows without ``none`` rows of its own, a
+    copy of the ``none`` rows labelled with that p (no speculation has no draft: the same target's
+    baseline serves every draft of it; the caller vouches that the runs share the target).
+
+    Raises:
+        BenchError: a p needs a baseline but there are no ``none`` rows, or ``none`` rows of several
+            p (which one is the baseline would be a guess).
+    """
+    none = [r for r in rows if r.get("config") == "none"]
+    have = {r["p_wrong"] for r in none}
+    need = sorted({r["p_wrong"] for r in rows if r.get("config") != "none"} - have)
+    if not need:
+        return rows
+    if len(have) != 1:
+        raise BenchError(f"--share-none: p {', '.join(need)} need(s) a none baseline, and the runs have none rows "
+                         f"of {len(have)} p ({', '.join(sorted(have)) or 'no none rows'}); give runs with one")
+    return rows + [{**r, "p_wrong": p} for p in need for r in none]
+
+
 def write_csv(rows: List[Dict[str, str]], path: Path) -> None:
     """``rows`` with the traffic columns, then ``repeats``, ``run``, ``side``; written whole to
     ``PATH.tmp``, then renamed (no ``.tmp`` is left behind either way).
@@ -144,6 +168,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("runs", nargs="+", metavar="RUN[:SIDES]",
                     help="bench.ab_traffic output directories; RUN:a,b for those sides only")
     ap.add_argument("--csv", type=Path, required=True, help="the CSV to write (replaced if it exists)")
+    ap.add_argument("--share-none", action="store_true",
+                    help="a run without a none server (another draft of the same target) takes the other "
+                         "runs' none rows as its baseline, labelled with its p")
     a = ap.parse_args(argv)
     if not a.csv.name:
         ap.error(f"--csv {str(a.csv)!r}: give a file name (e.g. bench/results/real-traffic.csv)")
@@ -167,6 +194,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 raise BenchError(f"{spec}: side(s) {', '.join(twice)} of {path} already given (their rows would count twice)")
             seen |= given
             rows += got
+        if a.share_none:
+            rows = share_none(rows)
     except BenchError as exc:
         print(f"bench.ab_collect: {exc}", file=sys.stderr)
         return 1

@@ -138,3 +138,31 @@ def test_a_run_given_twice_is_refused_but_its_sides_may_come_one_by_one(tmp_path
     with pytest.raises(SystemExit):
         ab_collect.main(["", "--csv", str(out)])
     assert "empty string" in capsys.readouterr().err
+
+
+def test_share_none_gives_a_run_without_a_none_server_the_other_runs_baseline(tmp_path, capsys):
+    """p = 0.5's always / auto measured without a none server of their own (the same target as the
+    p = 0.2 run): with --share-none its rows get p = 0.2's none rows as their baseline, labelled 0.5;
+    without it they have none; none rows of two p cannot say which is the baseline."""
+    p05 = dict(p_wrong="0.5")
+    first = write_run(tmp_path, "ab-p0.2", {"a": "none", "b": "always", "c": "auto"}, {
+        (0, "a"): [row("none", 64, 4700, 11)], (0, "b"): [row("always", 64, 4000, 12)],
+        (0, "c"): [row("auto", 64, 4650, 11, threshold="auto")]})
+    second = write_run(tmp_path, "ab-p0.5", {"a": "always", "b": "auto"}, {
+        (0, "a"): [{**row("always", 64, 3500, 13), **p05}], (0, "b"): [{**row("auto", 64, 4600, 11), **p05}]})
+    out = tmp_path / "auto.csv"
+    assert ab_collect.main([str(first), str(second), "--csv", str(out), "--share-none"]) == 0
+    with out.open() as f:
+        got = [(r["config"], r["p_wrong"], r["output_tok_s"], r["run"]) for r in csv.DictReader(f)]
+    assert got == [("none", "0.2", "4700", "ab-p0.2"), ("always", "0.2", "4000", "ab-p0.2"),
+                   ("auto", "0.2", "4650", "ab-p0.2"), ("always", "0.5", "3500", "ab-p0.5"),
+                   ("auto", "0.5", "4600", "ab-p0.5"), ("none", "0.5", "4700", "ab-p0.2")]
+    assert ab_collect.main([str(first), str(second), "--csv", str(out)]) == 0
+    with out.open() as f:
+        assert [r["p_wrong"] for r in csv.DictReader(f) if r["config"] == "none"] == ["0.2"]
+    rows = [{"config": "none", "p_wrong": "0.2"}, {"config": "none", "p_wrong": "0.3"},
+            {"config": "always", "p_wrong": "0.5"}]
+    with pytest.raises(ab_collect.BenchError, match="none rows of 2 p"):
+        ab_collect.share_none(rows)
+    with pytest.raises(ab_collect.BenchError, match="no none rows"):
+        ab_collect.share_none(rows[2:])
