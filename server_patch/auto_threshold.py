@@ -33,8 +33,12 @@ bucket (an H200 run on variable-length traffic measured ON at 149 tok/s at batch
 **Exploration.** Both modes must be measured at the batch sizes that occur. A bucket whose
 other mode has fewer than MIN_SAMPLES samples, or none newer than STALE_STEPS decode steps, is
 probed: PROBE_LEN decode steps in the other mode, at most once every PROBE_GAP decode steps per
-bucket, and never more than PROBE_SHARE of all decode steps (plus PROBE_ALLOWANCE steps to learn
-at startup). In the two buckets at and just below the crossover ON goes stale after
+bucket, and never more than PROBE_SHARE of all decode steps' time (plus PROBE_ALLOWANCE steps to
+learn at startup): each probe step is charged its step time over the preferred mode's there
+(:func:`probe_cost`, at least 1, at most PROBE_COST_MAX), so probes take at most PROBE_SHARE of the
+decode steps and of the decode time. Charged by steps alone, ON probes of the p = 0.5 draft at
+16-23 requests on the H100 (an ON step 2.7x an OFF step's time) took 5.6% of the steps of the
+benchmark's second row and ~15% of its time (simulated: 0.965x the better static mode). In the two buckets at and just below the crossover ON goes stale after
 NEAR_STALE_STEPS: the band keeps them off, so a draft that got better shows only in ON probes. A
 probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
 A mode never measured in a bucket is probed every LEARN_GAP steps for its first LEARN_PROBES
@@ -85,6 +89,7 @@ LEARN_GAP = 2 * 8  # ... while the probed mode was never measured there (2 x PRO
 LEARN_PROBES = 4  # ... that many probes (a size the batch only passes through may never fill up)
 PROBE_SHARE = 0.01  # probes use at most this share of all decode steps ...
 PROBE_ALLOWANCE = 256  # ... plus this many steps to learn at startup
+PROBE_COST_MAX = 8.0  # a probe step is charged at most this many steps of the preferred mode's time
 MARGIN = contract.AUTO_MARGIN  # within it the two modes tie: the bucket does not vote
 DWELL = 32  # decode steps after a switch before speculation may come back on
 BAND_FROM = 4  # the bucket below the crossover keeps OFF on (a hysteresis band) from this size up ...
@@ -279,6 +284,7 @@ class Entry:
     probe: Optional[bool] = None
     learning: bool = False  # the probed mode was never measured here: probe again soon
     implied: bool = False
+    cost: float = 1.0  # a probe step's charge against the budget (:func:`probe_cost`)
 
 @dataclasses.dataclass(frozen=True)
 class Table:
@@ -301,15 +307,17 @@ class Table:
 
     def to_wire(self) -> Tuple[Optional[int], List[Tuple[Any, ...]]]:
         """A compact, picklable form for the TP broadcast: ``(cross, [(index, on, probe,
-        learning, implied), ...])``."""
-        return self.cross, [(i, e.on, e.probe, e.learning, e.implied) for i, e in self.entries]
+        learning, implied, cost), ...])``."""
+        return self.cross, [(i, e.on, e.probe, e.learning, e.implied, e.cost) for i, e in self.entries]
 
     @classmethod
     def from_wire(cls, data: Tuple[Optional[int], List[Tuple[Any, ...]]]) -> "Table":
-        """The table :meth:`to_wire` sent (entries without ``implied`` read as not implied)."""
+        """The table :meth:`to_wire` sent (entries without ``implied`` read as not implied, without
+        ``cost`` as cost 1)."""
         cross, entries = data
         return cls(tuple((int(e[0]), Entry(bool(e[1]), None if e[2] is None else bool(e[2]), bool(e[3]),
-                                           bool(e[4]) if len(e) > 4 else False))
+                                           bool(e[4]) if len(e) > 4 else False,
+                                           float(e[5]) if len(e) > 5 else 1.0))
                          for e in entries), None if cross is None else int(cross))
 
 
@@ -372,6 +380,22 @@ def boundary(fitted: Optional[int], measured: List[int]) -> Optional[int]:
     return next(i for i in range(last_on + 1, fitted + 1) if i - last_on > fitted - i)
 
 
+def probe_cost(costs: StepCosts, index: int, probe_on: bool) -> float:
+    """What one probe step in bucket ``index`` is charged against the probe budget, in steps of
+    the preferred mode: the probed mode's step time over the other's (``t_on / t_off`` for an ON
+    probe), from the nearest bucket (this one first, a tie: the smaller) with both step times
+    measured (MIN_SAMPLES each), rounded to 0.01 (rank 0 computes it and broadcasts it with the
+    table); at least 1 (a probe of the faster mode still costs its steps: it is the worse mode
+    there), at most PROBE_COST_MAX; 1 while no bucket is measured both ways."""
+    both = sorted((abs(i - index), i) for i, b in costs.buckets.items()
+                  if b.t_on.count >= MIN_SAMPLES and b.t_off.count >= MIN_SAMPLES and b.t_on.value and b.t_off.value)
+    if not both:
+        return 1.0
+    b = costs.buckets[both[0][1]]
+    ratio = b.t_on.value / b.t_off.value if probe_on else b.t_off.value / b.t_on.value
+    return min(PROBE_COST_MAX, max(1.0, round(ratio, 2)))
+
+
 def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
     """The table from the estimates at decode step ``step``.
 
@@ -419,7 +443,8 @@ def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
             missing = [mode for mode in missing if (b.t_on if mode else b.t_off).count >= MIN_SAMPLES]
         probe = next((mode for mode in missing if mode != on), None)
         learning = probe is not None and (b.t_on if probe else b.t_off).count < MIN_SAMPLES
-        entries.append((index, Entry(on, probe, learning, implied)))
+        cost = probe_cost(costs, index, probe) if probe is not None else 1.0
+        entries.append((index, Entry(on, probe, learning, implied, cost)))
     return Table(tuple(entries), cross)
 
 
@@ -447,6 +472,7 @@ class AutoPolicy:
         self.probe_on: Optional[bool] = None  # the mode of the probe under way (None: none)
         self.resume_mode = True  # the mode the probe interrupted
         self.probe_steps = 0
+        self.probe_charge = 0.0  # probe steps weighted by their cost (Entry.cost): what the budget counts
         self.probe_starts: List[int] = []  # decode steps at which probes began
         self.last_probe: Dict[int, int] = {}  # bucket -> decode step its last probe began
         self.probes_of: Dict[int, int] = {}  # bucket -> probes begun there
@@ -480,9 +506,10 @@ class AutoPolicy:
         learning = entry is not None and entry.learning and self.probes_of.get(index, 0) < LEARN_PROBES
         gap = LEARN_GAP if learning else PROBE_GAP
         if (entry is not None and entry.probe is not None and entry.probe != want
-                and self.probe_steps + PROBE_LEN <= budget
+                and self.probe_charge + PROBE_LEN * entry.cost <= budget
                 and step - self.last_probe.get(index, -gap) >= gap):
             self.last_probe[index] = step
+            self.probe_charge += PROBE_LEN * entry.cost
             if entry.probe or off_steps is None or off_steps >= contract.PROOF_FIRST:
                 self.probes_of[index] = self.probes_of.get(index, 0) + 1
             self.probe_starts.append(step)

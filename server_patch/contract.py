@@ -387,6 +387,7 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "auto_probes": "int",
     "auto_probe_steps": "int",
     "auto_probe_share": "float",
+    "auto_probe_time_share": "float",
     "decisions_digest": "int",
     "host": "str",
     "node_rank": "int",

@@ -171,6 +171,13 @@ class SpecGate:
         return self.policy.probe_steps / self.decode_steps if self.decode_steps else None
 
     @property
+    def auto_probe_time_share(self) -> Optional[float]:
+        """The probes' share of decode time, estimated: probe steps weighted by their step time over
+        the preferred mode's (``auto_threshold.probe_cost``), over decode steps (None before any
+        decode step). What the probe budget counts (PROBE_SHARE plus the startup allowance)."""
+        return self.policy.probe_charge / self.decode_steps if self.decode_steps else None
+
+    @property
     def auto_reason(self) -> Optional[str]:
         """Why the last decode batch ran as it did in auto mode, e.g. ``auto: OFF at batch 48
         (est. ON 6,100 vs OFF 7,900 tok/s)``; None in manual mode."""

@@ -37,7 +37,7 @@ def test_the_demo_learns_the_crossover_of_its_h200_table():
     # ON is never probed at 128: OFF is well ahead at 64 already (auto_threshold.IMPLY_RATIO)
     assert gate["auto_reason"].startswith("auto: OFF at batch 128 (est. OFF "), gate["auto_reason"]
     assert "OFF ahead at smaller batches; crossover" in gate["auto_reason"]
-    assert 0 < gate["auto_probe_share"] <= 0.05
+    assert 0 < gate["auto_probe_share"] <= gate["auto_probe_time_share"] <= 0.05  # ON probes cost more than OFF steps
 
 
 def _gate(**kw) -> st.GateState:
@@ -61,6 +61,10 @@ def test_the_panel_says_auto_why_and_shows_the_learned_curve():
     assert "threshold auto (crossover ≈ 24 req)" in text and "auto probes 3 (0.4% of decode steps)" in text
     assert "32-47     4,737      5,192  OFF ◀ batch 40" in text and "16-23     3,456      2,953  ON" in text
     assert "N-H" not in text  # the manual rules' warnings do not apply
+    timed = st.ConsoleSnapshot(gate=_gate(auto_probe_time_share=0.011), sample_seen=True)
+    text = "\n".join(x.plain for x in detail_lines(timed, {k: Style() for k in
+                                                            ("label", "value", "dim", "ok", "alarm", "pending")}, 80))
+    assert "auto probes 3 (0.4% of decode steps, ~1.1% of decode time)" in text
     learning = st.ConsoleSnapshot(gate=_gate(threshold=None), sample_seen=True)
     assert pinned_values(learning) == "N auto (learning)"
 
