@@ -8,8 +8,8 @@
 #      1B pair, three servers at once at 0.25 of the GPU each (~250 s);
 #   2. p = 0.2: none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128, Poisson 4 / 16 / 48, then the
 #      time-varying load (1 -> 64 -> 4 -> 128 -> 2) on each server (~800 s on an H100);
-#   3. p = 0.5: always / auto at the same rows, its baseline step 2's none server
-#      (`bench.ab_collect --share-none`) (~450 s);
+#   3. p = 0.5: none / always / auto at the same rows, its own none server this time: 06f's p = 0.5
+#      open loop at 16 / s (1.167x) was against step 2's none, measured 5-10 minutes before (~600 s);
 #   4. the shifting draft, its concurrency from a curve learned on its own prompts (~200 s).
 # No FA3: steps `models` (.gpuwheels/A), `install 3` (.gpuwheels/B .devrun), then `wait 560` calls.
 # ~30 minutes with start-up: step 4 may not fit. On an H100 the pools are cut to 49,152 tokens (the
@@ -26,10 +26,7 @@ echo "gate-auto rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
 pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
 models_p05
 auto_ab ab-auto-triton-p0.2 1,4,16,32,64,128 --time-varying
-pool=49152; if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
-ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a always --b auto --repeats 1 \
-  --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48 --row-seconds 12 \
-  --max-total-tokens "$pool"
+auto_ab ab-auto-triton-p0.5 1,4,16,32,64,128 --b-models /tmp/models/8b/p0.5 --c-models /tmp/models/8b/p0.5
 t0=$SECONDS
 python3 -m bench.auto_shift --models /tmp/models/8b/fam --out "$R/auto-shift.json" --concurrency 32 \
   --calibrate 8,16,32,64 --calibrate-seconds 8 --phase-seconds 30 --log-dir "$R/logs" >"$R/auto-shift.log" 2>&1
