@@ -60,15 +60,18 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     or only the sides in ``only``.
 
     A run cut short (no ``ab-summary.json``: the device time ran out) gives the rows its repeats
-    measured; ``repeats`` says how many each row has.
+    measured; ``repeats`` says how many each row has. A side's CSV without rows (a header alone,
+    or empty) is left out with a note on stderr.
 
     Raises:
         BenchError: neither ``ab-summary.json`` nor a ``repeat*/SIDE/real-traffic.csv`` there (not
-            an ab_traffic run), a side in ``only`` the run
-            did not have, or no rows in any repeat.
+            an ab_traffic run), a side in ``only`` the run did not have, no rows in any repeat, or a
+            side's CSV that is not a traffic CSV (not UTF-8, a cell not what its column holds:
+            ``traffic_summary.read_traffic_rows``, which names the file, line and column).
     """
-    from bench.ab_traffic import SIDES, read_rows
+    from bench.ab_traffic import SIDES
     from bench.traffic import TRAFFIC_COLUMNS
+    from bench.traffic_summary import read_traffic_rows
 
     summary_path = run / "ab-summary.json"
     repeat_dirs = sorted((p for p in run.glob("repeat*") if p.is_dir() and p.name[6:].isdigit()),
@@ -89,7 +92,13 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     for side in sides:
         groups: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
         for rd in repeat_dirs:
-            for row in read_rows(rd / side / "real-traffic.csv"):
+            path = rd / side / "real-traffic.csv"
+            if not path.exists():
+                continue
+            got = read_traffic_rows([path], empty_ok=True)
+            if not got:
+                print(f"note: {path} has no rows (left out)", file=sys.stderr)
+            for row in got:
                 groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append(row)
         for rows in groups.values():
             merged = {c: rows[0].get(c, "") for c in TRAFFIC_COLUMNS}
@@ -180,6 +189,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(f"--csv {a.csv}: no directory {a.csv.parent}")
     if not all(spec.strip() for spec in a.runs):
         ap.error("a run is an empty string: give a bench.ab_traffic output directory")
+    target = a.csv.resolve()
+    for spec in a.runs:
+        run = Path(spec.rpartition(":")[0] if ":" in Path(spec).name else spec).resolve()
+        if target == run or run in target.parents:
+            ap.error(f"--csv {a.csv} is inside the run {run}: it would overwrite or join its measurements; "
+                     f"write it beside the run")
     try:
         rows, seen = [], set()
         for spec in a.runs:

@@ -294,7 +294,7 @@ def freeze_gc(url: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.ab_traffic", description=__doc__.split("\n\n")[0],
                                  allow_abbrev=False)
-    ap.add_argument("--models", type=Path, required=True, help="a synthetic pair dir (.../p0.2): rows labelled with its p")
+    ap.add_argument("--models", type=Path, required=True, help="a synthetic pair dir (.../p0.2): its name gives the rows' p_wrong column (0.2)")
     ap.add_argument("--a", choices=CONFIGS, required=True, help="side A's configuration (bench.throughput traffic --config)")
     ap.add_argument("--b", choices=CONFIGS, required=True, help="side B's configuration")
     ap.add_argument("--c", choices=CONFIGS, help="a third server, side C (default: none started)")

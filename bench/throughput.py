@@ -333,6 +333,9 @@ def _read_csv(path: Path) -> List[Dict[str, Any]]:
         with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: a BOM from a spreadsheet
             reader = csv.DictReader(f)
             header = reader.fieldnames or CSV_COLUMNS  # None: an empty file, reported as no rows
+            if "workload" in header and "request_rate" in header:
+                raise BenchError(f"{path} is a real-traffic CSV: read it with "
+                                 f"`python -m bench.throughput summarize-traffic {path}`")
             missing = [c for c in CSV_COLUMNS if c not in header]
             if missing:
                 raise BenchError(f"{path} is not a throughput CSV: missing columns {', '.join(missing)}")

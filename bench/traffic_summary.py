@@ -20,14 +20,15 @@ from bench.errors import BenchError
 from bench.traffic import ARRIVALS, CONFIGS, DEFAULT_WORKLOADS, POSITIVE_COLUMNS, REQUIRED_COLUMNS, WORKERS
 
 
-def read_traffic_rows(paths: List[Path]) -> List[Dict[str, Any]]:
-    """The rows of traffic CSVs, in order (values are strings, as ``csv`` reads them).
+def read_traffic_rows(paths: List[Path], empty_ok: bool = False) -> List[Dict[str, Any]]:
+    """The rows of traffic CSVs, in order (values are strings, as ``csv`` reads them). With
+    ``empty_ok`` a file without rows (empty, or a header alone: a run cut short) gives none.
 
     Raises:
         BenchError: a path is missing or a directory; a file is not UTF-8 text, lacks one of
-            :data:`REQUIRED_COLUMNS` or has no rows; a row has more values than columns, or a cell
-            is not what its column holds (see :func:`_row_problem`). The message names the file,
-            and the line and column for a cell.
+            :data:`REQUIRED_COLUMNS` or has no rows (unless ``empty_ok``); a row has more values
+            than columns, or a cell is not what its column holds (see :func:`_row_problem`). The
+            message names the file, and the line and column for a cell.
     """
     rows: List[Dict[str, Any]] = []
     for path in paths:
@@ -39,7 +40,7 @@ def read_traffic_rows(paths: List[Path]) -> List[Dict[str, Any]]:
         try:
             with path.open(newline="", encoding="utf-8-sig") as f:
                 reader = csv.DictReader(f)
-                header = reader.fieldnames or REQUIRED_COLUMNS  # None: an empty file, reported as no rows
+                header = reader.fieldnames or REQUIRED_COLUMNS  # None: an empty file, no rows
                 missing = [c for c in REQUIRED_COLUMNS if c not in header]
                 if missing:
                     raise BenchError(f"{path} is not a traffic CSV: missing columns {', '.join(missing)}")
@@ -54,7 +55,7 @@ def read_traffic_rows(paths: List[Path]) -> List[Dict[str, Any]]:
             raise BenchError(f"{path} is not a text CSV (not UTF-8; binary file?)") from None
         except (OSError, csv.Error) as exc:
             raise BenchError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-        if not got:
+        if not got and not empty_ok:
             raise BenchError(f"{path} has no rows")
         rows += got
     return rows

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-metrics", action="store_true",
                    help="serve /metrics and fill /v1/loads' gen_throughput, as SGLang does with it")
     # demo / test knobs
-    p.add_argument("--load", default="1,64,4,128", help="concurrency levels (req), e.g. 1,64,4,128; one value = constant")
+    p.add_argument("--load", default="1,64,4,128", help="concurrency levels (req), e.g. 1,64,4,128; one value (or fixed:N) = constant")
     p.add_argument("--phase-seconds", type=float, default=10.0, help="seconds per load level (ramp + hold)")
     p.add_argument("--jitter", type=float, default=1.0, help="+- requests of seeded noise on the load")
     p.add_argument("--tick", type=float, default=0.1, help="seconds per simulated decode batch")
@@ -901,7 +901,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     check_args(parser, args)
-    stream: TextIO = open(args.log, "a", buffering=1) if args.log else sys.stdout
+    try:
+        stream: TextIO = open(args.log, "a", buffering=1) if args.log else sys.stdout
+    except OSError as exc:
+        parser.error(f"--log {args.log}: cannot append to it ({exc.strerror or exc})")
     log = LogWriter(stream)
     sim = Simulation(args, log)
     stop = threading.Event()

@@ -31,7 +31,9 @@ def write_run(root, name, sides, rows):
     return run
 
 
-def row(config, conc, tok, tpot, n=100, threshold=""):
+def row(config, conc, tok, tpot, n=100, threshold=None):
+    """A measured row; the threshold its configuration has unless given (off 1, auto ``auto``)."""
+    threshold = {"off": "1", "auto": "auto"}.get(config, "") if threshold is None else threshold
     return {"config": config, "concurrency": str(conc), "output_tok_s": str(tok), "mean_tpot_ms": str(tpot),
             "num_requests": str(n), "completed": str(n), "threshold": threshold}
 
@@ -166,3 +168,27 @@ def test_share_none_gives_a_run_without_a_none_server_the_other_runs_baseline(tm
         ab_collect.share_none(rows)
     with pytest.raises(ab_collect.BenchError, match="no none rows"):
         ab_collect.share_none(rows[2:])
+
+
+def test_a_csv_inside_a_run_or_a_side_csv_that_is_not_a_traffic_csv_is_refused(tmp_path, capsys):
+    """--csv pointed at a run's own side CSV would have replaced a measurement with the collected
+    rows; a side CSV that is not UTF-8 or has a cell that is not a measurement is named with its
+    line; a side CSV without rows (a run cut short) is left out with a note."""
+    run = write_run(tmp_path, "ab", {"a": "none", "b": "off"}, {
+        (0, "a"): [row("none", 64, 4700, 11)], (0, "b"): [row("off", 64, 4600, 11)]})
+    side = run / "repeat0" / "a" / "real-traffic.csv"
+    before = side.read_bytes()
+    with pytest.raises(SystemExit) as e:
+        ab_collect.main([str(run), "--csv", str(side)])
+    assert e.value.code == 2 and "is inside the run" in capsys.readouterr().err and side.read_bytes() == before
+    out = tmp_path / "out.csv"
+    (run / "repeat0" / "b" / "real-traffic.csv").write_bytes(b"x\xff\n")
+    assert ab_collect.main([str(run), "--csv", str(out)]) == 1
+    assert "not a text CSV (not UTF-8" in capsys.readouterr().err and not out.exists()
+    bad = write_run(tmp_path, "ab-bad", {"a": "none", "b": "off"}, {
+        (0, "a"): [row("none", 64, "abc", 11)], (0, "b"): [row("off", 64, 4600, 11)]})
+    assert ab_collect.main([str(bad), "--csv", str(out)]) == 1
+    assert "real-traffic.csv:2: column output_tok_s: 'abc' is not a number" in capsys.readouterr().err
+    (run / "repeat0" / "b" / "real-traffic.csv").write_text("")
+    assert ab_collect.main([str(run), "--csv", str(out)]) == 0
+    assert "has no rows (left out)" in capsys.readouterr().err

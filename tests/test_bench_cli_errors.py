@@ -64,6 +64,12 @@ def test_a_csv_without_the_columns_names_the_file_and_the_missing_columns(tmp_pa
     assert not (tmp_path / "out.json").exists()
 
 
+def test_a_real_traffic_csv_given_to_summarize_points_to_summarize_traffic(monkeypatch, capsys):
+    path = Path(__file__).resolve().parents[1] / "bench" / "results" / "h100-2026-12-06f" / "auto-threshold.csv"
+    msg = fails(monkeypatch, capsys, "summarize", path)
+    assert msg == f"{path} is a real-traffic CSV: read it with `python -m bench.throughput summarize-traffic {path}`"
+
+
 def test_a_csv_missing_one_column_names_only_that_column(tmp_path, monkeypatch, capsys):
     path = write_csv(tmp_path / "t.csv", "none,0.2,64,8000,6,,", header=HEADER.replace(",p99_tpot_ms", ""))
     assert fails(monkeypatch, capsys, "summarize", path).endswith("missing columns p99_tpot_ms")

@@ -273,6 +273,7 @@ def test_huge_integer_is_out_of_range_not_bad_json(server):
     (["--port", "70000"], "--port must be from 1 to 65535"),  # was an OverflowError traceback
     (["--crash-after", "-1"], "--crash-after must be >= 0"),
     (["--exit-code", "300"], "--exit-code must be from 1 to 255"),
+    (["--log", "/"], "--log /: cannot append to it"),  # was an IsADirectoryError traceback
 ])
 def test_demo_server_refuses_what_the_real_server_or_a_sane_simulation_would(argv, why, capsys):
     import console.demo_server as ds
