@@ -203,8 +203,9 @@ class MultiServerMixin:
         from console.screens.threshold_all import AllThresholdDialog
 
         threshold, hysteresis = self.model.target()  # type: ignore[attr-defined]
-        self.push_screen(AllThresholdDialog(threshold, hysteresis,  # type: ignore[attr-defined]
-                                            self.model.snapshot_max_running(),  # type: ignore[attr-defined]
+        # the dialog refuses only what every server would: each server checks its own limit
+        limits = [m for m in (s.model.snapshot_max_running() for s in self.sessions) if m is not None]
+        self.push_screen(AllThresholdDialog(threshold, hysteresis, max(limits) if limits else None,  # type: ignore[attr-defined]
                                             len(self.sessions)),
                          self._after_all_dialog)
         self.hold_keys()  # type: ignore[attr-defined]
@@ -214,7 +215,10 @@ class MultiServerMixin:
             return
         from console.screens.threshold_all import ConfirmAllScreen
 
-        self.push_screen(ConfirmAllScreen(req, [short_url(s.cfg.url) for s in self.sessions]),  # type: ignore[attr-defined]
+        too_small = [f"{self.server_label(i)} ({m})" for i, m in
+                     enumerate(s.model.snapshot_max_running() for s in self.sessions)
+                     if m is not None and req.threshold is not None and req.threshold > m]
+        self.push_screen(ConfirmAllScreen(req, [short_url(s.cfg.url) for s in self.sessions], too_small),  # type: ignore[attr-defined]
                          partial(self._after_confirm_all, req))
 
     def _after_confirm_all(self, req: Any, yes: bool | None) -> None:

@@ -127,6 +127,30 @@ async def test_threshold_to_all_cancelled_sends_nothing(two_servers):
         assert gate_of(a)["threshold"] == gate_of(b)["threshold"] == 32
 
 
+async def test_threshold_to_all_allows_the_largest_limit_and_names_the_servers_that_will_refuse(tmp_path):
+    """Two servers with max running requests 96 and 20, the small one focused: 30 for all is not
+    refused by the dialog (the large one takes it); the confirm names the small one, which refuses."""
+    small = DemoServer(tmp_path, ["--load", "fixed:8", "--max-running-requests", "20",
+                                  "--speculative-disable-batch-threshold", "16"]).wait_ready()
+    large = DemoServer(tmp_path, ["--load", "fixed:8"]).wait_ready()
+    try:
+        app = SpecConsoleApp(multi_cfg([small, large], logs=False), nvml_module=SimulatedNvml(devices=[SimDevice()]))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: all(r.spec == "ON" for r in app.server_rows), what="rows")
+            await pilot.press("T")
+            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "AllThresholdDialog", what="dialog")
+            await fill_all_dialog(pilot, app, "30")
+            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmAllScreen", what="confirm")
+            assert app.screen.refusing == [f"#1 {small.url.removeprefix('http://')} (20)"]
+            assert "will refuse it" in app.screen.text
+            await pilot.press("y")
+            await wait_for(pilot, lambda: gate_of(large)["threshold"] == 30, what="the large server changed")
+            assert gate_of(small)["threshold"] == 16
+    finally:
+        small.stop()
+        large.stop()
+
+
 async def test_an_unreachable_server_is_a_row_and_blanks_nothing(tmp_path):
     a = DemoServer(tmp_path, ["--load", "fixed:8"]).wait_ready()
     dead = f"http://127.0.0.1:{free_port()}"

@@ -20,7 +20,8 @@ from console.screens.threshold_dialog import ThresholdDialog, ThresholdRequest
 
 
 class AllThresholdDialog(ThresholdDialog):
-    """The threshold dialog for all ``count`` servers, prefilled with the focused one's values.
+    """The threshold dialog for all ``count`` servers, prefilled with the focused one's values;
+    ``max_running_requests``: the largest of the servers' (a value above it every server refuses).
 
     Its "current" values are None, so every value in a field is sent as it is (to a server
     that has it already, too); an empty field leaves each server's own value.
@@ -45,22 +46,30 @@ def describe(req: ThresholdRequest) -> str:
 
 
 class ConfirmAllScreen(ModalScreen[bool]):
-    """Send ``req`` to every server? ``y`` / Enter sends, ``n`` / Escape cancels."""
+    """Send ``req`` to every server? ``y`` / Enter sends, ``n`` / Escape cancels. ``refusing``: the
+    servers whose max running requests is below the threshold (named: they will refuse it)."""
 
     BINDINGS = [Binding("y", "answer(True)", "Send"), Binding("n,escape", "answer(False)", "Cancel")]
 
-    def __init__(self, req: ThresholdRequest, urls: list[str]) -> None:
+    def __init__(self, req: ThresholdRequest, urls: list[str], refusing: list[str] | None = None) -> None:
         super().__init__()
         self.req = req
         self.urls = urls
+        self.refusing = refusing or []
+
+    @property
+    def text(self) -> str:
+        """What the screen asks: the change, the servers, and those that will refuse it."""
+        shown = ", ".join(self.urls[:4]) + (f" and {len(self.urls) - 4} more" if len(self.urls) > 4 else "")
+        refuse = (f"\nAbove the max running requests of {', '.join(self.refusing)}: "
+                  f"{'it' if len(self.refusing) == 1 else 'they'} will refuse it." if self.refusing else "")
+        return (f"Send {describe(self.req)} to all {len(self.urls)} servers?\n{shown}\n"
+                "Each server checks it against its own limits and confirms it by its own spec_gate." + refuse)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="threshold-body") as body:
             body.border_title = "Confirm: change every server"
-            shown = ", ".join(self.urls[:4]) + (f" and {len(self.urls) - 4} more" if len(self.urls) > 4 else "")
-            yield Label(f"Send {describe(self.req)} to all {len(self.urls)} servers?\n{shown}\n"
-                        "Each server checks it against its own limits and confirms it by its own spec_gate.",
-                        id="confirm-all-text")
+            yield Label(self.text, id="confirm-all-text")
             with Horizontal(id="threshold-buttons"):
                 yield Button("Send to all (y)", id="confirm-yes", variant="warning")
                 yield Button("Cancel (n)", id="confirm-no")
