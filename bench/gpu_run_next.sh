@@ -6,10 +6,11 @@
 # charged by their time (auto_threshold.probe_cost). Issue 17's acceptance run, triton, one repeat, 12 s rows:
 #   1. bench.gate_correctness --auto for v2 topk 1, v1 topk 1, v1 topk 4 at TP 1 on the KV-sensitive
 #      1B pair, three servers at once at 0.25 of the GPU each (~250 s);
-#   2. p = 0.2: none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128, Poisson 4 / 16 / 48, then the
-#      time-varying load (1 -> 64 -> 4 -> 128 -> 2) on each server (~800 s on an H100);
-#   3. p = 0.5: none / always / auto at the same rows, its own none server this time: 06f's p = 0.5
-#      open loop at 16 / s (1.167x) was against step 2's none, measured 5-10 minutes before (~600 s);
+#   2. p = 0.5 first (06f's weak spot, where the probe charge acts): none / always / auto, closed 1 / 4 /
+#      16 / 32 / 64 / 128, Poisson 4 / 16 / 48, its own none server this time (06f's 1.167x at 16 / s was
+#      against another run's none) (~600 s);
+#   3. p = 0.2: the same rows, then the time-varying load (1 -> 64 -> 4 -> 128 -> 2) on each server
+#      (~800 s on an H100; 06f measured its rows with the band already);
 #   4. the shifting draft, its concurrency from a curve learned on its own prompts (~200 s).
 # No FA3: steps `models` (.gpuwheels/A), `install 3` (.gpuwheels/B .devrun), then `wait 560` calls.
 # ~30 minutes with start-up: step 4 may not fit. On an H100 the pools are cut to 49,152 tokens (the
@@ -25,8 +26,8 @@ python3 -m bench.gate_correctness --models /tmp/models/1b/kv-p0.2 --build 1b --k
 echo "gate-auto rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
 pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
 models_p05
-auto_ab ab-auto-triton-p0.2 1,4,16,32,64,128 --time-varying
 auto_ab ab-auto-triton-p0.5 1,4,16,32,64,128 --b-models /tmp/models/8b/p0.5 --c-models /tmp/models/8b/p0.5
+auto_ab ab-auto-triton-p0.2 1,4,16,32,64,128 --time-varying
 t0=$SECONDS
 python3 -m bench.auto_shift --models /tmp/models/8b/fam --out "$R/auto-shift.json" --concurrency 32 \
   --calibrate 8,16,32,64 --calibrate-seconds 8 --phase-seconds 30 --log-dir "$R/logs" >"$R/auto-shift.log" 2>&1
