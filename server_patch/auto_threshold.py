@@ -38,7 +38,8 @@ learn at startup): each probe step is charged its step time over the preferred m
 (:func:`probe_cost`, at least 1, at most PROBE_COST_MAX), so probes take at most PROBE_SHARE of the
 decode steps and of the decode time. Charged by steps alone, ON probes of the p = 0.5 draft at
 16-23 requests on the H100 (an ON step 2.7x an OFF step's time) took 5.6% of the steps of the
-benchmark's second row and ~15% of its time (simulated: 0.965x the better static mode). In the two buckets at and just below the crossover ON goes stale after
+benchmark's second row and ~15% of its time (simulated: 0.965x the better static mode; charged
+by time 0.989x). In the two buckets at and just below the crossover ON goes stale after
 NEAR_STALE_STEPS: the band keeps them off, so a draft that got better shows only in ON probes. A
 probe of the worse mode costs at most (its deficit) x PROBE_SHARE of throughput.
 A mode never measured in a bucket is probed every LEARN_GAP steps for its first LEARN_PROBES
@@ -87,7 +88,7 @@ PROBE_LEN = 8  # decode steps of one probe (the first one or two are transitions
 PROBE_GAP = 256  # decode steps between two probes of one bucket
 LEARN_GAP = 2 * 8  # ... while the probed mode was never measured there (2 x PROBE_LEN), for
 LEARN_PROBES = 4  # ... that many probes (a size the batch only passes through may never fill up)
-PROBE_SHARE = 0.01  # probes use at most this share of all decode steps ...
+PROBE_SHARE = 0.01  # probes use at most this share of all decode steps' time (steps x probe_cost) ...
 PROBE_ALLOWANCE = 256  # ... plus this many steps to learn at startup
 PROBE_COST_MAX = 8.0  # a probe step is charged at most this many steps of the preferred mode's time
 MARGIN = contract.AUTO_MARGIN  # within it the two modes tie: the bucket does not vote
