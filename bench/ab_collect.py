@@ -171,6 +171,13 @@ def write_csv(rows: List[Dict[str, str]], path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def run_spec(spec: str) -> Tuple[str, Path, Optional[List[str]]]:
+    """``RUN[:SIDES]`` as ``(spec, RUN, sides)``: sides None without ``:``, ``[]`` for ``RUN:``
+    with none (the caller refuses it); a ``:`` in a folder above RUN is part of the path."""
+    path, sep, sides = spec.rpartition(":") if ":" in Path(spec).name else (spec, "", "")
+    return spec, Path(path), [x for x in sides.split(",") if x] if sep else None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.ab_collect", description=__doc__.split("\n\n")[0],
                                  allow_abbrev=False)
@@ -189,21 +196,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(f"--csv {a.csv}: no directory {a.csv.parent}")
     if not all(spec.strip() for spec in a.runs):
         ap.error("a run is an empty string: give a bench.ab_traffic output directory")
+    specs = [run_spec(spec) for spec in a.runs]
     target = a.csv.resolve()
-    for spec in a.runs:
-        run = Path(spec.rpartition(":")[0] if ":" in Path(spec).name else spec).resolve()
+    for _, path, _ in specs:
+        run = path.resolve()
         if target == run or run in target.parents:
             ap.error(f"--csv {a.csv} is inside the run {run}: it would overwrite or join its measurements; "
                      f"write it beside the run")
     try:
         rows, seen = [], set()
-        for spec in a.runs:
-            path, sep, sides = spec.rpartition(":") if ":" in Path(spec).name else (spec, "", "")
-            only = [x for x in sides.split(",") if x] if sep else None
+        for spec, path, only in specs:
             if only == []:
                 raise BenchError(f"{spec}: no side after ':' (RUN:a,b names sides a and b)")
-            got = collect(Path(path), only)
-            given = {(Path(path).resolve(), r["side"]) for r in got}
+            got = collect(path, only)
+            given = {(path.resolve(), r["side"]) for r in got}
             twice = sorted(side for _, side in given & seen)
             if twice:
                 raise BenchError(f"{spec}: side(s) {', '.join(twice)} of {path} already given (their rows would count twice)")

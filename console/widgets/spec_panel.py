@@ -310,10 +310,11 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
         al = s.load.accept_length
     rows.append([sw, _t(("accept ", d["label"]), (fmt.num(al, "tok/step", 2), d["value"]))])
     if auto and g.auto_probes is not None:
-        share = f" ({g.auto_probe_share * 100:.1f}% of decode steps" if g.auto_probe_share is not None else ""
-        if share and g.auto_probe_time_share is not None:
-            share += f", ~{g.auto_probe_time_share * 100:.1f}% of decode time"
-        share += ")" if share else ""
+        share = ""
+        if g.auto_probe_share is not None:
+            time_share = ("" if g.auto_probe_time_share is None
+                          else f", ~{g.auto_probe_time_share * 100:.1f}% of decode time")
+            share = f" ({g.auto_probe_share * 100:.1f}% of decode steps{time_share})"
         rows.append([_t(("auto probes ", d["label"]), (f"{fmt.num(g.auto_probes)}{share}", d["value"]))])
     rows.extend(learned_curve(s, d))
     # the rest: below the fold on small terminals (scroll)
