@@ -57,3 +57,19 @@ auto_ab() {  # auto_ab NAME CONCURRENCY [more bench.ab_traffic arguments]: none 
   ab "$name" --a none --b always --c auto --repeats 1 --workloads varied-closed,varied-poisson \
     --concurrency "$levels" --rates 4,16,48 --row-seconds 12 --max-total-tokens "$pool" "$@"
 }
+
+gate_auto() {  # gate_auto MEM_FRACTION: bench.gate_correctness's auto phase for the three configs on the KV-sensitive 1B pair
+  local t0=$SECONDS
+  python3 -m bench.gate_correctness --models /tmp/models/1b/kv-p0.2 --build 1b --kv-sensitive --auto --mem-fraction "$1" \
+    --out "$R/gate-correctness-auto.json" --log-dir "$R/gate-logs" >"$R/gate.log" 2>&1
+  echo "gate-auto rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
+  pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
+}
+
+shift_calibrated() {  # the shifting draft (families pair), its concurrency from a curve learned on its own prompts
+  local t0=$SECONDS
+  python3 -m bench.auto_shift --models /tmp/models/8b/fam --out "$R/auto-shift.json" --concurrency 32 \
+    --calibrate 8,16,32,64 --calibrate-seconds 8 --phase-seconds 30 --log-dir "$R/logs" >"$R/auto-shift.log" 2>&1
+  echo "auto-shift rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
+  pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
+}

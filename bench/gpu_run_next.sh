@@ -20,17 +20,9 @@ set -uo pipefail
 source bench/gpu_ab_steps.sh
 if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
 dispatch "$@"
-t0=$SECONDS
-python3 -m bench.gate_correctness --models /tmp/models/1b/kv-p0.2 --build 1b --kv-sensitive --auto --mem-fraction 0.25 \
-  --out "$R/gate-correctness-auto.json" --log-dir "$R/gate-logs" >"$R/gate.log" 2>&1
-echo "gate-auto rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
-pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
+gate_auto 0.25
 models_p05
 auto_ab ab-auto-triton-p0.5 1,4,16,32,64,128 --b-models /tmp/models/8b/p0.5 --c-models /tmp/models/8b/p0.5
 auto_ab ab-auto-triton-p0.2 1,4,16,32,64,128 --time-varying
-t0=$SECONDS
-python3 -m bench.auto_shift --models /tmp/models/8b/fam --out "$R/auto-shift.json" --concurrency 32 \
-  --calibrate 8,16,32,64 --calibrate-seconds 8 --phase-seconds 30 --log-dir "$R/logs" >"$R/auto-shift.log" 2>&1
-echo "auto-shift rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
-pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
+shift_calibrated
 touch "$R/all.done"
