@@ -30,7 +30,7 @@ ab() {  # ab NAME ARGS...: one bench.ab_traffic run into $R/NAME, its time in jo
   python3 -m bench.ab_traffic --models /tmp/models/8b/p0.2 --repeats 2 --workloads varied-closed \
     --out "$R/$name" "$@" >"$R/$name.log" 2>&1
   echo "$name rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
-  pkill -f launch_server; sleep 2; pkill -9 -f launch_server
+  pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
 }
 
 fa3_ready() {  # wait up to 300 s for the FA3 kernel (its six pieces come by `part` calls)
