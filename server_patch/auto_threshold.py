@@ -18,7 +18,8 @@ request per ON step: accepted drafts + the bonus token, from SGLang's ``update_s
 measured live, per bucket while that bucket runs ON, else the accept length of the last ~256
 request-steps ON (:meth:`StepCosts.accept_for`: it follows the draft and the prompt mix, not the batch
 size, so a draft that got worse at the sizes running now also lowers the ON estimates of sizes
-not running now). Both per batch-size bucket (BUCKET_EDGES), as exponential moving averages that
+not running now; a bucket's own figure is damped against the draws' noise and shrunk toward that
+one for its first draws). Both per batch-size bucket (BUCKET_EDGES), as exponential moving averages that
 forget old samples (weight ``ALPHA`` per sample), so a change of draft quality or prompt mix is
 followed. The comparison is the one of ``shared/design/auto-threshold-anchors.md``: speculate
 iff ``A(b) > t_on(b) / t_off(b)``.
@@ -103,7 +104,10 @@ STICK = 0.02  # the crossover moves when another fits the votes better by this s
 DECISIVE_STALE = 4  # a bucket beyond LOG_CLIP re-measures its losing mode this many times less often
 ACCEPT_STALE = 4 * 64  # a bucket's accept length older than this (decode steps) than the newest yields to it
 ACCEPT_ALPHA_PER_REQUEST = 1 / 256  # ... to this one, a mean over the last ~256 request-steps
-BUCKET_ACCEPT_REQUESTS = 64  # a bucket's own accept length: an EMA over >= ~64 request-steps
+BUCKET_ACCEPT_REQUESTS = 64  # a bucket's own accept length: a fast EMA over >= ~64 request-steps ...
+ACCEPT_SLOW_REQUESTS = 512  # ... and a slow one over ~512, used while the fast one is within
+ACCEPT_SHIFT = 0.15  # ... this share of it (a changed draft or prompt mix moves it further) ...
+ACCEPT_PRIOR_REQUESTS = 256  # ... shrunk toward the recent accept length, worth this many request-steps
 IMPLY_RATIO = math.log(1.15)  # a bucket this far ahead for one mode settles the buckets beyond it ...
 IMPLY_SAMPLES = 8  # ... once it has this many samples of each mode
 
@@ -137,6 +141,7 @@ class Ema:
     value: Optional[float] = None
     count: int = 0
     last_step: int = -1
+    requests: int = 0  # draws behind the samples of :meth:`add_requests` (request-steps)
 
     def add(self, x: float, step: int, alpha: float = ALPHA) -> None:
         """One sample ``x`` at decode step ``step``."""
@@ -150,6 +155,7 @@ class Ema:
         plain mean while there are fewer samples than that weight implies."""
         alpha = min(cap, 1 - (1 - per_request) ** requests)
         self.add(x, step, alpha=max(alpha, 1 / (self.count + 1)))
+        self.requests += requests
 
     def fresh(self, step: int, stale_steps: int = STALE_STEPS) -> bool:
         """Enough samples, the last one at most ``stale_steps`` before decode step ``step``."""
@@ -158,11 +164,13 @@ class Ema:
 
 @dataclasses.dataclass
 class BucketCosts:
-    """One bucket's estimates: step time ON and OFF (s), accept length ON (tok/req/step)."""
+    """One bucket's estimates: step time ON and OFF (s), accept length ON (tok/req/step: a fast
+    and a slow EMA, :meth:`StepCosts.accept_for`)."""
 
     t_on: Ema = dataclasses.field(default_factory=Ema)
     t_off: Ema = dataclasses.field(default_factory=Ema)
     accept: Ema = dataclasses.field(default_factory=Ema)
+    accept_slow: Ema = dataclasses.field(default_factory=Ema)
 
     def rates(self, batch_size: float, accept: Optional[float] = None) -> Tuple[Optional[float], Optional[float]]:
         """Expected output tok/s ``(ON, OFF)`` at ``batch_size`` (None where not measured), with
@@ -192,13 +200,31 @@ class StepCosts:
         accept length of all recent ON samples. The accept length follows the draft and the
         prompt mix far more than the batch size, so a draft that got worse (or better) at the
         sizes running now moves the ON estimates of the sizes not running too (SGLang's greedy
-        acceptance does not depend on the batch)."""
+        acceptance does not depend on the batch).
+
+        One request's accept per step is 1 to num_steps + 1 tokens (a standard deviation of ~1 token
+        at p = 0.5), so a bucket's fast EMA (~64 request-steps) scatters ~7%: more than the margin
+        of a near tie (h100-2026-12-06g, 4 requests: ON ~6% ahead, a low stretch put it 10% behind
+        and speculation went off for 6 s of the row). The bucket's own value is therefore the slow
+        EMA (~512 request-steps) while the fast one is within ACCEPT_SHIFT of it, the fast one once
+        it is not (a changed draft or prompt mix is still followed at the fast EMA's speed); and
+        it is shrunk toward the recent accept length by its draws ``n``:
+        ``(n * own + ACCEPT_PRIOR_REQUESTS * recent) / (n + ACCEPT_PRIOR_REQUESTS)`` (the
+        posterior mean of a normal mean with the recent accept length as a prior worth
+        ACCEPT_PRIOR_REQUESTS draws), so a bucket's first few draws cannot flip it."""
         b = self.buckets.get(index)
         if b is None or b.accept.value is None:
             return None
         if self.accept.last_step - b.accept.last_step > ACCEPT_STALE:
             return self.accept.value
-        return b.accept.value
+        if self.accept.value is None:
+            return b.accept.value
+        own = b.accept.value
+        slow = b.accept_slow.value
+        if slow is not None and abs(own - slow) <= ACCEPT_SHIFT * slow:
+            own = slow
+        n = b.accept.requests
+        return (n * own + ACCEPT_PRIOR_REQUESTS * self.accept.value) / (n + ACCEPT_PRIOR_REQUESTS)
 
     def add(self, batch_size: int, on: bool, step_time_s: float, tokens: int, step: int) -> bool:
         """One decode batch of ``batch_size`` requests that ran ``on`` (speculation) in
@@ -215,6 +241,7 @@ class StepCosts:
             # one step's accept length is the mean of batch_size requests' 1..num_steps+1 tokens:
             # at batch 1 that is one draw, so small batches weigh by their requests, not per step
             b.accept.add_requests(tokens / batch_size, step, batch_size, 1 / BUCKET_ACCEPT_REQUESTS, cap=ALPHA)
+            b.accept_slow.add_requests(tokens / batch_size, step, batch_size, 1 / ACCEPT_SLOW_REQUESTS, cap=ALPHA)
             self.accept.add_requests(tokens / batch_size, step, batch_size, ACCEPT_ALPHA_PER_REQUEST)
         return True
 
@@ -536,7 +563,8 @@ def crossover(table: Table) -> Optional[int]:
 
 def report(costs: StepCosts, table: Table) -> List[Dict[str, Any]]:
     """Per measured bucket, for ``spec_gate.auto_buckets``: its range (req), the estimated output
-    tok/s ON and OFF at its middle, the sample counts, the accept length, the preferred mode."""
+    tok/s ON and OFF at its middle, the sample counts, the accept length its ON estimate uses
+    (:meth:`StepCosts.accept_for`), the preferred mode."""
     out = []
     for index in sorted(costs.buckets):
         b = costs.buckets[index]
@@ -548,7 +576,7 @@ def report(costs: StepCosts, table: Table) -> List[Dict[str, Any]]:
             "on_tok_s": round(on_rate, 1) if on_rate is not None else None,
             "off_tok_s": round(off_rate, 1) if off_rate is not None else None,
             "on_samples": b.t_on.count, "off_samples": b.t_off.count,
-            "accept_length": round(b.accept.value, 3) if b.accept.value is not None else None,
+            "accept_length": round(accept, 3) if (accept := costs.accept_for(index)) is not None else None,
             "on": entry.on if entry is not None else None,
         })
     return out
