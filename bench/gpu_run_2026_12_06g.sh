@@ -14,8 +14,8 @@
 #   4. the shifting draft, its concurrency from a curve learned on its own prompts (~200 s).
 # No FA3: steps `models` (.gpuwheels/A), `install 3` (.gpuwheels/B .devrun), then `wait 560` calls.
 # ~30 minutes with start-up: step 4 may not fit. On an H100 the pools are cut to 49,152 tokens (the
-# pool caps the batch at ~70 requests: say so). Rename to its date when run.
-export SELF=bench/gpu_run_next.sh
+# pool caps the batch at ~70 requests: say so). Ran on 2026-12-06 (an H100 came; 06g) until the p = 0.5 rows: then bench/gpu_run_2026_12_06g_tail.sh.
+export SELF=bench/gpu_run_2026_12_06g.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
