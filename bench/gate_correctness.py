@@ -194,6 +194,24 @@ def run_on_config_server(kind: str, name: str, models: Path, oracle: Any, port: 
     return rec
 
 
+# SGLang 0.5.12 sizes a KV pool as (memory free after loading the weights) - (memory free before)
+# x (1 - --mem-fraction-static) (ModelRunner._profile_available_bytes): a server that allocates in
+# between leaves it too little, so servers starting at once on one GPU race (on an H100 v2 topk 1
+# exited "Not enough memory" twice: h100-2026-12-06f at 0.15, h100-2026-12-06g at 0.25). One server
+# starts at a time; their phases still run in parallel.
+_STARTING = threading.Lock()
+
+
+def _ready_or_error(server: Any) -> Optional[BaseException]:
+    """``wait_ready(server)``'s exception, or None once it is ready (raised later, after the start
+    lock is released, where the record catches it)."""
+    try:
+        wait_ready(server)
+    except Exception as exc:  # noqa: BLE001 - handed to run_config's handler
+        return exc
+    return None
+
+
 def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *, tp: int,
                switches_target: int, mem_fraction: float, phases: str = ALL_PHASES,
                auto_options: Optional[AutoOptions] = None, extra: Sequence[str] = ()) -> Dict[str, Any]:
@@ -203,11 +221,14 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
     variant = server_variant(extra)
     rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv, **variant,
                            "phases": {}}
-    server = start_server(f"gate-{name}-tp{tp}" + ("-kv" if kv else "") + variant_label(variant),
-                          args, port, log_dir)
+    with _STARTING:
+        server = start_server(f"gate-{name}-tp{tp}" + ("-kv" if kv else "") + variant_label(variant),
+                              args, port, log_dir)
+        not_ready = _ready_or_error(server)
     url = server.url
     try:
-        wait_ready(server)
+        if not_ready is not None:
+            raise not_ready
         rec["startup_s"] = round(server.ready_s, 1)
         g = spec_gate(url)
         log = server.log_text()
@@ -629,7 +650,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--switches", type=int, default=1000)
-    ap.add_argument("--parallel", type=int, default=3, help="servers at once on the GPU(s)")
+    ap.add_argument("--parallel", type=int, default=3,
+                    help="servers at once on the GPU(s) (they start one after another: SGLang sizes a KV "
+                         "pool from the memory free around its own start)")
     ap.add_argument("--mem-fraction", type=float, default=0.15)
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
     ap.add_argument("--out", type=Path, required=True)

@@ -430,3 +430,53 @@ def test_forced_on_only_excludes_the_other_phase_options(monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as exc:
         gc.main(["--models", str(tmp_path), "--out", str(tmp_path / "o.json"), "--forced-on-only", "--skip-auto"])
     assert exc.value.code == 2
+
+
+def test_servers_on_one_gpu_start_one_at_a_time_and_a_failed_start_is_recorded(oracle, tmp_path, monkeypatch):
+    """SGLang sizes a KV pool from the memory free when the server starts, so three servers starting
+    at once raced (h100-2026-12-06f / 06g: the third "Not enough memory"): each start waits until
+    the previous server is ready; a start that fails is that config's error, the others run."""
+    import threading as th
+    import time as tm
+
+    live, most, lock = [0], [0], th.Lock()
+
+    class Stub:
+        url = "http://stub"
+        ready_s = 1.0
+
+        def __init__(self, name):
+            self.name = name
+
+        def log_text(self):
+            return ""
+
+        def log_tail(self, n):
+            return "Not enough memory. Please try to increase --mem-fraction-static."
+
+    def ready(server):
+        with lock:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        tm.sleep(0.05)
+        with lock:
+            live[0] -= 1
+        if "v1-topk4" in server.name:
+            raise RuntimeError("gate-v1-topk4 exited with -9: Not enough memory")
+
+    monkeypatch.setattr(gc, "start_server", lambda name, args, port, log_dir: Stub(name))
+    monkeypatch.setattr(gc, "wait_ready", ready)
+    monkeypatch.setattr(gc, "stop_server", lambda server: 0)
+    monkeypatch.setattr(gc, "spec_gate", lambda url: {"worker_class": "EAGLEWorker", "spec_version": "v1",
+                                                      "overlap": False, "off_cuda_graph": True,
+                                                      "max_running_requests": 64})
+    monkeypatch.setattr(gc, "_auto_phase", lambda rec, *a: rec.update(oracle_match=True))
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futs = [pool.submit(gc.run_config, n, tmp_path, oracle, 30000 + i, tmp_path, tp=1, switches_target=1,
+                            mem_fraction=0.25, phases=gc.AUTO_ONLY) for i, n in enumerate(("v2-topk1", "v1-topk1", "v1-topk4"))]
+        recs = [f.result() for f in futs]
+    assert most[0] == 1
+    assert [r.get("error") is None for r in recs] == [True, True, False]
+    assert "Not enough memory" in recs[2]["error"] and recs[0]["oracle_match"] is True
