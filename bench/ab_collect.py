@@ -78,12 +78,15 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
                          key=lambda p: int(p.name[6:]))
     try:
         sides = [s for s in SIDES if s in json.loads(summary_path.read_text()).get("servers", {})]
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, AttributeError) as exc:
         # a run cut short (device time) writes no summary: its sides are the repeats' folders
         sides = [s for s in SIDES if any((rd / s / "real-traffic.csv").exists() for rd in repeat_dirs)]
         if not sides:
             raise BenchError(f"{run} is not a bench.ab_traffic run ({summary_path}: "
                              f"{getattr(exc, 'strerror', None) or exc}; no repeat*/SIDE/real-traffic.csv)") from None
+        if summary_path.exists():
+            print(f"note: {summary_path} is unreadable ({exc}): its sides taken from the repeat folders "
+                  f"({', '.join(sides)})", file=sys.stderr)
     missing = sorted(set(only or ()) - set(sides))
     if missing:
         raise BenchError(f"{run} has no side {', '.join(missing)} (it has {', '.join(sides) or 'none'})")

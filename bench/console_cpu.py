@@ -303,9 +303,12 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.child:
         return a
-    for name, value, low in (("--seconds", a.seconds, 0.0), ("--interval", a.interval, 0.0)):
-        if not value > low:
-            p.error(f"{name} must be > 0, got {value}")
+    if not a.seconds > 0:
+        p.error(f"--seconds must be > 0, got {a.seconds}")
+    from console.cli import MIN_INTERVAL_S, MAX_INTERVAL_S
+
+    if not MIN_INTERVAL_S <= a.interval <= MAX_INTERVAL_S:  # the console's own bounds
+        p.error(f"--interval is the console's poll period, {MIN_INTERVAL_S} to {MAX_INTERVAL_S:g} s, got {a.interval}")
     if a.warmup < 0:
         p.error(f"--warmup must be >= 0, got {a.warmup}")
     if a.repeat < 1:

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bench.closed_loop import ClosedLoop, triangle_concurrency
+from bench.errors import BenchError
 from bench.oracle_check import check_batch, check_many, check_one, make_prompts
 from bench.recovery_oracle import check_recovery, recovery_prompts
 from bench.server_harness import (
@@ -222,8 +223,12 @@ def run_config(name: str, models: Path, oracle: Any, port: int, log_dir: Path, *
     rec: Dict[str, Any] = {"config": name, "topk": cfg["topk"], "tp": tp, "kv_sensitive": kv, **variant,
                            "phases": {}}
     with _STARTING:
-        server = start_server(f"gate-{name}-tp{tp}" + ("-kv" if kv else "") + variant_label(variant),
-                              args, port, log_dir)
+        try:
+            server = start_server(f"gate-{name}-tp{tp}" + ("-kv" if kv else "") + variant_label(variant),
+                                  args, port, log_dir)
+        except (BenchError, ValueError) as exc:  # its port taken since the check, bad extra arguments
+            rec.update(error=f"{type(exc).__name__}: {exc}", oracle_match=False, ok=False)
+            return rec
         not_ready = _ready_or_error(server)
     url = server.url
     try:
@@ -698,7 +703,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error(f"--configs: unknown {','.join(unknown) or repr(a.configs)}; choose from {','.join(CONFIGS)}")
     if a.parallel < 1 or a.tp < 1 or a.switches < 1 or not 0 < a.mem_fraction < 1:
         ap.error("--parallel, --tp and --switches must be >= 1, --mem-fraction in (0, 1)")
-    problem = out_problem(a.out)
+    problem = out_problem(a.out) or ports_problem(a.base_port, a.configs.split(","))
     if problem:
         ap.error(problem)
     if not 1 <= a.auto_peak <= MAX_RR:
@@ -727,7 +732,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def out_problem(out: Path) -> Optional[str]:
-    """Why the results file ``out`` cannot be written (its folder missing or read-only), or None."""
+    """Why the results file ``out`` cannot be written (its folder missing or read-only, or it holds
+    something other than a JSON list of entries, which merging would lose), or None."""
     folder = out.parent
     if out.is_dir():
         return f"--out {out} is a directory"
@@ -735,6 +741,29 @@ def out_problem(out: Path) -> Optional[str]:
         return f"--out {out}: no folder {folder}"
     if not os.access(folder, os.W_OK):
         return f"--out {out}: {folder} is not writable"
+    if out.exists():
+        try:
+            held = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return f"--out {out}: not a gate_correctness results file ({exc}); give a new file or one it wrote"
+        if not isinstance(held, list):
+            return (f"--out {out}: holds a JSON {type(held).__name__}, not the list of entries gate_correctness "
+                    f"writes (it would be lost); give a new file or one it wrote")
+    return None
+
+
+def ports_problem(base_port: int, configs: Sequence[str]) -> Optional[str]:
+    """Why the servers' ports (``base_port`` + 10 per config) cannot be used, or None: out of
+    1024-65535, or already listened on at 127.0.0.1 (that server would be measured instead)."""
+    from bench.server_harness import port_in_use
+
+    ports = [base_port + 10 * i for i in range(len(configs))]
+    if ports[0] < 1024 or ports[-1] > 65535:
+        return f"--base-port {base_port}: the servers' ports {ports[0]}-{ports[-1]} must lie in 1024-65535"
+    for name, port in zip(configs, ports):
+        if port_in_use(port):
+            return (f"--base-port {base_port}: port {port} ({name}'s server) is already in use on 127.0.0.1; "
+                    f"stop what listens there or give another --base-port")
     return None
 
 

@@ -144,7 +144,7 @@ def start_server(name: str, args: Sequence[str], port: int, log_dir: Path, *,
     """
     if port_in_use(port):
         raise BenchError(f"port {port} is already in use on 127.0.0.1: a server started there could not bind it, "
-                         f"and the one answering would be measured instead (stop it or give another --port)")
+                         f"and the one answering would be measured instead (stop it or start on another port)")
     full_env = dict(os.environ)
     full_env.update(env or {})
     try:

@@ -1109,8 +1109,10 @@ def _traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
         print(f"{type(exc).__name__}: {exc}", flush=True)
         if server is not None:
             print(server.log_tail(60), flush=True)
-        hint = (" (SGLang's bench_serving needs SGLang 0.5.12 with its dependencies: pip install 'specconsole[server]')"
-                if isinstance(exc, ModuleNotFoundError) else "")
+        missing = re.search(r"No module named '[^']+'", str(exc))  # also inside bench_serving's own failure
+        hint = (f" ({missing.group(0) if missing else 'a module is missing'}: SGLang's bench_serving needs "
+                f"SGLang 0.5.12 with its dependencies: pip install 'specconsole[server]')"
+                if isinstance(exc, ModuleNotFoundError) or missing else "")
         raise BenchError(f"traffic stopped {rows_kept(len(meta['rows']), a.out / a.csv_name)}: "
                          f"{first_line(exc)}{hint}") from None
     finally:
@@ -1300,6 +1302,21 @@ def add_parsers(sub) -> None:
 COMMANDS = ("traffic", "summarize-traffic", "compare-profiles")
 
 
+def p_wrong_label_problem(label: str) -> Optional[str]:
+    """Why ``label`` cannot be a row's ``p_wrong`` (it also names the record file), or None: a number
+    is the draft's per-token error rate and lies in [0, 1]; a name (your own pair) is one word
+    without a path separator."""
+    try:
+        value = float(label)
+    except ValueError:
+        if any(c.isspace() or c in "/\\" for c in label):
+            return "a label is one word without spaces or path separators (it names the record file)"
+        return None
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        return "a number is the draft's per-token error rate, in [0, 1] (or give a name for your own pair)"
+    return None
+
+
 def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """``parser.error`` for a ``traffic`` call that cannot be right, before anything starts; then
     ``a.plan`` (:class:`Plan`) and, with ``--models``, ``a.p_wrong`` from its oracle.json."""
@@ -1363,6 +1380,9 @@ def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             parser.error(f"{flag} {value}: no such directory (a Hugging Face id looks like org/name)")
     if a.p_wrong is None or not str(a.p_wrong).strip():
         parser.error("--p-wrong is needed to label the rows (with --url or --target)")
+    label_problem = p_wrong_label_problem(str(a.p_wrong))
+    if label_problem:
+        parser.error(f"--p-wrong {a.p_wrong}: {label_problem}")
     profile = None
     if a.profile_row is None and (a.profile_steps is not None or a.profile_delay is not None):
         parser.error("--profile-steps / --profile-delay go with --profile-row WORKLOAD:LEVEL")

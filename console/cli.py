@@ -172,7 +172,7 @@ def resolve(argv: list[str]) -> AppConfig:
                               "in the same order, or none")
         _check_api_key(mode_parser, args.api_key, "--api-key")
         for log in logs:
-            _check_log_file(mode_parser, log, "--log")
+            check_log_file(mode_parser, log, "--log")
         if len(urls) == 1:
             return replace(base, mode="attach", url=urls[0], log_path=logs[0] if logs else None,
                            api_key=args.api_key)
@@ -204,7 +204,7 @@ def resolve(argv: list[str]) -> AppConfig:
             return launch_config(replace(base, log_dir=log_dir), server["args"])
         if server.get("attach"):
             log = Path(server["log"]).expanduser() if server.get("log") else None
-            _check_log_file(parser, log, f"{file_cfg['path']}: server.log")
+            check_log_file(parser, log, f"{file_cfg['path']}: server.log")
             try:
                 url = normalize_url(str(server["attach"]))
             except ConfigError as exc:
@@ -244,7 +244,7 @@ def _servers_from_file(parser: argparse.ArgumentParser, base: AppConfig, file_cf
         except ConfigError as exc:
             parser.error(f"{path}: [[servers]] #{i} url: {exc}")
         log = Path(entry["log"]).expanduser() if entry.get("log") else None
-        _check_log_file(parser, log, f"{path}: [[servers]] #{i} log")
+        check_log_file(parser, log, f"{path}: [[servers]] #{i} log")
         targets.append(ServerTarget(url, log, entry.get("api_key")))
     _check_duplicates(parser, [t.url for t in targets], f"{path}: [[servers]]")
     return multi_config(base, tuple(targets))
@@ -317,7 +317,7 @@ def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str, hint
     parser.error(f"{where} {path}: cannot write a log file there ({reason}){hint}")
 
 
-def _check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:
+def check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:
     """Refuse a log path that is a directory or not a regular file (a named pipe blocks the
     reader until a writer opens it, and quitting with it; a device such as /dev/zero never
     ends): exits. A missing file is fine (it may appear)."""

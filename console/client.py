@@ -362,6 +362,10 @@ class ServerClient:
             raise ServerUnreachable("HTTP 200: /server_info is not a JSON object (not an SGLang server?)")
         if "internal_states" not in info:  # every SGLang 0.5.x /server_info has it
             raise ServerUnreachable("HTTP 200: /server_info has no internal_states (not an SGLang server?)")
+        gate = _first_state(info).get("spec_gate")
+        if gate is not None and not isinstance(gate, dict):  # not "no gate": a gate this console cannot read
+            raise ServerUnreachable(f"HTTP 200: /server_info's spec_gate is a JSON {type(gate).__name__}, not the "
+                                    f"plugin's object (server_patch of another specconsole version?)")
         loads, loads_error = None, None
         if self._loads_supported:
             try:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from console import state as st
-from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S
+from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S, check_log_file
 from console.config import AppConfig, ConfigError, default_log_dir, normalize_url, writable_dir_problem
 from server_patch import contract
 
@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             args.url = normalize_url(args.url)
         except ConfigError as exc:
             parser.error(str(exc))
+    check_log_file(parser, args.log, "--log")  # as `specconsole attach --log` does
     _check_out_dir(parser, Path(args.out), args.out)  # a str until here: Path("") would read as "."
     args.out = Path(args.out)
     if args.gpus is None:

@@ -448,8 +448,9 @@ class ConsoleModel:
             text = f"{what}: no answer from server ({reason}); not confirmed"
         else:
             text = f"{what} not sent: {reason}"
-        if self._queued:
-            text += f"; {len(self._queued)} queued change(s) not sent"
+        if self._queued:  # requested (logged) while this one was in flight: say which, so none reads as sent
+            dropped = ", ".join(target_text(c.get("threshold"), c.get("hysteresis")) for c in self._queued)
+            text += f"; {len(self._queued)} queued change(s) not sent ({dropped})"
             self._queued = []
         self.set_message(text, "error")
         p, g = self.pending, self.gate

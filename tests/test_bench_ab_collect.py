@@ -99,6 +99,15 @@ def test_a_run_cut_short_without_a_summary_gives_the_rows_its_repeats_measured(t
                    ("b", "128", "4400", "1")]
 
 
+def test_an_unreadable_summary_is_said_and_the_sides_come_from_the_folders(tmp_path, capsys):
+    """A fresh user's find: a corrupt ab-summary.json was passed over in silence."""
+    run = write_run(tmp_path, "ab", {"a": "none", "b": "off"}, {
+        (0, "a"): [row("none", 32, 2600, 11.0)], (0, "b"): [row("off", 32, 2500, 11.7, threshold="1")]})
+    (run / "ab-summary.json").write_text("{bad")
+    assert [r["side"] for r in ab_collect.collect(run)] == ["a", "b"]
+    assert "ab-summary.json is unreadable" in capsys.readouterr().err
+
+
 def test_the_no_speculation_rows_take_the_draft_of_the_runs_speculative_sides(tmp_path):
     """A run of none (the p = 0.2 pair) beside always / auto on the p = 0.5 draft of the same target:
     the none rows are that draft's baseline and are labelled 0.5; a run with two drafts keeps its labels."""

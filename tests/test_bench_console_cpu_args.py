@@ -9,7 +9,8 @@ from bench import console_cpu
 
 @pytest.mark.parametrize("argv, message", [
     (["--repeat", "0"], "--repeat must be >= 1"), (["--seconds", "0"], "--seconds must be > 0"),
-    (["--interval", "0"], "--interval must be > 0"), (["--warmup", "-1"], "--warmup must be >= 0"),
+    (["--interval", "0"], "--interval is the console's poll period, 0.1 to 3600 s"),
+    (["--interval", "0.05"], "--interval is the console's poll period"), (["--warmup", "-1"], "--warmup must be >= 0"),
     (["--gpus", "-1"], "--gpus must be 0-64"), (["--gpus", "100000"], "--gpus must be 0-64"), (["--keep-profile", "/tmp/kp"], "--keep-profile needs --profile"),
     (["--out", "/nonexistent-dir/x.json"], "no directory /nonexistent-dir"),
     (["--repea", "2"], "unrecognized arguments: --repea"),  # no abbreviations

@@ -480,3 +480,33 @@ def test_servers_on_one_gpu_start_one_at_a_time_and_a_failed_start_is_recorded(o
     assert most[0] == 1
     assert [r.get("error") is None for r in recs] == [True, True, False]
     assert "Not enough memory" in recs[2]["error"] and recs[0]["oracle_match"] is True
+
+
+def test_a_bad_port_or_results_file_is_refused_before_anything_is_built(monkeypatch, capsys, tmp_path):
+    """A fresh user's runs: --base-port 70000 built the models, then a traceback (OverflowError); a
+    port already listened on, a traceback; an --out holding a JSON object was rewritten as a list
+    (its values lost) and one holding anything else failed after every server had run."""
+    import socket
+
+    monkeypatch.setattr(gc, "load_pair", lambda ap, a: pytest.fail("nothing built after a bad option"))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    obj, text = tmp_path / "obj.json", tmp_path / "passwd"
+    obj.write_text('{"x": 1}')
+    text.write_text("root:x:0:0\n")
+    cases = ((["--base-port", "70000"], "must lie in 1024-65535"),
+             (["--base-port", str(port), "--configs", "v1-topk1"], f"port {port} (v1-topk1's server) is already in use"),
+             (["--out", str(obj)], "holds a JSON dict"),
+             (["--out", str(text)], "not a gate_correctness results file"))
+    try:
+        for argv, message in cases:
+            args = ["--models", str(tmp_path), "--out", str(tmp_path / "o.json"), *argv]
+            with pytest.raises(SystemExit) as exc:
+                gc.main(args)
+            assert exc.value.code == 2
+            assert message in capsys.readouterr().err, argv
+    finally:
+        taken.close()
+    assert obj.read_text() == '{"x": 1}'

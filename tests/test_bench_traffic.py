@@ -516,6 +516,8 @@ def test_a_csv_with_other_columns_is_refused_before_anything_runs(servers, bench
     (["--url", "http://h:1", "--config", "off", "--threshold", "8"], "--threshold is the gate's N, for --config gate"),
     (["--url", "http://h:1", "--config", "always", "--hysteresis", "1"], "--hysteresis goes with --config gate"),
     (["--url", "http://h:1", "--no-p"], "--p-wrong is needed to label the rows"),
+    (["--url", "http://h:1", "--no-p", "--p-wrong", "7"], "a number is the draft's per-token error rate, in [0, 1]"),
+    (["--url", "http://h:1", "--no-p", "--p-wrong", "my/pair"], "a label is one word without spaces or path separators"),
     (["--url", "http://h:1", "--workloads", "bogus-closed"], "workload 'bogus-closed' is not <lengths>-<arrivals>"),
     (["--url", "http://h:1", "--workloads", "varied-batch"], "arrivals in closed, poisson"),
     (["--url", "http://h:1", "--rates", "0,2"], "expected comma-separated request rates > 0"),

@@ -161,7 +161,8 @@ async def test_client_unreachable_reasons():
         await client.set_gate(threshold=3)
     await client.aclose()
     # JSON, but not SGLang's /server_info: an answer from something else, not "no gate"
-    for body, says in (({}, "has no internal_states"), ([1, 2], "is not a JSON object")):
+    for body, says in (({}, "has no internal_states"), ([1, 2], "is not a JSON object"),
+                       ({"internal_states": [{"spec_gate": []}]}, "spec_gate is a JSON list")):
         client = ServerClient("http://x:1", transport=httpx.MockTransport(lambda r, b=body: httpx.Response(200, json=b)))
         with pytest.raises(ServerUnreachable, match=says) as exc:
             await client.poll()
@@ -348,7 +349,7 @@ def test_each_press_steps_the_target_and_is_sent_in_order():
     m.step_threshold(-1)
     sent = m.next_to_send()
     (text,) = lines(m.on_set_failure(sent, "timed out"))
-    assert "no answer from server (timed out)" in text and "1 queued change(s) not sent" in text
+    assert "no answer from server (timed out)" in text and "1 queued change(s) not sent (threshold 38)" in text
     assert m.pending is None and not m.sending and m.next_to_send() is None
 
 
@@ -1766,13 +1767,14 @@ def test_the_threshold_dialog_checks_the_hysteresis_and_names_the_limit():
     (["--size", "big"], "--size must look like 160x50"),
     (["--timeout", "-1"], "--timeout must be a number of seconds > 0"),
     (["--interval", "0"], "--interval must be a number of seconds from 0.1"),
+    (["--log", "DIR"], "is a directory; give the server's log file"),
 ])
 def test_headless_check_refuses_bad_options_before_starting_anything(tmp_path, capsys, argv, says):
     from console import headless_check
 
     a_file = tmp_path / "f"
     a_file.write_text("x")
-    argv = [x.replace("FILE", str(a_file)) for x in argv]
+    argv = [x.replace("FILE", str(a_file)).replace("DIR", str(tmp_path)) for x in argv]
     if "--out" not in argv:
         argv += ["--out", str(tmp_path / "out")]
     with pytest.raises(SystemExit) as exc:
