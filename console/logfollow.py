@@ -101,6 +101,9 @@ class LogFollower:
         self._file_ids = 0
         #: the line index of the file now followed (a new object for every new file)
         self.index = LineIndex(0)
+        #: why the path cannot be opened now (a directory, no permission), None while it can or is
+        #: missing (a log not written yet is normal)
+        self.problem: str | None = None
 
     def _new_index(self, st: os.stat_result) -> None:
         self._file_ids += 1
@@ -109,8 +112,13 @@ class LogFollower:
     def _open(self) -> bool:
         try:
             fh = open(self.path, "rb")
-        except OSError:
+        except FileNotFoundError:
+            self.problem = None
             return False
+        except OSError as exc:
+            self.problem = "is a directory" if isinstance(exc, IsADirectoryError) else (exc.strerror or str(exc)).lower()
+            return False
+        self.problem = None
         st = os.fstat(fh.fileno())
         self._fh, self._dev_ino, self._pos, self._partial = fh, (st.st_dev, st.st_ino), 0, b""
         self._fingerprint = b""

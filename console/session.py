@@ -74,6 +74,7 @@ class ConsoleSession:
         self.backoff = Backoff(config.interval_s)
         self.client: ServerClient | None = None
         self.follower: LogFollower | None = None
+        self._log_problem: str | None = None  # the follower's last problem told (a console line)
         self.proc: ServerProcess | None = None
         self.nvml_busy = False  # an NVML read is running in its thread
         self.quitting = False
@@ -500,6 +501,19 @@ class ConsoleSession:
         if line.startswith(logparse.START_MARKER) or logparse.classify(line) == logparse.VERIFY:
             self._scanned.append(line)
 
+    def _note_log_problem(self) -> None:
+        """A console line when the followed log path stops (or starts again) being a file it can
+        read: replaced by a directory, its permission taken away. The pane said nothing there."""
+        problem = self.follower.problem if self.follower is not None else None
+        if problem == self._log_problem:
+            return
+        path = self.follower.path if self.follower is not None else None
+        if problem is not None:
+            self.console_line(f"log {path}: {problem}; the pane follows it again once it is a readable file")
+        else:
+            self.console_line(f"log {path}: readable again")
+        self._log_problem = problem
+
     def _own_addresses(self) -> list[str]:
         """The client addresses (``host:port``) the console's requests came from so far."""
         return list(self.client.local_addresses) if self.client is not None else []
@@ -556,6 +570,7 @@ class ConsoleSession:
         async with self._log_lock:
             self._log_read_at = time.monotonic()
             scanned, batch, lines = await asyncio.to_thread(self._read_log)
+            self._note_log_problem()
             urgent, self._log_urgent = self._log_urgent, False
             if urgent:
                 publish, soon = True, False

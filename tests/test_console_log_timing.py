@@ -128,3 +128,21 @@ async def test_the_poll_reads_the_log_before_its_snapshot(tmp_path):
     assert order[:2] == ["poll", "read"]
     assert [type(e).__name__ for e in got][-2:] == ["LogLines", "Published"]
     assert _published(got)[-1] is False  # the poll's own snapshot, with the lines just read
+
+
+async def test_a_log_path_replaced_by_a_directory_is_said_once_and_its_return_too(tmp_path):
+    """A fresh user's find: the followed log replaced by a directory left the pane silent."""
+    s, log, got = _session(tmp_path, lines=1)
+    s.follower = sess.LogFollower(log, on_scan=s._scan_fact)
+    await s._read_log_once()
+    log.unlink()
+    log.mkdir()
+    await s._read_log_once()
+    await s._read_log_once()
+    log.rmdir()
+    log.write_text("back\n")
+    await s._read_log_once()
+    said = [e.text for e in got if isinstance(e, ev.ConsoleLine)]
+    assert said == [f"log {log}: is a directory; the pane follows it again once it is a readable file",
+                    f"log {log}: readable again"]
+    assert ("back" in {t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines})
