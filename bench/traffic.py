@@ -1109,10 +1109,10 @@ def _traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
         print(f"{type(exc).__name__}: {exc}", flush=True)
         if server is not None:
             print(server.log_tail(60), flush=True)
-        missing = re.search(r"No module named '[^']+'", str(exc))  # also inside bench_serving's own failure
-        hint = (f" ({missing.group(0) if missing else 'a module is missing'}: SGLang's bench_serving needs "
-                f"SGLang 0.5.12 with its dependencies: pip install 'specconsole[server]')"
-                if isinstance(exc, ModuleNotFoundError) or missing else "")
+        missing = None if isinstance(exc, ModuleNotFoundError) else re.search(r"No module named '[^']+'", str(exc))
+        hint = (f" ({missing.group(0) + ': ' if missing else ''}SGLang's bench_serving needs SGLang 0.5.12 with its "
+                f"dependencies: pip install 'specconsole[server]')"
+                if isinstance(exc, ModuleNotFoundError) or missing else "")  # missing: inside bench_serving's own run
         raise BenchError(f"traffic stopped {rows_kept(len(meta['rows']), a.out / a.csv_name)}: "
                          f"{first_line(exc)}{hint}") from None
     finally:

@@ -1156,3 +1156,14 @@ def test_a_call_stopped_before_its_first_row_says_so_and_a_missing_sglang_depend
     assert msg.startswith("traffic stopped before its first row: ModuleNotFoundError: No module named 'orjson'")
     assert "pip install 'specconsole[server]'" in msg
     assert not (tmp_path / "o").exists()  # nothing written: no empty --out left behind
+
+    def bench_serving_failed(*args, **kwargs):  # its subprocess fallback failed on the import (a fresh user's run)
+        raise RuntimeError("sglang.bench_serving exited with 1 (subprocess):\n\nTraceback ...\n"
+                           "ModuleNotFoundError: No module named 'orjson'\n")
+
+    monkeypatch.setattr(traffic, "measure_server", bench_serving_failed)
+    msg = fails(monkeypatch, capsys, "traffic", "--url", server.url, "--config", "off", "--p-wrong", "0.2",
+                "--workloads", "varied-closed", "--concurrency", "1", "--num-prompts", "4", "--no-warmup",
+                "--out", tmp_path / "o", "--work-dir", tmp_path / "w")
+    assert "(No module named 'orjson': SGLang's bench_serving needs SGLang 0.5.12" in msg
+    assert "pip install 'specconsole[server]'" in msg
