@@ -7,9 +7,10 @@
 #   1. p = 0.5 first (where the accept fix acts): none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128,
 #      Poisson 4 / 16 / 48, its own none server (~690 s);
 #   2. the shifting draft, its concurrency from a curve learned on its own prompts (~200 s);
-#   3. p = 0.2: the same rows (06f's e2e 1.036x at 48 / s was before probes were charged by time) (~690 s).
+#   3. p = 0.2: the same rows (06f's e2e 1.036x at 48 / s was before probes were charged by time) (~690 s);
+#   4. bench.gate_correctness --auto for the three configs (servers now start one at a time) (~250 s).
 # No FA3: steps `models` (.gpuwheels/A), `install 3` (.gpuwheels/B .devrun), then `wait 560` calls.
-# ~30 minutes with start-up: step 3 may not fit. On an H100 the pools are cut to 49,152 tokens (the
+# ~30 minutes with start-up: steps 3-4 may not fit. On an H100 the pools are cut to 49,152 tokens (the
 # pool caps the batch at ~70 requests: say so). Rename to its date when run.
 export SELF=bench/gpu_run_next.sh
 set -uo pipefail
@@ -20,4 +21,5 @@ models_p05
 auto_ab ab-auto-triton-p0.5 1,4,16,32,64,128 --b-models /tmp/models/8b/p0.5 --c-models /tmp/models/8b/p0.5
 shift_calibrated
 auto_ab ab-auto-triton-p0.2 1,4,16,32,64,128
+gate_auto 0.25  # passed on the H100 (06g); on an H200 the same run's own record, if the budget reaches it
 touch "$R/all.done"
