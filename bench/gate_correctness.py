@@ -66,6 +66,7 @@ from bench.server_harness import (
     flipping_threshold,
     record_failure,
     gate_startup_lines,
+    port_in_use,
     set_gate,
     spec_gate,
     spec_path_log_line,
@@ -755,8 +756,6 @@ def out_problem(out: Path) -> Optional[str]:
 def ports_problem(base_port: int, configs: Sequence[str]) -> Optional[str]:
     """Why the servers' ports (``base_port`` + 10 per config) cannot be used, or None: out of
     1024-65535, or already listened on at 127.0.0.1 (that server would be measured instead)."""
-    from bench.server_harness import port_in_use
-
     ports = [base_port + 10 * i for i in range(len(configs))]
     if ports[0] < 1024 or ports[-1] > 65535:
         return f"--base-port {base_port}: the servers' ports {ports[0]}-{ports[-1]} must lie in 1024-65535"

@@ -1109,10 +1109,11 @@ def _traffic(a: argparse.Namespace) -> List[Dict[str, Any]]:
         print(f"{type(exc).__name__}: {exc}", flush=True)
         if server is not None:
             print(server.log_tail(60), flush=True)
-        missing = None if isinstance(exc, ModuleNotFoundError) else re.search(r"No module named '[^']+'", str(exc))
-        hint = (f" ({missing.group(0) + ': ' if missing else ''}SGLang's bench_serving needs SGLang 0.5.12 with its "
-                f"dependencies: pip install 'specconsole[server]')"
-                if isinstance(exc, ModuleNotFoundError) or missing else "")  # missing: inside bench_serving's own run
+        hint = ""
+        inside = re.search(r"No module named '[^']+'", str(exc))  # bench_serving's own run failed on an import
+        if isinstance(exc, ModuleNotFoundError) or inside:
+            named = "" if isinstance(exc, ModuleNotFoundError) else f"{inside.group(0)}: "  # the first line has it
+            hint = f" ({named}SGLang's bench_serving needs SGLang 0.5.12 with its dependencies: pip install 'specconsole[server]')"
         raise BenchError(f"traffic stopped {rows_kept(len(meta['rows']), a.out / a.csv_name)}: "
                          f"{first_line(exc)}{hint}") from None
     finally:
