@@ -669,12 +669,14 @@ def _gate_curve(path: Path) -> dict:
     return out
 
 
-def _bench_rows(config: GateConfig, costs: dict, seed: int, levels=(1, 16, 64, 128), seconds: float = 6) -> list:
+def _bench_rows(config: GateConfig, costs: dict, seed: int, levels=(1, 16, 64, 128), seconds: float = 6,
+                sim: "Sim | None" = None, after_row=None) -> list:
     """Output tok/s of the rows of ``bench.auto_run`` on one server, as the H200 ran them: the
     warm-up (8 uniform-length requests at a time, then 64 variable-length), then closed loops of
     ``seconds`` at each of ``levels`` requests (variable lengths; every row starts with an empty
-    server)."""
-    sim, rng = Sim(seed=seed, config=config), random.Random(seed)
+    server). ``sim``: the server to run them on (default a new one of ``config``); ``after_row``
+    is called after each row, the warm-up's included."""
+    sim, rng = sim or Sim(seed=seed, config=config), random.Random(seed)
     it, out = 0, []
     for concurrency, seconds, uniform in ((8, 3, True), (64, 3, False), *((c, seconds, False) for c in levels)):
         left = [256 if uniform else rng.randint(32, 512) for _ in range(concurrency)]
@@ -688,6 +690,8 @@ def _bench_rows(config: GateConfig, costs: dict, seed: int, levels=(1, 16, 64, 1
                 continue
             it = _loop_step(sim, costs, rng, left, empty, it)
         out.append((sim.tokens - n0) / (sim.clock - t0))
+        if after_row is not None:
+            after_row()
     return out[2:]
 
 
@@ -903,8 +907,8 @@ def test_where_off_leads_by_a_few_percent_at_a_batch_hovering_on_a_bucket_edge_t
 def _wrong_mode_share(costs: dict, seed: int, levels: tuple, seconds: float = 12) -> list:
     """Per row of :func:`_bench_rows` (auto), the share of decode steps run in the mode that loses
     at that batch size on ``costs`` (probes included)."""
-    sim, rng = Sim(seed=seed), random.Random(seed)
-    gate, count = sim.gate, {"wrong": 0, "all": 0}
+    sim = Sim(seed=seed)
+    gate, count, shares = sim.gate, {"wrong": 0, "all": 0}, []
     decide = gate.decide
 
     def counted(batch_size: int):
@@ -914,15 +918,13 @@ def _wrong_mode_share(costs: dict, seed: int, levels: tuple, seconds: float = 12
         count["wrong"] += gate.spec_enabled != (m["none"] > m["always"])
         return switch
 
-    gate.decide = counted
-    it, out = 0, []
-    for concurrency, row_s, uniform in ((8, 3, True), (64, 3, False), *((c, seconds, False) for c in levels)):
+    def row_ended() -> None:
+        shares.append(count["wrong"] / max(1, count["all"]))
         count["wrong"] = count["all"] = 0
-        left, empty, t0 = [256 if uniform else rng.randint(32, 512) for _ in range(concurrency)], [0] * concurrency, sim.clock
-        while sim.clock - t0 < row_s:
-            it = _loop_step(sim, costs, rng, left, empty, it)
-        out.append(count["wrong"] / max(1, count["all"]))
-    return out[2:]
+
+    gate.decide = counted
+    _bench_rows(GateConfig(None), costs, seed, levels, seconds, sim=sim, after_row=row_ended)
+    return shares[2:]
 
 
 def test_a_near_tie_at_a_small_batch_is_not_lost_to_accept_noise():
@@ -931,9 +933,9 @@ def test_a_near_tie_at_a_small_batch_is_not_lost_to_accept_noise():
     stretch of low accept (1.65 against 1.87 over 40 steps) the bucket's ON estimate fell 10% below
     OFF: speculation off for 6 s of the 16 s row (0.954x the better static mode). On that server's
     curve with ON 6% ahead at 4-5 requests and 10% at 3, 24 seeds: with the bucket's accept length
-    an EMA over ~64 request-steps, 35% of the row's steps in the losing mode (some rows 95%); with a
+    an EMA over ~64 request-steps, 40% of the row's steps in the losing mode (some rows 97%); with a
     slow estimate while the fast one agrees with it, shrunk toward the recent accept length for its
-    first draws, 4.4% (none above 8%)."""
+    first draws, 4.6% (none above 8%)."""
     costs = {b: dict(v) for b, v in _gate_curve(
         RESULTS / "h100-2026-12-06g" / "ab-auto-triton-p0.5/repeat0/c/traffic-auto-v2-p0.5.json").items()}
     for b, ahead in ((3, 1.10), (4, 1.06)):
