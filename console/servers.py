@@ -94,7 +94,8 @@ def server_row(s: st.ConsoleSnapshot) -> ServerRow:
         n_h=n_h,
         batch=fmt.num(batch),
         tok_s=fmt.num(None if tput is None else round(tput)),
-        accept=fmt.num(accept, digits=2),
+        accept=fmt.num(accept, digits=2) + ("!" if contract.accept_length_problem(
+            accept, g.num_steps if g is not None else None) else ""),
         worker=worker,
     )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -302,6 +303,24 @@ def never_back_on(threshold: Optional[int], hysteresis: Optional[int]) -> bool:
     while a request runs."""
     return threshold is not None and hysteresis is not None and resume_below(threshold, hysteresis) <= 1
 
+
+
+def accept_length_problem(value: Optional[float], num_steps: Optional[int]) -> Optional[str]:
+    """Why an accept length (tokens per request per decode step) cannot be right, or None.
+
+    An EAGLE step emits the accepted draft tokens plus the target's own one: at most
+    ``num_steps + 1`` (the draft chain's depth, topk 1 or tree), at least 1 while speculation runs
+    (0 where a server reports no step yet). A value outside ``[0, num_steps + 1]`` or not finite
+    came from a broken metric or another server's figure; it is shown, marked, not trusted.
+    ``num_steps`` None (not known yet) checks only finiteness and sign.
+    """
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0:
+        return f"accept length {value!r} is not a token count"
+    if num_steps is not None and value > num_steps + 1 + 1e-6:
+        return f"accept length {value:.3g} > {num_steps + 1} (num_steps {num_steps} + 1): not this server's speculation"
+    return None
 
 # -- spec_gate in /server_info -----------------------------------------------------------------
 

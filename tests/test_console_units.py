@@ -1948,3 +1948,21 @@ def test_minus_from_a_threshold_above_max_running_goes_to_the_limit():
     assert out.ok and out.notice == "threshold 24 is above max running requests 20: - goes to 20"
     assert m.next_to_send() == {"threshold": 20}
     assert not m.step_threshold(+1).ok
+
+
+def test_an_accept_length_no_eagle_step_can_make_is_shown_marked():
+    from console.servers import server_row
+    from server_patch import contract
+
+    assert contract.accept_length_problem(2.94, 3) is None and contract.accept_length_problem(4.0, 3) is None
+    assert contract.accept_length_problem(None, 3) is None and contract.accept_length_problem(0.0, None) is None
+    assert "> 4" in contract.accept_length_problem(1e308, 3)  # 3 draft steps emit at most 4 tokens a step
+    assert "not a token count" in contract.accept_length_problem(-1.0, None)
+    assert "not a token count" in contract.accept_length_problem(float("inf"), 3)
+    text = _details(accept_length_recent=1e308)
+    assert "accept 1e+308 tok/step ⚠ accept length 1e+308 > 4 (num_steps 3 + 1)" in text
+    assert "⚠ accept length" not in _details()  # 2.94 with 3 steps: plausible, unmarked
+    snap = st.ConsoleSnapshot(gate=st.GateState.from_json({**GATE, "accept_length_recent": 9.5}), sample_seen=True)
+    assert server_row(snap).accept == "9.50!"
+    snap = st.ConsoleSnapshot(gate=st.GateState.from_json(GATE), sample_seen=True)
+    assert server_row(snap).accept == "2.94"

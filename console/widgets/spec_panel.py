@@ -308,7 +308,11 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
     al = g.accept_length_recent
     if al is None and s.load is not None:
         al = s.load.accept_length
-    rows.append([sw, _t(("accept ", d["label"]), (fmt.num(al, "tok/step", 2), d["value"]))])
+    accept = _t(("accept ", d["label"]), (fmt.num(al, "tok/step", 2), d["value"]))
+    problem = contract.accept_length_problem(al, g.num_steps)
+    if problem:
+        accept.append(f" ⚠ {problem}", d["alarm"])
+    rows.append([sw, accept])
     if auto and g.auto_probes is not None:
         share = ""
         if g.auto_probe_share is not None:
