@@ -789,7 +789,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not 1 <= a.port <= 65535:
         ap.error(f"--port must be 1-65535, got {a.port}")
     if a.url is None:
-        missing = [n for n in ("target", "draft", "oracle.json") if not (a.models / n).exists()]
+        from bench.server_harness import missing_pair_files
+
+        missing = missing_pair_files(a.models)
         if missing:
             ap.error(f"--models {a.models}: missing {', '.join(missing)} (a pair made by python -m "
                      f"bench.synthetic_models --families 2 --p-wrong-families 0.1,0.6)")

@@ -20,6 +20,7 @@ from typing import Any, Dict
 from bench.oracle_check import check_many, make_prompts
 from bench.server_harness import (
     eagle3_args,
+    missing_pair_files,
     record_failure,
     server_info,
     spec_path_log_line,
@@ -70,14 +71,23 @@ def run_one(p: float, overlap: bool, root: Path, port: int, log_dir: Path, mem_f
     return rec
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu_smoke", description=__doc__.splitlines()[0])
     ap.add_argument("--models-root", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--mem-fraction", type=float, default=0.15)
     ap.add_argument("--log-dir", type=Path, default=Path("/tmp/specconsole-logs"))
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    for p in sorted({p for p, _ in RUNS}):
+        missing = missing_pair_files(a.models_root / f"p{p}")
+        if missing:
+            ap.error(f"--models-root {a.models_root}: p{p}/ lacks {', '.join(missing)} (one pair per p, made by "
+                     f"python -m bench.synthetic_models --out {a.models_root}/p{p} --p-wrong {p})")
+    if a.parallel < 1:
+        ap.error(f"--parallel must be >= 1, got {a.parallel}")
+    if not 0 < a.mem_fraction < 1:
+        ap.error(f"--mem-fraction must be between 0 and 1 (SGLang's --mem-fraction-static), got {a.mem_fraction}")
     with ThreadPoolExecutor(max_workers=a.parallel) as pool:
         futs = [pool.submit(run_one, p, ov, a.models_root, 30100 + 10 * i, a.log_dir, a.mem_fraction)
                 for i, (p, ov) in enumerate(RUNS)]

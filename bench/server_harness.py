@@ -262,6 +262,12 @@ def config_names(ap: Any, configs: str) -> List[str]:
     return names
 
 
+
+def missing_pair_files(models: Path) -> List[str]:
+    """What a synthetic pair's directory (``bench.synthetic_models --out DIR``) lacks of ``target``,
+    ``draft`` and ``oracle.json``; empty when all are there."""
+    return [n for n in ("target", "draft", "oracle.json") if not (models / n).exists()]
+
 @contextlib.contextmanager
 def flipping_threshold(url: str, high: int, every_s: float = 0.01):
     """While the ``with`` body runs, set the gate's threshold to 1 and ``high`` in turn every

@@ -20,6 +20,7 @@ Blocking file I/O: the session calls :meth:`read_batch` from a thread.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,6 +37,8 @@ MAX_LINE_BYTES = 1 << 20
 FINGERPRINT_BYTES = 64
 #: NUL padding skipped per call at most (a hole on a file system without SEEK_DATA)
 NUL_SKIP_MAX = 64 * READ_CHUNK
+#: :attr:`LogFollower.problem` while the followed file's path is gone (renamed or deleted)
+GONE = "was renamed or deleted (the pane shows what is still written to the file it had open)"
 
 #: control characters (not tab) shown in caret notation, as ``less`` does: a binary file or an
 #: escape sequence must not reach the terminal (or Textual's layout) raw
@@ -101,8 +104,9 @@ class LogFollower:
         self._file_ids = 0
         #: the line index of the file now followed (a new object for every new file)
         self.index = LineIndex(0)
-        #: why the path cannot be opened now (a directory, no permission), None while it can or is
-        #: missing (a log not written yet is normal)
+        #: why the path cannot be opened now (a directory, a pipe, no permission) or is gone while
+        #: its file is followed (:data:`GONE`); None while it can, or before any file appeared (a
+        #: log not written yet is normal)
         self.problem: str | None = None
 
     def _new_index(self, st: os.stat_result) -> None:
@@ -111,13 +115,22 @@ class LogFollower:
 
     def _open(self) -> bool:
         try:
-            fh = open(self.path, "rb")
+            # non-blocking: opening a named pipe for reading otherwise waits for a writer (the
+            # log thread, and with it the console's exit, would hang); regular files only
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             self.problem = None
             return False
         except OSError as exc:
             self.problem = "is a directory" if isinstance(exc, IsADirectoryError) else (exc.strerror or str(exc)).lower()
             return False
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            self.problem = "is a directory" if stat.S_ISDIR(mode) else "is not a regular file (a pipe or a device)"
+            return False
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
         self.problem = None
         st = os.fstat(fh.fileno())
         self._fh, self._dev_ino, self._pos, self._partial = fh, (st.st_dev, st.st_ino), 0, b""
@@ -177,6 +190,10 @@ class LogFollower:
             return
         try:
             st = os.stat(self.path)
+            self.problem = None
+        except FileNotFoundError:
+            st = None
+            self.problem = GONE
         except OSError:
             st = None
         if st is not None and (st.st_dev, st.st_ino) != self._dev_ino:

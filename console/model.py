@@ -487,7 +487,9 @@ class ConsoleModel:
             return []  # nothing to compare, no change, or this console's own change under way
         parts = []
         for key, old, new in (("threshold", before[0], now_values[0]), ("hysteresis", before[1], now_values[1])):
-            if old != new and not self._sent_recently(key, new):
+            # after a restart the server's launch values are the restart's even where this console
+            # had sent the same value to the old process
+            if old != new and (restarted or not self._sent_recently(key, new)):
                 parts.append(f"{key} changed to {new}")
         if not parts:
             return []

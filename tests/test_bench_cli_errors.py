@@ -365,3 +365,24 @@ def test_run_refuses_a_port_outside_1_65535(tmp_path, monkeypatch, capsys, port)
 
 def test_level_prompts_are_four_waves_and_at_least_32():
     assert [throughput.level_prompts(c) for c in (1, 4, 8, 16, 128)] == [32, 32, 32, 64, 512]
+
+
+def test_gpu_smoke_names_a_models_root_without_its_pairs_and_starts_nothing(tmp_path, monkeypatch, capsys):
+    """A fresh user's find: a wrong --models-root ended in a FileNotFoundError traceback from a thread."""
+    from bench import gpu_smoke
+
+    monkeypatch.setattr(gpu_smoke, "run_one", lambda *a: pytest.fail("no server may start after an error"))
+    for p in sorted({p for p, _ in gpu_smoke.RUNS}):
+        if p != 0.5:
+            for name in ("target", "draft", "oracle.json"):
+                (tmp_path / f"p{p}" / name).mkdir(parents=True)
+    for argv, says in (([], "p0.5/ lacks target, draft, oracle.json"),
+                       (["--parallel", "0"], "--parallel must be >= 1"),
+                       (["--mem-fraction", "1.5"], "--mem-fraction must be between 0 and 1")):
+        if argv:
+            for name in ("target", "draft", "oracle.json"):
+                (tmp_path / "p0.5" / name).mkdir(parents=True, exist_ok=True)
+        with pytest.raises(SystemExit) as exc:
+            gpu_smoke.main(["--models-root", str(tmp_path), "--out", str(tmp_path / "out.json"), *argv])
+        assert exc.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()

@@ -12,6 +12,7 @@ from console import events as ev
 from console import session as sess
 from console import state as st
 from console.config import AppConfig
+from console.logfollow import GONE
 
 
 def _session(tmp_path: Path, interval: float = 1.0, lines: int = 0):
@@ -146,3 +147,48 @@ async def test_a_log_path_replaced_by_a_directory_is_said_once_and_its_return_to
     assert said == [f"log {log}: is a directory; the pane follows it again once it is a readable file",
                     f"log {log}: readable again"]
     assert ("back" in {t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines})
+
+
+async def test_a_log_path_replaced_by_a_named_pipe_is_refused_without_waiting_for_a_writer(tmp_path):
+    """A fresh user's find: opening a FIFO for reading waits for a writer, so the log thread hung
+    (and with it polling and the console's exit)."""
+    import os
+    import threading
+
+    s, log, got = _session(tmp_path, lines=1)
+    s.follower = sess.LogFollower(log, on_scan=s._scan_fact)
+    await s._read_log_once()
+    log.unlink()
+    os.mkfifo(log)
+    done = threading.Event()
+
+    def reads():
+        for _ in range(2):
+            s.follower.read_batch()
+        done.set()
+
+    threading.Thread(target=reads, daemon=True).start()
+    assert done.wait(5), "reading a log path that became a named pipe blocked"
+    assert s.follower.problem == "is not a regular file (a pipe or a device)"
+    log.unlink()
+    log.write_text("back\n")
+    batch = s.follower.read_batch()
+    assert s.follower.problem is None and batch.lines == ["back"]
+
+
+async def test_a_followed_log_that_is_deleted_is_said_and_its_open_file_still_read(tmp_path):
+    s, log, got = _session(tmp_path, lines=1)
+    s.follower = sess.LogFollower(log, on_scan=s._scan_fact)
+    await s._read_log_once()
+    with open(log, "a") as writer:  # the server's own handle outlives the path (rm, or mv away)
+        log.unlink()
+        writer.write("after rm\n")
+        writer.flush()
+        await s._read_log_once()
+    log.write_text("new file\n")
+    await s._read_log_once()
+    said = [e.text for e in got if isinstance(e, ev.ConsoleLine)]
+    assert said == [f"log {log}: {GONE}; the pane follows it again once it is a readable file",
+                    f"log {log}: readable again"]
+    shown = [t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines]
+    assert "after rm" in shown and "new file" in shown

@@ -408,6 +408,20 @@ def test_values_a_restarted_server_comes_back_with_are_said_to_be_the_restarts_n
     assert m.snapshot().message == "threshold changed to 44 outside this console"
 
 
+def test_a_restart_back_to_a_value_this_console_had_sent_earlier_is_said_too():
+    """Fresh-user finding: - then + (sending 32), then t -> 20, then a crash and r: N went back to the
+    launch value 32 without a line, because 32 counted as this console's own recent change."""
+    m = ConsoleModel()
+    m.on_sample(_sample(threshold=32, hysteresis=4))
+    for value in (31, 32, 20):
+        m.request_change(value, None)
+        m.on_set_result(m.next_to_send(), st.SetResult(True, None, value, 4, 10))
+        m.on_sample(_sample(threshold=value, hysteresis=4))
+    m.reset_changes()  # the console restarted the crashed server
+    m.on_sample(_sample(threshold=32, hysteresis=4))
+    assert m.snapshot().message.startswith("threshold changed to 32 with the restart")
+
+
 def test_a_change_replaced_by_another_client_is_said_at_once_not_after_the_confirm_timeout():
     """Fresh-user finding: with two consoles, the one whose 30 was overwritten by another's 34 showed
     '-> 30 pending' for ~16 s, then 'accepted but spec_gate still shows threshold 34'."""
@@ -608,8 +622,10 @@ def test_threshold_dialog_parsing():
     assert "not a whole number" in parse_request("x", "", 32, 4, 48)
     assert parse_request("32", "4", 32, 4, 48) == "nothing changed"
     # not reduced to their digits (Input(type="integer") used to drop the rest: 2.5 -> 25)
-    for text in ("2.5", "1.5", "3e1", "1_000", "+5", "٣", "0x10"):
+    for text in ("2.5", "1.5", "3e1", "1_000", "+-5", "٣", "0x10"):
         assert parse_request(text, "", 32, 4, 48) == f"threshold {text!r} is not a whole number (e.g. 32)"
+    # "+5" could mean "5 more": refused, saying what the field takes (a fresh user read "not a whole number")
+    assert parse_request("+20", "", 32, 4, 48) == "threshold '+20': give the new value itself without a sign (e.g. 20)"
     assert "hysteresis '1.5' is not a whole number" in parse_request("", "1.5", 32, 4, 48)
     assert "out of range" in parse_request("9" * 40, "", 32, 4, 48)
     assert parse_request(" 33 ", "", 32, 4, 48) == ThresholdRequest(33, None)

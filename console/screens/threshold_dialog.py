@@ -42,6 +42,10 @@ def parse_int_field(name: str, text: str, upper: int | None = None, auto: bool =
         return None
     if auto and value.lower() == contract.AUTO:
         return contract.AUTO
+    if re.fullmatch(r"\+[0-9]+", value):
+        # "+5" may mean "5 more": the field takes the new value itself, never a step
+        example = int(value[1:]) if len(value) <= MAX_DIGITS else 32
+        return f"{name} {value[:12]!r}: give the new value itself without a sign (e.g. {example})"
     if not _INTEGER.fullmatch(value):
         return f"{name} {value!r} is not a whole number (e.g. 32)"
     if len(value.lstrip("-")) > MAX_DIGITS:
