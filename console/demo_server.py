@@ -683,6 +683,16 @@ def _parse_int(text: str) -> int | _BigInt:
     return int(text) if len(text.lstrip("-")) <= 18 else _BigInt(text)
 
 
+
+class _DemoHTTPServer(ThreadingHTTPServer):
+    """A client that went away mid-answer (it timed out while the demo was stopped) is no error of
+    the server: its traceback in the log (and the crash dialog's last lines) read as a crash."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipeError, ConnectionResetError
+            return
+        super().handle_error(request, client_address)
+
 def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
     """The request handler class bound to ``sim``."""
     api_key = sim.args.api_key
@@ -923,7 +933,7 @@ def main(argv: list[str] | None = None) -> int:
         children.append(subprocess.Popen([sys.executable, "-c", _SCHEDULER_CODE], stdin=subprocess.DEVNULL))
     _startup_lines(args, sim, log, pause)
     try:
-        httpd = ThreadingHTTPServer((args.host, args.port), make_handler(sim))
+        httpd = _DemoHTTPServer((args.host, args.port), make_handler(sim))
     except OSError as exc:
         log(f"ERROR: could not bind {args.host}:{args.port}: {exc}")
         for c in children:

@@ -59,8 +59,10 @@ def visible(line: str) -> str:
 
 
 def decode(raw: bytes) -> str:
-    """One raw line (no newline) as the log pane shows it (UTF-8, ``\\r`` dropped, :func:`visible`)."""
-    return visible(raw.decode("utf-8", "replace").rstrip("\r"))
+    """One raw line (no newline) as the log pane shows it (UTF-8, ``\\r`` dropped, :func:`visible`);
+    NUL bytes before its text are dropped (a hole or padding a truncation left: 8,192 ``^@`` hid the
+    text after them)."""
+    return visible(raw.lstrip(b"\0").decode("utf-8", "replace").rstrip("\r"))
 
 
 @dataclass

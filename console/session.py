@@ -44,6 +44,9 @@ LOG_READ_S = 0.25
 #: starting server is polled at least this often (its readiness is not the operator's interval)
 LOG_FOLLOW_MAX_S = 2.0
 STARTUP_POLL_S = 1.0
+#: seconds a poll waits for its log read before publishing without it (the first read of a log of
+#: hundreds of MB indexes it for seconds: the screen froze for 37 s on 300 MB)
+LOG_WITH_POLL_S = 0.5
 #: seconds between checks of the server child, at least (else the poll interval, at most 1 s)
 PROCESS_CHECK_S = 0.5
 #: seconds between snapshots when nothing else happens (durations on screen keep counting)
@@ -412,8 +415,11 @@ class ConsoleSession:
             delay = min(self.cfg.interval_s, STARTUP_POLL_S) if starting else self.backoff.delay(failures)
             self.model.poll_delay_s = delay
             self._next_poll_at = time.monotonic() + delay
-            if self.follower is not None:  # the log's new lines go with this snapshot: one screen update
-                await self._reported(self._read_log_once(publish=False), "the log reader")
+            if self.follower is not None and not self._log_lock.locked():
+                # the log's new lines go with this snapshot (one screen update) when they come in
+                # time; a long read (indexing a huge log) goes on alone, polling does not wait for it
+                read = self._spawn_task(self._read_log_once(publish=False), "the log reader")
+                await asyncio.wait({read}, timeout=LOG_WITH_POLL_S)
             self.publish()
             await self._sleep(delay)
 

@@ -192,3 +192,42 @@ async def test_a_followed_log_that_is_deleted_is_said_and_its_open_file_still_re
                     f"log {log}: readable again"]
     shown = [t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines]
     assert "after rm" in shown and "new file" in shown
+
+
+async def test_polling_goes_on_while_a_long_log_read_indexes_a_huge_file(tmp_path):
+    """A fresh user's find: attaching with a 300 MB --log froze the screen for 37 s (the poll waited
+    for the first read, which indexes the whole file)."""
+    import threading
+
+    s, log, got = _session(tmp_path, interval=0.1, lines=1)
+    s.follower = sess.LogFollower(log, on_scan=s._scan_fact)
+    polls = []
+    release = threading.Event()
+
+    class Client:
+        local_addresses: list = []
+
+        async def poll(self):
+            polls.append(time.monotonic())
+            raise sess.ServerUnreachable("down")
+
+    s.client = Client()
+    real = s._read_log
+
+    def slow_read():
+        release.wait(5)  # the long first read
+        return real()
+
+    s._read_log = slow_read
+    task = asyncio.get_running_loop().create_task(s._poll_loop())
+    try:
+        await asyncio.sleep(1.5)
+        assert len(polls) >= 3  # polled (and published) while the read went on
+        assert len(_published(got)) >= 3
+        release.set()
+        await asyncio.sleep(0.5)
+    finally:
+        release.set()
+        task.cancel()
+        s.follower.close()
+    assert "line 0" in {t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines}

@@ -103,6 +103,24 @@ async def test_plus_changes_threshold_on_server_shown_only_when_confirmed(make_a
         await wait_for(pilot, lambda: app.model.gate.threshold == 32 and app.model.pending is None, what="minus")
 
 
+async def test_the_dialog_fields_hold_a_bounded_number_of_characters(make_app):
+    """A fresh user's find: 5,000 characters typed one by one froze the console (each key cost the
+    field's whole length in Textual's Input); the fields stop at FIELD_MAX_CHARS, still refused."""
+    from console.screens.threshold_dialog import FIELD_MAX_CHARS
+
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await open_threshold_dialog(pilot, app)
+        await pilot.press(*"9" * (FIELD_MAX_CHARS + 20))
+        field = app.screen.query_one("#threshold-input")
+        assert len(field.value) == FIELD_MAX_CHARS
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert "out of range" in str(app.screen.query_one("#threshold-error").render())
+        assert app.model.pending is None
+
+
 async def test_a_hysteresis_not_below_the_threshold_is_refused_in_the_dialog(make_app):
     """The README's rule (H < N) is checked before sending (the server's rejection of it, and
     how a rejection reason is shown, are unit-tested: test_rejection_and_refusals)."""

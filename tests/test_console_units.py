@@ -741,6 +741,9 @@ def test_log_follower_shows_control_bytes_in_caret_notation_and_long_lines_cut(t
     path = tmp_path / "odd.log"
     path.write_bytes(b"ok\tline\n\x1b[31mred\x1b[0m \x00\x07\x7f\n")
     assert LogFollower(path).read_new() == ["ok\tline", "^[[31mred^[[0m ^@^G^?"]
+    # NULs before a line's text (a hole: truncate -s 2G, then a line appended) do not hide it
+    path.write_bytes(b"\0" * 300_000 + b"AFTER-HOLE\n")
+    assert LogFollower(path).read_new() == ["AFTER-HOLE"]
     # an existing file whose last line is longer than the tail: shown cut, not left out
     path.write_bytes(b"first\n" + b"x" * 5000 + b"\n")
     assert LogFollower(path, initial_tail_bytes=1000).read_new() == ["x" * 999]
@@ -1982,3 +1985,22 @@ def test_an_accept_length_no_eagle_step_can_make_is_shown_marked():
     assert server_row(snap).accept == "9.50!"
     snap = st.ConsoleSnapshot(gate=st.GateState.from_json(GATE), sample_seen=True)
     assert server_row(snap).accept == "2.94"
+
+
+def test_the_demo_server_logs_no_traceback_for_a_client_that_went_away(capsys):
+    """A fresh user's find: SIGSTOP the demo past the console's timeout, SIGCONT: BrokenPipeError
+    tracebacks in the log pane and later in the crash dialog's last lines."""
+    from console.demo_server import _DemoHTTPServer
+
+    server = _DemoHTTPServer.__new__(_DemoHTTPServer)  # handle_error only: no socket
+    for exc in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+        try:
+            raise exc
+        except ConnectionError:
+            server.handle_error(None, ("127.0.0.1", 1))
+    assert "Traceback" not in capsys.readouterr().err
+    try:
+        raise ValueError("a real bug")
+    except ValueError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert "ValueError: a real bug" in capsys.readouterr().err

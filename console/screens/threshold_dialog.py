@@ -30,6 +30,9 @@ class ThresholdRequest:
 _INTEGER = re.compile(r"-?[0-9]+")
 #: more digits than any batch size can have
 MAX_DIGITS = 9
+#: characters a field holds: every valid value is shorter; an unbounded field made each key cost
+#: its whole length in Textual's Input (100,000 typed characters hung the console)
+FIELD_MAX_CHARS = 16
 
 
 def parse_int_field(name: str, text: str, upper: int | None = None, auto: bool = False) -> int | None | str:
@@ -140,11 +143,12 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
                 yield Label("threshold N (req)", classes="field-label")
                 yield DialogField(str(self.threshold if self.threshold is not None else ""), id="threshold-input",
                                    validators=[WholeNumber("threshold", self.max_running, auto=True)],
-                                   validate_on=["changed"])
+                                   validate_on=["changed"], max_length=FIELD_MAX_CHARS)
             with Horizontal(classes="field"):
                 yield Label("hysteresis H (req)", classes="field-label")
                 yield DialogField(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input",
-                                   validators=[WholeNumber("hysteresis")], validate_on=["changed"])
+                                   validators=[WholeNumber("hysteresis")], validate_on=["changed"],
+                                   max_length=FIELD_MAX_CHARS)
             yield Label("", id="threshold-error")
             with Horizontal(id="threshold-buttons"):
                 yield Button("Send", id="send", variant="primary")
