@@ -125,6 +125,7 @@ class ConsoleModel:
         self._sample_at = 0.0  # when the poll behind the current sample started
         self._rejected_against: tuple[int | None, int | None] = (None, None)  # N/H when rejected
         self._gate_values: tuple[int | None, int | None] | None = None  # spec_gate's N/H at the last poll
+        self._gate_steps: int | None = None  # spec_gate's decode steps (ON + OFF) at the last poll
         self._restarted = False  # the server was restarted since the last spec_gate poll
         self._sent: deque[tuple[float, dict[str, int]]] = deque(maxlen=256)  # changes POSTed (time, change)
 
@@ -482,6 +483,10 @@ class ConsoleModel:
             return []
         now_values, before = (set_threshold(gate), gate.hysteresis), self._gate_values
         self._gate_values = now_values
+        steps = (gate.decode_steps_on or 0) + (gate.decode_steps_off or 0)
+        if self._gate_steps is not None and steps < self._gate_steps:
+            self._restarted = True  # a new server process (restarted outside this console): counts went back
+        self._gate_steps = steps
         restarted, self._restarted = self._restarted, False
         if before is None or now_values == before or self.pending is not None or self.sending:
             return []  # nothing to compare, no change, or this console's own change under way

@@ -422,6 +422,28 @@ def test_a_restart_back_to_a_value_this_console_had_sent_earlier_is_said_too():
     assert m.snapshot().message.startswith("threshold changed to 32 with the restart")
 
 
+def test_an_attached_server_restarted_elsewhere_is_told_by_its_decode_step_count_going_back():
+    """A fresh user's find: an attached server killed and started again by hand came back at its
+    launch N 32, which the console had sent minutes before among many + / - presses: no line."""
+    m = ConsoleModel()
+
+    def sample(threshold, steps):
+        gate = {**GATE, "threshold": threshold, "decode_steps_on": steps, "decode_steps_off": 0}
+        return parse_server_info({"version": "0.5.12", "internal_states": [{"spec_gate": gate}]}, LOADS)
+
+    m.on_sample(sample(32, 500))
+    for value in (33, 32, 7):
+        m.request_change(value, None)
+        m.on_set_result(m.next_to_send(), st.SetResult(True, None, value, 4, 10))
+        m.on_sample(sample(value, 600))
+    m.on_failure("connection refused")
+    m.on_sample(sample(32, 3))  # a new process: its counts start again
+    assert m.snapshot().message.startswith("threshold changed to 32 with the restart")
+    m.on_sample(sample(32, 40))
+    m.on_sample(sample(40, 80))  # counts going up again: someone else's change is said as such
+    assert m.snapshot().message == "threshold changed to 40 outside this console"
+
+
 def test_a_change_replaced_by_another_client_is_said_at_once_not_after_the_confirm_timeout():
     """Fresh-user finding: with two consoles, the one whose 30 was overwritten by another's 34 showed
     '-> 30 pending' for ~16 s, then 'accepted but spec_gate still shows threshold 34'."""
