@@ -37,6 +37,12 @@ MAX_LINE_BYTES = 1 << 20
 FINGERPRINT_BYTES = 64
 #: NUL padding skipped per call at most (a hole on a file system without SEEK_DATA)
 NUL_SKIP_MAX = 64 * READ_CHUNK
+#: unread bytes beyond which the follower skips to the file's end as ``tail`` does (indexing what it
+#: skips, so search and filter still reach it): one READ_CHUNK a read fell minutes behind a log
+#: written at tens of MB/s, showing old lines as "following"
+CATCH_UP_BYTES = 16 * READ_CHUNK
+#: bytes indexed per call while skipping (~2 s at the index's ~36 MB/s; the call runs in a thread)
+SKIP_PER_CALL = 64 * READ_CHUNK
 #: :attr:`LogFollower.problem` while the followed file's path is gone (renamed or deleted)
 GONE = "was renamed or deleted (the pane shows what is still written to the file it had open)"
 
@@ -75,6 +81,8 @@ class LogBatch:
     numbers: list[int | None] = field(default_factory=list)
     file_id: int = 0
     total_lines: int = 0
+    #: bytes indexed but not turned into lines: the log grew faster than it is shown (CATCH_UP_BYTES)
+    skipped_bytes: int = 0
 
 
 class LogFollower:
@@ -103,6 +111,7 @@ class LogFollower:
         self._first = True
         self._fingerprint = b""  # the bytes just before _pos
         self._skip_nul = False  # after a truncation: NUL padding at the top is dropped
+        self._drop_partial = False  # after a skip ahead: the line it cut into is not shown
         self._file_ids = 0
         #: the line index of the file now followed (a new object for every new file)
         self.index = LineIndex(0)
@@ -243,12 +252,32 @@ class LogFollower:
                 self.index.skip_to(self._pos)
                 return
 
+    def _skip_ahead(self, batch: LogBatch, target: int) -> bool:
+        """Index the bytes from the read position towards ``target`` without making lines, at most
+        SKIP_PER_CALL; True while more remain."""
+        end = min(target, self._pos + SKIP_PER_CALL)
+        self._fh.seek(self._pos)
+        while self._pos < end:
+            data = self._fh.read(min(4 * READ_CHUNK, end - self._pos))
+            if not data:
+                break
+            self.index.feed(data)
+            self._fingerprint = (self._fingerprint + data)[-FINGERPRINT_BYTES:]
+            self._pos += len(data)
+            batch.skipped_bytes += len(data)
+        # the line the skip ends in is not shown (unless it ended at a newline)
+        self._partial, self._drop_partial = b"", not self._fingerprint.endswith(b"\n")
+        return self._pos < target
+
     def _drain(self, batch: LogBatch) -> None:
         assert self._fh is not None
         if self._skip_nul:
             self._skip_padding()
             if self._skip_nul:
                 return
+        size = os.fstat(self._fh.fileno()).st_size
+        if size - self._pos > CATCH_UP_BYTES and self._skip_ahead(batch, size - self.initial_tail_bytes):
+            return  # more to skip: the next call goes on (one call stays bounded)
         self._fh.seek(self._pos)
         data = self._fh.read(READ_CHUNK)
         if not data:
@@ -260,6 +289,13 @@ class LogFollower:
         data = self._partial + data
         parts = data.split(b"\n")
         self._partial = parts.pop()
+        if self._drop_partial:  # the rest of the line the skip cut into
+            if not parts:
+                self._partial = b""
+                return
+            parts.pop(0)
+            first_no += 1
+            self._drop_partial = False
         numbers = list(range(first_no, first_no + len(parts)))
         if len(self._partial) > MAX_LINE_BYTES:
             parts.append(self._partial)  # a piece: its line goes on with the same number

@@ -91,6 +91,7 @@ class ConsoleSession:
         self._port_owner_ok = False  # the port's listener was checked to be our child
         self._published_at = 0.0  # time.monotonic() of the last publish()
         self._log_lock = asyncio.Lock()  # one log read at a time (the poll's and the log loop's)
+        self._log_skipping = False  # the last log read skipped ahead (LogBatch.skipped_bytes)
         self._log_wake = asyncio.Event()  # read_log_soon(): read the log now
         self._log_urgent = False  # the next read's lines are shown at once (an operator waits)
         self._log_read_at = 0.0  # time.monotonic() of the last log read
@@ -520,6 +521,14 @@ class ConsoleSession:
             self.console_line(f"log {path}: readable again")
         self._log_problem = problem
 
+    def _note_log_skip(self, skipped: int) -> None:
+        """A console line when the log grows faster than the pane shows it and the follower skips
+        ahead (once per stretch of skipping)."""
+        if skipped and not self._log_skipping and self.follower is not None:
+            self.console_line(f"log {self.follower.path}: written faster than the pane shows it; skipping to "
+                              f"its end (search and filter still reach every line)")
+        self._log_skipping = bool(skipped)
+
     def _own_addresses(self) -> list[str]:
         """The client addresses (``host:port``) the console's requests came from so far."""
         return list(self.client.local_addresses) if self.client is not None else []
@@ -577,6 +586,7 @@ class ConsoleSession:
             self._log_read_at = time.monotonic()
             scanned, batch, lines = await asyncio.to_thread(self._read_log)
             self._note_log_problem()
+            self._note_log_skip(batch.skipped_bytes)
             urgent, self._log_urgent = self._log_urgent, False
             if urgent:
                 publish, soon = True, False

@@ -231,3 +231,29 @@ async def test_polling_goes_on_while_a_long_log_read_indexes_a_huge_file(tmp_pat
         task.cancel()
         s.follower.close()
     assert "line 0" in {t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines}
+
+
+async def test_a_log_written_faster_than_shown_is_skipped_to_its_end_and_said_once(tmp_path, monkeypatch):
+    """A fresh user's find: 300 MB appended at once were shown 1 MiB a read: the marker after them
+    was still not on screen after 120 s, and the pane said "following"."""
+    from console import logfollow
+
+    monkeypatch.setattr(logfollow, "CATCH_UP_BYTES", 64 * 1024)
+    monkeypatch.setattr(logfollow, "SKIP_PER_CALL", 256 * 1024)
+    s, log, got = _session(tmp_path, lines=1)
+    s.follower = sess.LogFollower(log, initial_tail_bytes=4096, on_scan=s._scan_fact)
+    await s._read_log_once()
+    filler = b"".join(b"filler %07d\n" % i for i in range(100_000))  # 1.5 MB
+    with open(log, "ab") as f:
+        f.write(filler + b"MARKER\n")
+    for _ in range(10):
+        await s._read_log_once()
+    shown = [t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines]
+    assert shown[-1] == "MARKER" and len(shown) < 1000  # the end shown, not the 100,000 lines before it
+    numbers = [n for e in got if isinstance(e, ev.LogLines) for n in e.numbers]
+    assert numbers[-1] == 100_001  # line 0 was "line 0": numbering kept across the skip
+    assert all(t.startswith(("line", "filler", "MARKER")) and len(t) in (6, 14) or t == "line 0" for t in shown)
+    said = [e.text for e in got if isinstance(e, ev.ConsoleLine)]
+    assert said == [f"log {log}: written faster than the pane shows it; skipping to its end "
+                    "(search and filter still reach every line)"]
+    assert s.follower.index.lines == 100_002
