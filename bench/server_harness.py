@@ -262,11 +262,22 @@ def config_names(ap: Any, configs: str) -> List[str]:
     return names
 
 
-
 def missing_pair_files(models: Path) -> List[str]:
     """What a synthetic pair's directory (``bench.synthetic_models --out DIR``) lacks of ``target``,
     ``draft`` and ``oracle.json``; empty when all are there."""
     return [n for n in ("target", "draft", "oracle.json") if not (models / n).exists()]
+
+
+def pair_problem(models: Path) -> Optional[str]:
+    """Why ``models`` is not a synthetic pair (for ``--models``: what is missing, or that it is no
+    directory), or None."""
+    missing = missing_pair_files(models)
+    if not missing:
+        return None
+    what = ("missing: " + ", ".join(missing) if models.is_dir()
+            else "not a directory" if models.exists() else "no such directory")
+    return f"is not a synthetic pair made by python -m bench.synthetic_models (needs target/, draft/, oracle.json; {what})"
+
 
 @contextlib.contextmanager
 def flipping_threshold(url: str, high: int, every_s: float = 0.01):

@@ -652,12 +652,11 @@ def _int_list(text: str) -> List[int]:
 def _check_run_paths(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """``parser.error`` unless the models given to ``run`` can be there and ``--out`` can be a directory."""
     if a.models is not None:
-        missing = [name for name in ("target", "draft", "oracle.json") if not (a.models / name).exists()]
-        if missing:
-            what = ("missing: " + ", ".join(missing) if a.models.is_dir()
-                    else "not a directory" if a.models.exists() else "no such directory")
-            parser.error(f"--models {a.models} is not a synthetic pair made by python -m bench.synthetic_models "
-                         f"(needs target/, draft/, oracle.json; {what})")
+        from bench.server_harness import pair_problem
+
+        problem = pair_problem(a.models)
+        if problem:
+            parser.error(f"--models {a.models} {problem}")
     for flag, value in (("--target", a.target), ("--draft", a.draft)):
         # A local path (/..., ./..., ../...) must exist; anything else may be a Hugging Face id (org/name).
         if value and value.startswith(("/", ".")) and not Path(value).exists():

@@ -1363,12 +1363,11 @@ def check_args(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.out.exists() and not a.out.is_dir():
         parser.error(f"--out {a.out} is a file; give a directory")
     if a.models is not None:
-        missing = [name for name in ("target", "draft", "oracle.json") if not (a.models / name).exists()]
-        if missing:
-            what = ("missing: " + ", ".join(missing) if a.models.is_dir()
-                    else "not a directory" if a.models.exists() else "no such directory")
-            parser.error(f"--models {a.models} is not a synthetic pair made by python -m bench.synthetic_models "
-                         f"(needs target/, draft/, oracle.json; {what})")
+        from bench.server_harness import pair_problem
+
+        problem = pair_problem(a.models)
+        if problem:
+            parser.error(f"--models {a.models} {problem}")
         try:
             p = json.loads((a.models / "oracle.json").read_text(encoding="utf-8"))["p_wrong"]
         except (OSError, ValueError, KeyError, TypeError) as exc:

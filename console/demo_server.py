@@ -683,7 +683,6 @@ def _parse_int(text: str) -> int | _BigInt:
     return int(text) if len(text.lstrip("-")) <= 18 else _BigInt(text)
 
 
-
 class _DemoHTTPServer(ThreadingHTTPServer):
     """A client that went away mid-answer (it timed out while the demo was stopped) is no error of
     the server: its traceback in the log (and the crash dialog's last lines) read as a crash."""
@@ -692,6 +691,7 @@ class _DemoHTTPServer(ThreadingHTTPServer):
         if isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipeError, ConnectionResetError
             return
         super().handle_error(request, client_address)
+
 
 def make_handler(sim: Simulation) -> type[BaseHTTPRequestHandler]:
     """The request handler class bound to ``sim``."""

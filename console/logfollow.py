@@ -132,18 +132,17 @@ class LogFollower:
         except FileNotFoundError:
             self.problem = None
             return False
-        except OSError as exc:
-            self.problem = "is a directory" if isinstance(exc, IsADirectoryError) else (exc.strerror or str(exc)).lower()
+        except OSError as exc:  # no permission, a loop of symlinks
+            self.problem = (exc.strerror or str(exc)).lower()
             return False
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        st = os.fstat(fd)  # a directory opens read-only too: told apart here
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
-            self.problem = "is a directory" if stat.S_ISDIR(mode) else "is not a regular file (a pipe or a device)"
+            self.problem = "is a directory" if stat.S_ISDIR(st.st_mode) else "is not a regular file (a pipe or a device)"
             return False
         os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
         self.problem = None
-        st = os.fstat(fh.fileno())
         self._fh, self._dev_ino, self._pos, self._partial = fh, (st.st_dev, st.st_ino), 0, b""
         self._fingerprint = b""
         self._new_index(st)
@@ -252,6 +251,13 @@ class LogFollower:
                 self.index.skip_to(self._pos)
                 return
 
+    def _consume(self, data: bytes) -> None:
+        """``data``, read at the read position, is indexed and passed: the position and the
+        fingerprint move past it."""
+        self.index.feed(data)
+        self._fingerprint = (self._fingerprint + data)[-FINGERPRINT_BYTES:]
+        self._pos += len(data)
+
     def _skip_ahead(self, batch: LogBatch, target: int) -> bool:
         """Index the bytes from the read position towards ``target`` without making lines, at most
         SKIP_PER_CALL; True while more remain."""
@@ -261,9 +267,7 @@ class LogFollower:
             data = self._fh.read(min(4 * READ_CHUNK, end - self._pos))
             if not data:
                 break
-            self.index.feed(data)
-            self._fingerprint = (self._fingerprint + data)[-FINGERPRINT_BYTES:]
-            self._pos += len(data)
+            self._consume(data)
             batch.skipped_bytes += len(data)
         # the line the skip ends in is not shown (unless it ended at a newline)
         self._partial, self._drop_partial = b"", not self._fingerprint.endswith(b"\n")
@@ -282,10 +286,8 @@ class LogFollower:
         data = self._fh.read(READ_CHUNK)
         if not data:
             return
-        self._pos += len(data)
-        self._fingerprint = (self._fingerprint + data)[-FINGERPRINT_BYTES:]
         first_no = self.index.lines  # the number of the line in progress
-        self.index.feed(data)
+        self._consume(data)
         data = self._partial + data
         parts = data.split(b"\n")
         self._partial = parts.pop()

@@ -304,7 +304,6 @@ def never_back_on(threshold: Optional[int], hysteresis: Optional[int]) -> bool:
     return threshold is not None and hysteresis is not None and resume_below(threshold, hysteresis) <= 1
 
 
-
 def accept_length_problem(value: Optional[float], num_steps: Optional[int]) -> Optional[str]:
     """Why an accept length (tokens per request per decode step) cannot be right, or None.
 
@@ -321,6 +320,7 @@ def accept_length_problem(value: Optional[float], num_steps: Optional[int]) -> O
     if num_steps is not None and value > num_steps + 1 + 1e-6:
         return f"accept length {value:.3g} > {num_steps + 1} (num_steps {num_steps} + 1): not this server's speculation"
     return None
+
 
 # -- spec_gate in /server_info -----------------------------------------------------------------
 
