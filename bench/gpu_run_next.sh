@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# The next GPU run, prepared on 2026-12-07 after bench/results/h100-2026-12-07/ (one H100: p = 0.5 with
-# the accept-length fix 0.976-1.017x the better static, e2e 0.998-1.020x; the shifting draft re-found in
-# 135 / 1,986 decode steps). Issue 17's remaining rows, triton, one repeat, 12 s rows:
-#   1. p = 0.2: none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128, Poisson 4 / 16 / 48 (06f's e2e
-#      1.036x at 48 / s predates the probes charged by time) (~690 s);
-#   2. bench.gate_correctness --auto for the three configs (passed on an H100 in 06g; on an H200 its own
-#      record) (~250 s);
-#   3. p = 0.2's time-varying load (1.166x on the H100 in 06g) (~400 s).
+# The next GPU run, prepared on 2026-12-07 (seventh session) after bench/results/h100-2026-12-07/: all of
+# issue 17's acceptance in ONE run on one GPU with the current code, triton, one repeat, 10 s rows
+# (12 s before: the whole list must fit one 30-minute budget):
+#   1. p = 0.2: none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128, Poisson 4 / 16 / 48, then the
+#      time-varying load on the same three servers (~760 s);
+#   2. p = 0.5 (its draft beside the same target): always / auto, the same rows; its baseline is step 1's
+#      none server (no speculation has no draft: `bench.ab_collect --share-none`) (~420 s);
+#   3. the shifting draft, its concurrency calibrated on its own prompts (~200 s);
+#   4. bench.gate_correctness --auto for the three configs at TP 1 (~250 s; 06g passed them, cut first).
 # No FA3: steps `models` (.gpuwheels/A), `install 3` (.gpuwheels/B .devrun), then `wait 560` calls.
-# ~25 minutes with start-up. On an H100 the pools are cut to 49,152 tokens (the pool caps the batch at
+# ~29 minutes with start-up. On an H100 the pools are cut to 49,152 tokens (the pool caps the batch at
 # ~70 requests: say so). Rename to its date when run.
 export SELF=bench/gpu_run_next.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
-if [ "${1:-}" = models ]; then models_8b; exit 0; fi
+if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
 dispatch "$@"
-auto_ab ab-auto-triton-p0.2 1,4,16,32,64,128
+pool=49152; if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
+rows=(--repeats 1 --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48
+      --row-seconds 10 --max-total-tokens "$pool")
+models_p05
+ab ab-auto-triton-p0.2 --a none --b always --c auto "${rows[@]}" --time-varying
+ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a always --b auto "${rows[@]}"
+shift_calibrated
 gate_auto 0.25
-ab ab-tv-triton-p0.2 --a none --b always --c auto --repeats 1 --workloads varied-closed --concurrency 64 \
-  --row-seconds 6 --max-total-tokens "$( [ "${mib:-0}" -ge 100000 ] && echo 131072 || echo 49152 )" --time-varying
 touch "$R/all.done"
