@@ -630,22 +630,55 @@ class Plan:
         return out
 
 
-def accept_length_for(config: str, url: str, result: Dict[str, Any]) -> Optional[float]:
-    """Accept length for a row: ``spec_gate.accept_length_recent`` on a gate server (``gate``,
-    ``auto`` with the gate; SGLang's own average counts tokens made while speculation was off),
-    bench_serving's ``accept_length`` for ``always`` (and ``auto`` without the gate), None for
-    ``none`` and ``off`` (no speculative step in the row)."""
+GATE_CONFIGS = ("gate", "auto", "off")  # configurations whose server runs the gate (spec_gate in /server_info)
+ROW_GATE_COUNTERS = ("decode_steps_on", "decode_steps_off", "switches", "auto_probes", "auto_probe_steps",
+                     "off_resume_steps")
+
+
+def gate_snapshot(config: str, url: str) -> Optional[Dict[str, Any]]:
+    """The server's ``spec_gate`` now, for a configuration that runs the gate (``GATE_CONFIGS``); None
+    for ``none`` / ``always`` or when ``/server_info`` cannot be read (a label, never a lost row)."""
+    if config not in GATE_CONFIGS:
+        return None
+    from bench import server_harness
+
+    try:
+        return server_facts(server_harness.server_info(url))["spec_gate"]
+    except Exception:  # noqa: BLE001 - a label, not a measurement: never lose the row for it
+        return None
+
+
+def gate_row_delta(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """What a gate server did during one row, from its ``spec_gate`` before and after it: the change
+    of each counter of ``ROW_GATE_COUNTERS`` present in both (decode steps ON / OFF, switches, auto's
+    probes and probe steps, resume steps), ``on_share`` (ON decode steps / all, None without decode
+    steps) and the ``auto_reason`` at the end. It tells a row's loss in auto mode from probes and
+    switches apart from slower steps. None when a snapshot is missing or a counter went back (the
+    server restarted during the row: the difference would be meaningless)."""
+    if not before or not after:
+        return None
+    delta: Dict[str, Any] = {}
+    for key in ROW_GATE_COUNTERS:
+        a, b = before.get(key), after.get(key)
+        if isinstance(a, int) and isinstance(b, int):
+            if b < a:
+                return None
+            delta[key] = b - a
+    on, off = delta.get("decode_steps_on"), delta.get("decode_steps_off")
+    delta["on_share"] = round(on / (on + off), 4) if on is not None and off is not None and on + off else None
+    delta["auto_reason"] = after.get("auto_reason")
+    return delta
+
+
+def accept_length_for(config: str, gate: Optional[Dict[str, Any]], result: Dict[str, Any]) -> Optional[float]:
+    """Accept length for a row: ``spec_gate.accept_length_recent`` on a gate server (``gate``, ``auto``;
+    ``gate`` is its ``spec_gate`` after the row: SGLang's own average counts tokens made while
+    speculation was off), bench_serving's ``accept_length`` for ``always`` (and a gate server whose
+    ``spec_gate`` could not be read), None for ``none`` and ``off`` (no speculative step in the row)."""
     if config in ("none", "off"):
         return None
-    if config in ("gate", "auto"):
-        from bench import server_harness
-
-        try:
-            gate = server_facts(server_harness.server_info(url))["spec_gate"]
-        except Exception:  # noqa: BLE001 - a label, not a measurement: never lose the row for it
-            gate = None
-        if gate is not None:
-            return gate.get("accept_length_recent")
+    if config in ("gate", "auto") and gate is not None:
+        return gate.get("accept_length_recent")
     return result.get("accept_length")
 
 
@@ -702,7 +735,8 @@ class CpuProfile:
 def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Plan, csv_path: Path, work: Path,
             meta: Dict[str, Any], save) -> List[Dict[str, Any]]:
     """Warm up (not recorded), then every row of ``plan``: print it as one JSON line, append it to
-    ``csv_path``, note it in ``meta`` and ``save()`` (so a call cut short keeps what it measured).
+    ``csv_path``, note it in ``meta`` (on a gate server with its ``spec_gate_delta``:
+    :func:`gate_row_delta`) and ``save()`` (so a call cut short keeps what it measured).
     The profiled pass of ``plan.profile`` runs after the last row, so that no measured row follows
     a profiler session (on 2026-12-04 the row after one ran 0.80x of the same row on a server that
     had none; whether the profiler did it is not known: ``bench/results/h200-2026-12-04/README.md``)."""
@@ -724,10 +758,12 @@ def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Pl
         t0 = time.time()
         cpu = (CpuProfile(config, p_wrong, facts, plan.cpu_profile, csv_path.parent, port)
                if plan.cpu_profile is not None and plan.cpu_profile.matches(name, lv) else None)
+        before = gate_snapshot(config, url)
         res = run_bench_serving(argv, path)
+        after = gate_snapshot(config, url)
         row = build_row(config, parse_workload(name), p_wrong, facts, res, num_prompts=lv["num_prompts"],
                         concurrency=lv.get("concurrency"), rate=lv.get("rate"),
-                        max_concurrency=lv["max_concurrency"], accept_length=accept_length_for(config, url, res))
+                        max_concurrency=lv["max_concurrency"], accept_length=accept_length_for(config, after, res))
         if row["completed"] < row["num_requests"]:
             level = f"c={row['concurrency']}" if row["concurrency"] != "" else f"r={row['request_rate']}/s"
             print(f"warning: {name} {level}: only {row['completed']} of {row['num_requests']} requests "
@@ -735,7 +771,8 @@ def measure(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], plan: Pl
         print(json.dumps(row), flush=True)
         append_row(csv_path, row)
         rows.append(row)
-        meta["rows"].append({**row, "wall_s": round(time.time() - t0, 1)})
+        meta["rows"].append({**row, "wall_s": round(time.time() - t0, 1),
+                             **({"spec_gate_delta": gate_row_delta(before, after)} if config in GATE_CONFIGS else {})})
         if cpu is not None:
             meta["cpu_profile"] = cpu.finish(row)
         save()

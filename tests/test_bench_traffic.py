@@ -99,7 +99,8 @@ def server_state(config: str, worker: str = "v2", attention: str = "triton") -> 
     if config == "gate":
         state["internal_states"][0]["spec_gate"] = {
             "spec_version": worker, "worker_class": "EAGLEWorkerV2" if worker == "v2" else "EAGLEWorker",
-            "threshold": 48, "hysteresis": 2, "accept_length_recent": 2.9}
+            "threshold": 48, "hysteresis": 2, "accept_length_recent": 2.9, "decode_steps_on": 0,
+            "decode_steps_off": 0}
     return state
 
 
@@ -126,6 +127,10 @@ class FakeServer:
 
             def do_GET(self):
                 outer.log.append(("GET", self.path))
+                gate = outer.state["internal_states"][0].get("spec_gate")
+                if self.path == "/server_info" and gate is not None:  # 30 ON and 10 OFF decode steps a read
+                    gate.update(decode_steps_on=gate["decode_steps_on"] + 30,
+                                decode_steps_off=gate["decode_steps_off"] + 10)
                 self._send(outer.state if self.path == "/server_info" else {})
 
             def do_POST(self):
@@ -394,6 +399,34 @@ def test_one_call_runs_several_workloads_against_one_server(servers, bench, tmp_
     assert len(meta) == 1 and len(meta[0]["rows"]) == 4 and meta[0]["server"]["worker_source"] == "spec_gate.spec_version"
     assert meta[0]["bench_serving_cli"].startswith("checked against ") and len(meta[0]["warmup_output_tok_s"]) == 2
     assert server.sets == []  # gate without --threshold: the server's N, untouched
+    # each row's spec_gate read before and after it; the stand-in counts 30 ON + 10 OFF steps a read,
+    # and the bench stand-in reads /server_info once during the row: two reads' worth
+    assert [r["spec_gate_delta"] for r in meta[0]["rows"]] == [
+        {"decode_steps_on": 60, "decode_steps_off": 20, "on_share": 0.75, "auto_reason": None}] * 4
+
+
+REAL_AUTO = Path(__file__).resolve().parents[1] / "bench/results/h100-2026-12-07b/ab-auto-triton-p0.2/repeat0/c/traffic-auto-v2-p0.2.json"
+
+
+def test_gate_row_delta_on_a_real_spec_gate():
+    after = json.loads(REAL_AUTO.read_text())["runs"][0]["final_spec_gate"]  # an H100 auto server's, 2026-12-07
+    less = {"decode_steps_on": 100, "decode_steps_off": 300, "switches": 2, "auto_probes": 1, "auto_probe_steps": 8,
+            "off_resume_steps": 1}
+    before = {**after, **{k: after[k] - v for k, v in less.items()}}
+    delta = traffic.gate_row_delta(before, after)
+    assert delta == {**less, "on_share": 0.25, "auto_reason": after["auto_reason"]}
+    assert traffic.gate_row_delta(after, before) is None  # counters went back: the server restarted
+    assert traffic.gate_row_delta(None, after) is None and traffic.gate_row_delta(after, {}) is None
+    idle = traffic.gate_row_delta(after, after)
+    assert idle["decode_steps_on"] == idle["decode_steps_off"] == 0 and idle["on_share"] is None
+
+
+def test_only_gate_servers_are_asked_for_spec_gate(servers):
+    gate, none = servers("gate"), servers("none")
+    assert traffic.gate_snapshot("always", gate.url) is None and gate.log == []
+    assert traffic.gate_snapshot("auto", gate.url)["threshold"] == 48
+    assert traffic.gate_snapshot("off", none.url) is None  # no spec_gate there: a label, not an error
+    assert traffic.gate_snapshot("gate", "http://127.0.0.1:9") is None  # nothing listening
 
 
 def test_every_config_gets_the_same_requests_and_off_is_restored(servers, bench, tmp_path, monkeypatch, capsys):
