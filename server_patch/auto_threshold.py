@@ -27,7 +27,8 @@ iff ``A(b) > t_on(b) / t_off(b)``.
 **One crossover.** Speculation pays less as the batch grows, so the decision is a threshold:
 speculation off from the crossover up. Every SYNC_EVERY decode steps the crossover is fitted to
 all buckets measured both ways (:func:`vote`, :func:`fit_crossover`): each votes with its ratio
-of ON to OFF tok/s (clipped to LOG_CLIP, none within MARGIN), weighted by its samples. A noisy
+of ON to OFF tok/s (clipped to LOG_CLIP, none within MARGIN), weighted by its samples; a tie
+between two crossovers keeps speculation on. A noisy
 bucket (an H200 run on variable-length traffic measured ON at 149 tok/s at batch 1 and OFF at
 2,642 at 48-63, both several times off) is outvoted instead of flipping speculation at one size.
 
@@ -380,12 +381,16 @@ def fit_crossover(votes: Dict[int, float], previous: Optional[int]) -> Tuple[Opt
     ``votes`` (bucket index -> :func:`vote`, every bucket measured both ways), and whether it
     replaces ``previous``. It maximises (votes for ON below it) - (votes for ON at and above it),
     i.e. the prefix sum of the votes; candidates are the measured buckets (speculation off from
-    there) and None (on everywhere). The ``previous`` crossover stays unless another is better by
-    STICK of all the votes' weight, so noise cannot move it every table."""
+    there) and None (on everywhere); of candidates that fit equally (a bucket between them whose
+    modes tie within MARGIN casts no vote) the higher wins, so a tie keeps speculation on, as
+    SGLang starts and as :func:`boundary` breaks its ties (taking the lower one ran 4-5 requests
+    OFF with ON 2.5% ahead on the H100, h100-2026-12-07b, and a batch dipping to 3 whenever a
+    request finished switched back on and off). The ``previous`` crossover stays unless another is
+    better by STICK of all the votes' weight, so noise cannot move it every table."""
     measured = sorted(votes)
     def prefix(c: Optional[int]) -> float:
         return sum(v for i, v in votes.items() if c is None or i < c)
-    best = max([*measured, None], key=lambda c: (prefix(c), -(len(BUCKET_EDGES) if c is None else c)))
+    best = max([*measured, None], key=lambda c: (prefix(c), len(BUCKET_EDGES) if c is None else c))
     # a previous crossover between measured buckets scores as the next measured one up
     same = None if previous is None else next((i for i in measured if i >= previous), None)
     return best, prefix(best) > prefix(same) + STICK * sum(abs(v) for v in votes.values())

@@ -449,6 +449,25 @@ def test_the_crossover_stays_unless_another_fits_clearly_better():
     assert auto.fit_crossover({0: 3.0, 5: -4.0}, 4)[1] is False  # between the buckets: as good as 5
 
 
+def test_a_bucket_where_the_modes_tie_stays_on():
+    """h100-2026-12-07b, p = 0.5, 4 requests: the server's estimates were ON 505 vs OFF 473 tok/s at 3
+    requests, 624 vs 609 at 4-5 (within MARGIN: no vote) and 940 vs 982 at 6-7. Crossovers at 4 and at
+    6 fit those votes equally; taking the lower one ran 4-5 OFF where ON was ahead (the rows: always
+    587, none 562, auto 559 tok/s), and each request that finished dipped the batch to 3, ON, then
+    back OFF at 4 (56 switches in the row). A tie keeps speculation on, as SGLang starts and as
+    :func:`boundary` and :func:`nearest_edge` break theirs."""
+    w = auto.VOTE_CAP
+    b3, b4, b6, b8 = (auto.bucket_of(n) for n in (3, 4, 6, 8))
+    costs = auto.StepCosts()
+    for index, on, off in ((b3, 505, 473), (b4, 624, 609), (b6, 940, 982)):
+        lo, hi = auto.bucket_range(index)
+        _measured(costs, (lo + hi) // 2, on, off, w, accept=1.85)
+    votes = {i: auto.vote(costs.buckets[i], i) for i in (b3, b4, b6)}
+    assert votes[b3] > 0 and votes[b4] == 0 and votes[b6] < 0
+    assert auto.fit_crossover({**votes, b8: -w * auto.LOG_CLIP}, None)[0] == b6  # 4-5 stays on (was b4)
+    assert auto.fit_crossover({b3: 0.0, b4: 0.0}, None) == (None, False)  # every size a tie: on everywhere
+
+
 def test_sizes_never_measured_take_the_mode_of_the_nearest_measured_bucket():
     assert auto.boundary(None, [0, 5]) is None
     assert auto.boundary(0, [0, 5]) == 0  # off at the lowest measured size: off everywhere
