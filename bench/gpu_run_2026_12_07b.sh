@@ -10,8 +10,9 @@
 #   4. bench.gate_correctness --auto for the three configs at TP 1 (~250 s; 06g passed them, cut first).
 # No FA3: steps `models` (.gpuwheels/A), `install 3` (.gpuwheels/B .devrun), then `wait 560` calls.
 # ~29 minutes with start-up. On an H100 the pools are cut to 49,152 tokens (the pool caps the batch at
-# ~70 requests: say so). Rename to its date when run.
-export SELF=bench/gpu_run_next.sh
+# ~70 requests: say so). Ran on 2026-12-07 as bench/gpu_run_next.sh (an H100 came; bench/results/h100-2026-12-07b/):
+# steps 1-3 and gate_correctness's v2 topk 1; v1 topk 1 and v1 topk 4 cut by the budget.
+export SELF=bench/gpu_run_2026_12_07b.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
