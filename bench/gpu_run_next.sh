@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The next GPU run, prepared on 2026-12-07 (seventh session) after bench/results/h100-2026-12-07b/ (issue 17's
+# whole list in one run on an H100, 10 s rows: p = 0.2 0.907-1.017x the better static, its auto server ON
+# and slower at c <= 16 for a stretch; p = 0.5 0.952-1.003x, a near tie at 4 resolved OFF; e2e 0.999-1.045x;
+# time-varying 1.187x; shift 82 / 1,801 steps; gate auto v2 only). Since then a tie between two crossovers
+# keeps speculation on, and every row records what the gate did during it (spec_gate_delta). The same run:
+#   1. p = 0.2: none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128, Poisson 4 / 16 / 48, then the
+#      time-varying load on the same three servers (~810 s);
+#   2. p = 0.5: always / auto, the same rows, on step 1's none server (`bench.ab_collect --share-none`) (~460 s);
+#   3. the shifting draft, its concurrency calibrated on its own prompts (~210 s);
+#   4. bench.gate_correctness --auto for the three configs at TP 1 (~280 s; the budget reached v2 topk 1 in 07b).
+# No FA3: steps `models` (.gpuwheels/A), `install 520` (.gpuwheels/B .devrun), then `wait 570` / `wait 592`
+# sent at once (the whole 30-minute budget: 07b ended during step 4). On an H100 the pools are cut to
+# 49,152 tokens (the pool caps the batch at ~70 requests: say so). Rename to its date when run.
+export SELF=bench/gpu_run_next.sh
+set -uo pipefail
+source bench/gpu_ab_steps.sh
+if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
+dispatch "$@"
+pool=49152; if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
+rows=(--repeats 1 --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48
+      --row-seconds 10 --max-total-tokens "$pool")
+models_p05
+ab ab-auto-triton-p0.2 --a none --b always --c auto "${rows[@]}" --time-varying
+ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a always --b auto "${rows[@]}"
+shift_calibrated
+gate_auto 0.25
+touch "$R/all.done"
