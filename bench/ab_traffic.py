@@ -36,6 +36,13 @@ mean, min and max (``b_over_a``, ``geomean``, ``min``, ``max``), C's over A's wi
 prefix, and on open-loop rows the mean end-to-end latency's ratios (``b_e2e_over_a`` ...). One
 JSON line per step on stdout.
 
+``--interleave`` measures row by row instead of side by side: each row on every side (A B C, then
+C B A for the next row, ...), then the next row, so the sides' measurements of one row lie within a
+minute of each other, not a whole sweep apart (on h100-2026-12-07b one server ran its first rows 5-12%
+slower than later: a stretch of its life, which sweeps one after the other put on one side alone).
+Each row is its own ``bench.throughput traffic`` call (the warm-up once per side, before its first
+row); the rows land in the same files as without it.
+
 ``--time-varying`` adds, after the repeats, the uniform benchmark's time-varying load
 (``bench.throughput.TIME_VARYING``: 1 -> 64 -> 4 -> 128 -> 2 concurrent requests, the same work on every
 side, in A B (C) order) into ``OUT/time-varying.json``: each side's wall time and output tok/s, B's and
@@ -116,6 +123,30 @@ def traffic_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Nam
             "--work-dir", str(out / "work")]
     if a.rates:
         argv += ["--rates", a.rates]
+    return argv + ([] if warmup else ["--no-warmup"])
+
+
+def interleaved_rows(a: argparse.Namespace) -> List[List[str]]:
+    """``--interleave``: the ``bench.throughput traffic`` arguments that select each row of one
+    repeat, in the order a whole sweep runs them (per workload, its ``--concurrency`` levels when
+    closed, its ``--rates`` when Poisson, ``bench.traffic.POISSON_RATES`` without ``--rates``)."""
+    from bench import traffic
+
+    rows = []
+    for w in traffic._workloads(a.workloads):
+        if w.arrivals == "closed":
+            rows += [["--workloads", w.name, "--concurrency", str(c)] for c in traffic._ints(a.concurrency)]
+        else:
+            rates = traffic._rates(a.rates) if a.rates else traffic.POISSON_RATES
+            rows += [["--workloads", w.name, "--rates", traffic.fmt_rate(r)] for r in rates]
+    return rows
+
+
+def row_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Namespace, row: List[str],
+             warmup: bool) -> List[str]:
+    """``bench.throughput traffic`` against ``url`` for one row (:func:`interleaved_rows`) of one side."""
+    argv = ["traffic", "--url", url, "--config", config, "--p-wrong", p_wrong, "--out", str(out),
+            "--row-seconds", str(a.row_seconds), "--work-dir", str(out / "work"), *row]
     return argv + ([] if warmup else ["--no-warmup"])
 
 
@@ -208,20 +239,28 @@ def summarize(out: Path, repeats: int, sides: Sequence[str] = SIDES[:2]) -> List
 
 
 def measure(a: argparse.Namespace, urls: Dict[str, str], labels: Dict[str, str]) -> List[Dict[str, Any]]:
-    """Every repeat, each side in :func:`order`, then the profile passes; returns the step
+    """Every repeat, each side in :func:`order` (``--interleave``: each row on every side, the order
+    turning row by row), then the time-varying load and the profile passes; returns the step
     records. ``labels``: each side's p (its pair's dir name without the ``p``)."""
     from bench import throughput
 
     sides = tuple(urls)
     steps = []
     for r in range(a.repeats):
-        for side in order(r, sides):
+        calls = ([(side, None) for side in order(r, sides)] if not a.interleave else
+                 [(side, row) for k, row in enumerate(interleaved_rows(a)) for side in order(r + k, sides)])
+        warmed = set()
+        for side, row in calls:
             out = a.out / f"repeat{r}" / side
             out.mkdir(parents=True, exist_ok=True)
+            warmup = r == 0 and side not in warmed
+            warmed.add(side)
+            argv = (traffic_argv(urls[side], a.configs[side], labels[side], out, a, warmup) if row is None else
+                    row_argv(urls[side], a.configs[side], labels[side], out, a, row, warmup))
             t0 = time.time()
-            rc = throughput.main_in_process(traffic_argv(urls[side], a.configs[side], labels[side], out, a, warmup=r == 0))
+            rc = throughput.main_in_process(argv)
             step = {"step": "traffic", "repeat": r, "side": side, "config": a.configs[side], "rc": rc,
-                    "seconds": round(time.time() - t0, 1)}
+                    "seconds": round(time.time() - t0, 1), **({"row": " ".join(row[1::2])} if row else {})}
             _log(step)
             steps.append(step)
     if a.time_varying:
@@ -326,6 +365,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--server-args", default="", metavar="'ARGS'",
                     help="more SGLang arguments for every server, one string split as a shell would "
                          "(e.g. '--chunked-prefill-size 4096')")
+    ap.add_argument("--interleave", action="store_true",
+                    help="row by row: each row on every side, then the next (default: each side's whole sweep in turn)")
     ap.add_argument("--time-varying", action="store_true",
                     help="after the repeats, the time-varying load on every side (OUT/time-varying.json)")
     ap.add_argument("--freeze-gc", action="store_true",

@@ -3,7 +3,9 @@
 # whole list in one run on an H100, 10 s rows: p = 0.2 0.907-1.017x the better static, its auto server ON
 # and slower at c <= 16 for a stretch; p = 0.5 0.952-1.003x, a near tie at 4 resolved OFF; e2e 0.999-1.045x;
 # time-varying 1.187x; shift 82 / 1,801 steps; gate auto v2 only). Since then a tie between two crossovers
-# keeps speculation on, and every row records what the gate did during it (spec_gate_delta). The same run:
+# keeps speculation on, every row records what the gate did during it (spec_gate_delta), and the rows are
+# interleaved (each row on every side before the next: a slow stretch of one server no longer lands on
+# its rows alone; ~1 s more a row for its own traffic call). The same run:
 #   1. p = 0.2: none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128, Poisson 4 / 16 / 48, then the
 #      time-varying load on the same three servers (~810 s);
 #   2. p = 0.5: always / auto, the same rows, on step 1's none server (`bench.ab_collect --share-none`) (~460 s);
@@ -19,7 +21,7 @@ if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
 dispatch "$@"
 pool=49152; if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
 rows=(--repeats 1 --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48
-      --row-seconds 10 --max-total-tokens "$pool")
+      --row-seconds 10 --max-total-tokens "$pool" --interleave)
 models_p05
 ab ab-auto-triton-p0.2 --a none --b always --c auto "${rows[@]}" --time-varying
 ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a always --b auto "${rows[@]}"

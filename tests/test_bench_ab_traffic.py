@@ -74,6 +74,53 @@ def test_two_servers_alternate_and_the_summary_is_b_over_a(pair, tmp_path, monke
     assert c32["min"] == round(min(want), 4) and c32["max"] == round(max(want), 4)
 
 
+def test_interleave_measures_each_row_on_every_side_before_the_next(pair, tmp_path, monkeypatch):
+    """--interleave: one traffic call per row and side, the sides' order turning row by row (A B C,
+    C B A, ...), each side warmed up before its first row only, every row in the side's one CSV;
+    the summary is the same as for whole sweeps."""
+    calls = []
+    fake_servers(monkeypatch, lambda port: f"http://127.0.0.1:{port}")
+    speed = {"none": 100.0, "always": 120.0, "auto": 118.0}
+
+    def main():
+        argv = sys.argv[1:]
+        calls.append(argv)
+        out = ab_traffic.Path(argv[argv.index("--out") + 1])
+        row = dict.fromkeys(traffic.TRAFFIC_COLUMNS, "")
+        config = argv[argv.index("--config") + 1]
+        if "--concurrency" in argv:
+            row.update(workload=argv[argv.index("--workloads") + 1], concurrency=argv[argv.index("--concurrency") + 1])
+        else:
+            row.update(workload=argv[argv.index("--workloads") + 1], request_rate=argv[argv.index("--rates") + 1])
+        row.update(config=config, output_tok_s=str(speed[config]))
+        csv_path = out / "real-traffic.csv"
+        head = [] if csv_path.exists() else [HEADER]
+        with csv_path.open("a") as f:
+            f.write("\n".join(head + [",".join(row[c] for c in traffic.TRAFFIC_COLUMNS)]) + "\n")
+
+    monkeypatch.setattr(throughput, "main", main)
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "always", "--c", "auto", "--repeats", "1",
+                            "--workloads", "varied-closed,varied-poisson", "--concurrency", "4,16", "--rates", "8",
+                            "--interleave", "--out", str(out)]) == 0
+    got = [(c[c.index("--url") + 1][-5:], c[c.index("--workloads") + 1],
+            c[c.index("--concurrency") + 1] if "--concurrency" in c else "r" + c[c.index("--rates") + 1],
+            "--no-warmup" not in c) for c in calls]
+    assert got == [("30720", "varied-closed", "4", True), ("30730", "varied-closed", "4", True),
+                   ("30740", "varied-closed", "4", True),
+                   ("30740", "varied-closed", "16", False), ("30730", "varied-closed", "16", False),
+                   ("30720", "varied-closed", "16", False),
+                   ("30720", "varied-poisson", "r8", False), ("30730", "varied-poisson", "r8", False),
+                   ("30740", "varied-poisson", "r8", False)]
+    rows = ab_traffic.read_rows(out / "repeat0" / "c" / "real-traffic.csv")
+    assert [(r["concurrency"], r["request_rate"]) for r in rows] == [("4", ""), ("16", ""), ("", "8")]
+    record = json.loads((out / "ab-summary.json").read_text())
+    assert [s.get("row") for s in record["steps"][:3]] == ["varied-closed 4"] * 3
+    summary = {(s["workload"], s["concurrency"] or s["request_rate"]): s for s in record["summary"]}
+    assert set(summary) == {("varied-closed", "4"), ("varied-closed", "16"), ("varied-poisson", "8")}
+    assert summary[("varied-closed", "16")]["b_over_a"] == [1.2]
+
+
 def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair, tmp_path, monkeypatch):
     stopped, events = [], []
 
