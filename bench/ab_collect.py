@@ -8,10 +8,11 @@ row of the plan (``bench/results/real-traffic.csv``, ``auto-threshold.csv``); th
 
 Per run, side and row of the plan (config, workload, p_wrong, worker, attention backend, level,
 threshold): the arithmetic mean of each measured column over the repeats that measured it (output
-tok/s, TPOT, end-to-end latency, TTFT, accept length, ...; counts summed), with two more columns:
-``repeats`` (how many) and ``run`` (the run's directory name). ``bench.throughput summarize-traffic``
-reads the result like any traffic CSV (its ratios: off / none, auto / best static, ...). Two sides
-of one run with the same configuration (e.g. forced off with and without an opt-in lever) are told
+tok/s, TPOT, end-to-end latency, TTFT, accept length, ...; counts summed), with more columns:
+``repeats`` (how many), ``run`` (the run's directory name), ``side`` and, for a gate server, what its
+gate did during the row (:data:`GATE_EXTRA`: the ON share of decode steps, switches, probe steps).
+``bench.throughput summarize-traffic`` reads the result like any traffic CSV (its ratios: off / none,
+auto / best static, ...). Two sides of one run with the same configuration (e.g. forced off with and without an opt-in lever) are told
 apart by ``run`` and ``side``; ``RUN:a,b`` takes only those sides of a run (summarize-traffic wants
 one row per configuration and row of the plan).
 
@@ -41,7 +42,11 @@ KEY_COLUMNS = ("config", "workload", "p_wrong", "worker", "attention_backend", "
                "threshold")
 #: summed over the repeats instead of averaged
 COUNT_COLUMNS = ("num_requests", "completed")
-EXTRA = ("repeats", "run", "side")
+#: what a gate server's gate did during the row (``spec_gate_delta`` in its traffic record:
+#: ``bench.traffic.gate_row_delta``), over the repeats: its ON share of decode steps, switches and
+#: auto's probe steps (empty for servers without the gate and for runs from before the record)
+GATE_EXTRA = ("gate_on_share", "gate_switches", "gate_probe_steps")
+EXTRA = ("repeats", "run", "side") + GATE_EXTRA
 
 
 def _number(text: str) -> Optional[float]:
@@ -94,7 +99,10 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     out: List[Dict[str, str]] = []
     for side in sides:
         groups: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
+        deltas: Dict[Tuple[str, str, str], List[Dict]] = {}
         for rd in repeat_dirs:
+            for key, got_deltas in gate_deltas(rd / side).items():
+                deltas.setdefault(key, []).extend(got_deltas)
             path = rd / side / "real-traffic.csv"
             if not path.exists():
                 continue
@@ -113,11 +121,48 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
                     total = sum(values)
                     merged[column] = _format(total if column in COUNT_COLUMNS else total / len(values))
             merged.update(repeats=str(len(rows)), run=run.name, side=side)
+            level = (merged.get("workload", ""), merged.get("concurrency", ""), merged.get("request_rate", ""))
+            merged.update(gate_columns(deltas.get(level, [])))
             out.append(merged)
     label_none_with_draft(out)
     if not out:
         raise BenchError(f"{run}: no rows in {', '.join(str(d.name) for d in repeat_dirs) or 'any repeat'}")
     return out
+
+
+def gate_deltas(side_dir: Path) -> Dict[Tuple[str, str, str], List[Dict]]:
+    """(workload, concurrency, request_rate) -> the ``spec_gate_delta`` of each such row in the
+    traffic records (``traffic-*.json``) in ``side_dir``, as the CSV writes the level (``16``, ``4``).
+    A record that cannot be read is skipped with a note on stderr (the rows are in the CSV; this is
+    only what the gate did during them)."""
+    out: Dict[Tuple[str, str, str], List[Dict]] = {}
+    for path in sorted(side_dir.glob("traffic-*.json")):
+        try:
+            runs = json.loads(path.read_text()).get("runs", [])
+            rows = [r for run in runs for r in run.get("rows", [])]
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            print(f"note: {path}: {exc} (its rows get no gate columns)", file=sys.stderr)
+            continue
+        for r in rows:
+            delta = r.get("spec_gate_delta") if isinstance(r, dict) else None
+            if isinstance(delta, dict):
+                key = (str(r.get("workload", "")), str(r.get("concurrency", "")), str(r.get("request_rate", "")))
+                out.setdefault(key, []).append(delta)
+    return out
+
+
+def gate_columns(deltas: List[Dict]) -> Dict[str, str]:
+    """:data:`GATE_EXTRA` from a row's ``spec_gate_delta`` s (one per repeat): the ON share of all
+    their decode steps, switches and probe steps summed; a column none of them has stays empty."""
+    def total(key: str) -> Optional[int]:
+        values = [d[key] for d in deltas if isinstance(d.get(key), int)]
+        return sum(values) if values else None
+
+    on, off = total("decode_steps_on"), total("decode_steps_off")
+    share = round(on / (on + off), 4) if on is not None and off is not None and on + off else None
+    return {name: "" if value is None else _format(value) for name, value in
+            (("gate_on_share", share), ("gate_switches", total("switches")),
+             ("gate_probe_steps", total("auto_probe_steps")))}
 
 
 def label_none_with_draft(rows: List[Dict[str, str]]) -> None:

@@ -57,6 +57,28 @@ def test_each_servers_rows_are_averaged_over_the_repeats_and_summarize_traffic_r
     assert len(rows) == 4
 
 
+def test_a_gate_servers_rows_carry_what_its_gate_did_over_the_repeats(tmp_path, capsys):
+    run = write_run(tmp_path, "ab-auto", {"a": "none", "c": "auto"}, {
+        (0, "a"): [row("none", 4, 560, 6.5)], (0, "c"): [row("auto", 4, 559, 6.6), row("auto", 64, 4400, 11.6)],
+        (1, "c"): [row("auto", 4, 580, 6.3)]})
+    delta = lambda on, off, sw, probe: {"decode_steps_on": on, "decode_steps_off": off, "switches": sw,  # noqa: E731
+                                        "auto_probes": probe // 8, "auto_probe_steps": probe, "on_share": None}
+    for repeat, rows in ((0, [("varied-closed", 4, "", delta(300, 700, 56, 16)), ("varied-closed", 64, "", delta(8, 992, 2, 8))]),
+                         (1, [("varied-closed", 4, "", delta(900, 100, 2, 0))])):
+        record = {"runs": [{"rows": [{"workload": w, "concurrency": c, "request_rate": r, "spec_gate_delta": d}
+                                     for w, c, r, d in rows]}]}
+        (run / f"repeat{repeat}" / "c" / "traffic-auto-v2-p0.2.json").write_text(json.dumps(record))
+    (run / "repeat0" / "a" / "traffic-none-v2-p0.2.json").write_text("{not json")  # a broken record: a note
+    out = tmp_path / "auto-threshold.csv"
+    assert ab_collect.main([str(run), "--csv", str(out)]) == 0
+    assert "traffic-none-v2-p0.2.json" in capsys.readouterr().err
+    with out.open() as f:
+        got = {(r["config"], r["concurrency"]): r for r in csv.DictReader(f)}
+    assert [got[("auto", "4")][c] for c in ab_collect.GATE_EXTRA] == ["0.6", "58", "16"]  # 1,200 ON of 2,000 steps
+    assert [got[("auto", "64")][c] for c in ab_collect.GATE_EXTRA] == ["0.008", "2", "8"]
+    assert [got[("none", "4")][c] for c in ab_collect.GATE_EXTRA] == ["", "", ""]  # no gate there
+
+
 def test_only_the_sides_asked_for_and_a_repeat_missing_a_row(tmp_path):
     run = write_run(tmp_path, "ab3", {"a": "none", "b": "off", "c": "off"}, {
         (0, "a"): [row("none", 64, 6000, 9.0)], (0, "b"): [row("off", 64, 5800, 9.5, threshold="1")],
