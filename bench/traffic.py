@@ -65,7 +65,7 @@ from urllib.parse import urlsplit
 
 from bench.bench_serving_cli import RESULT_KEYS, check_bench_serving_cli
 from bench.errors import BenchError, first_line
-from server_patch.contract import HYSTERESIS_FLAG, THRESHOLD_FLAG, GateConfig, GateConfigError
+from server_patch.contract import ACTIVITY_COUNTERS, HYSTERESIS_FLAG, THRESHOLD_FLAG, GateConfig, GateConfigError
 
 CONFIGS = ("none", "always", "gate", "off", "auto")
 WORKERS = ("v2", "v1")
@@ -631,8 +631,6 @@ class Plan:
 
 
 GATE_CONFIGS = ("gate", "auto", "off")  # configurations whose server runs the gate (spec_gate in /server_info)
-ROW_GATE_COUNTERS = ("decode_steps_on", "decode_steps_off", "switches", "auto_probes", "auto_probe_steps",
-                     "off_resume_steps")
 
 
 def gate_snapshot(config: str, url: str) -> Optional[Dict[str, Any]]:
@@ -650,15 +648,15 @@ def gate_snapshot(config: str, url: str) -> Optional[Dict[str, Any]]:
 
 def gate_row_delta(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """What a gate server did during one row, from its ``spec_gate`` before and after it: the change
-    of each counter of ``ROW_GATE_COUNTERS`` present in both (decode steps ON / OFF, switches, auto's
-    probes and probe steps, resume steps), ``on_share`` (ON decode steps / all, None without decode
-    steps) and the ``auto_reason`` at the end. It tells a row's loss in auto mode from probes and
-    switches apart from slower steps. None when a snapshot is missing or a counter went back (the
-    server restarted during the row: the difference would be meaningless)."""
+    of each counter of ``server_patch.contract.ACTIVITY_COUNTERS`` present in both (decode steps ON /
+    OFF, switches, auto's probes and probe steps, resume steps), ``on_share`` (ON decode steps / all,
+    None without decode steps) and the ``auto_reason`` at the end. It tells a row's loss in auto mode
+    from probes and switches apart from slower steps. None when a snapshot is missing or a counter
+    went back (the server restarted during the row: the difference would be meaningless)."""
     if not before or not after:
         return None
     delta: Dict[str, Any] = {}
-    for key in ROW_GATE_COUNTERS:
+    for key in ACTIVITY_COUNTERS:
         a, b = before.get(key), after.get(key)
         if isinstance(a, int) and isinstance(b, int):
             if b < a:
