@@ -19,12 +19,5 @@ set -uo pipefail
 source bench/gpu_ab_steps.sh
 if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
 dispatch "$@"
-pool=49152; if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
-rows=(--repeats 1 --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48
-      --row-seconds 10 --max-total-tokens "$pool" --interleave)
-models_p05
-ab ab-auto-triton-p0.2 --a none --b always --c auto "${rows[@]}" --time-varying
-ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a always --b auto "${rows[@]}"
-shift_calibrated
-gate_auto 0.25
+auto_list --interleave
 touch "$R/all.done"
