@@ -17,6 +17,19 @@ not the client: it isolates the decode step from bench_serving's ramp-up and tai
 END, in every such window of the log (e.g. ``"spec_gate: speculation off"`` / ``"spec_gate:
 speculation on"``: every OFF stretch; ``"spec_gate: threshold 24 -> 1"``: a forced-off segment).
 Prints JSON, with the number of windows read.
+
+``--versus LOG_B`` compares two servers that served the same requests (one bench run's prompts and
+seeds, greedy): a ``Decode batch`` line of B is paired with the line of A that has the same running
+requests and the same ``#token`` (the KV tokens in use: the same point of the same work), the n-th
+such line of B with the n-th of A, and each pair gives B's gen throughput over A's. With the same
+accept lengths (both speculating, or neither) that ratio is the ratio of their decode step speeds,
+free of what the bench's rows also hold (probes, switches, prefills, the client): on
+h100-2026-12-07b the auto server's lines at 1 request paired with always's at the same ``#token`` and
+accept length read 0.90-0.99 in its first row and 0.96-1.12 later. Reported per requested size
+(``--sizes``, or ``all``) and over all pairs, as medians. Pairs need the two servers to have scheduled
+the same batches: at one request they do line for line; closed loops of several requests drift apart
+as responses return at different moments (h100-2026-12-06e, none against forced off at 4 requests:
+5 pairs in a row's ~40 lines), so there the rows' TPOT is the measure.
 A missing or unreadable log, a START no line contains, or a window without ``Decode batch`` lines
 at the sizes ends with a one-line message on stderr and a non-zero exit.
 """
@@ -45,6 +58,15 @@ def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optiona
     A window opens after a line containing ``start`` (at the top if None) and closes at the next
     line containing ``end`` (at the bottom if None); with ``start`` given, every later line
     containing it opens another window. ``windows``, if given, gets one entry per window opened."""
+    for line in _window_lines(lines, start, end, windows):
+        m = DECODE_LINE.search(line)
+        if m and math.isfinite(float(m["tps"])):  # "1e400" reads as inf: not a measurement
+            yield int(m["bs"]), float(m["tps"])
+
+
+def _window_lines(lines: Iterable[str], start: Optional[str], end: Optional[str],
+                  windows: Optional[List[int]] = None):
+    """The lines inside the windows (see :func:`decode_lines`), one entry in ``windows`` per window."""
     inside = start is None
     if inside and windows is not None:
         windows.append(1)
@@ -59,9 +81,57 @@ def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optiona
                 return
             inside = False
             continue
-        m = DECODE_LINE.search(line)
-        if m and math.isfinite(float(m["tps"])):  # "1e400" reads as inf: not a measurement
-            yield int(m["bs"]), float(m["tps"])
+        yield line
+
+
+KEYED_LINE = re.compile(
+    r"Decode batch, #running-req: (?P<bs>\d+), #token: (?P<tok>\d+),.*?gen throughput \(token/s\): "
+    r"(?P<tps>[0-9.]+(?:[eE][+-]?[0-9]+)?)"
+)
+
+
+def keyed_lines(lines: Iterable[str], start: Optional[str] = None, end: Optional[str] = None) -> List[tuple]:
+    """``((running_req, kv_tokens), gen_tok_s)`` of the ``Decode batch`` lines in the windows
+    (:func:`decode_lines`' ``start`` / ``end``), in log order; lines without a finite throughput
+    are left out."""
+    out = []
+    for line in _window_lines(lines, start, end):
+        m = KEYED_LINE.search(line)
+        if m and math.isfinite(float(m["tps"])):
+            out.append(((int(m["bs"]), int(m["tok"])), float(m["tps"])))
+    return out
+
+
+def pair_lines(a: List[tuple], b: List[tuple]) -> List[tuple]:
+    """``(running_req, a_tok_s, b_tok_s)`` for each line of ``b`` (:func:`keyed_lines`) whose key a
+    line of ``a`` also has: the n-th line of a key in B with the n-th in A. Pairs where either
+    throughput is 0 are left out."""
+    queues: Dict[tuple, List[float]] = {}
+    for key, tps in a:
+        queues.setdefault(key, []).append(tps)
+    seen: Dict[tuple, int] = {}
+    out = []
+    for key, tps in b:
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        mine = queues.get(key, [])
+        if n < len(mine) and mine[n] > 0 and tps > 0:
+            out.append((key[0], mine[n], tps))
+    return out
+
+
+def summarize_pairs(pairs: List[tuple], sizes: Optional[Iterable[int]]) -> Dict[str, Dict[str, float]]:
+    """``{str(bs) | "all": {pairs, median_ratio, p25_ratio, p75_ratio}}``: B's gen throughput over
+    A's per paired line, per requested running-request count (``sizes``; None: every count that
+    has pairs) and over all pairs."""
+    by_bs: Dict[int, List[float]] = {}
+    for bs, tps_a, tps_b in pairs:
+        by_bs.setdefault(bs, []).append(tps_b / tps_a)
+    groups = [(str(bs), by_bs[bs]) for bs in (sorted(by_bs) if sizes is None else sizes) if bs in by_bs]
+    groups.append(("all", [r for rs in by_bs.values() for r in rs]))
+    return {name: {"pairs": len(rs), "median_ratio": round(statistics.median(rs), 4),
+                   "p25_ratio": round(_percentile(rs, 0.25), 4), "p75_ratio": round(_percentile(rs, 0.75), 4)}
+            for name, rs in groups if rs}
 
 
 def _percentile(values: List[float], q: float) -> float:
@@ -122,28 +192,52 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("log", type=Path, help="a server log (plain or .gz)")
     ap.add_argument("--start", help="window opens after the first line containing this")
     ap.add_argument("--end", help="window closes at the next line containing this")
-    ap.add_argument("--sizes", default="16,32,64,128", help="running-request counts to report")
+    ap.add_argument("--sizes", default="16,32,64,128",
+                    help="running-request counts to report (with --versus also 'all': every count)")
+    ap.add_argument("--versus", type=Path, metavar="LOG_B",
+                    help="another server's log of the same requests: B's throughput over LOG's, line by "
+                         "line at the same running requests and #token (--start / --end apply to both)")
     a = ap.parse_args(argv)
-    try:
-        sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
-    except ValueError:
-        sizes = [0]
-    if not sizes:
-        ap.error("--sizes is empty")
-    if min(sizes) < 1:
-        ap.error(f"--sizes must be comma-separated running-request counts >= 1, got {a.sizes!r}")
-    if not a.log.exists():
-        ap.error(f"no such file: {a.log}")
-    if a.log.is_dir():
-        ap.error(f"{a.log} is a directory")
-    try:
-        lines = read_log(a.log).splitlines()
-    except (OSError, EOFError, zlib.error) as exc:
-        sys.exit(f"cannot read {a.log}: {exc}")
-    if a.start is not None and not any(a.start in line for line in lines):
-        sys.exit(f"no line contains --start {a.start!r} in {a.log}")
-    if a.end is not None and not any(a.end in line for line in lines):
-        sys.exit(f"no line contains --end {a.end!r} in {a.log}")
+    sizes: Optional[List[int]] = None
+    if not (a.versus is not None and a.sizes.strip() == "all"):
+        try:
+            sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
+        except ValueError:
+            sizes = [0]
+        if not sizes:
+            ap.error("--sizes is empty")
+        if min(sizes) < 1:
+            ap.error(f"--sizes must be comma-separated running-request counts >= 1"
+                     f"{' (or all, with --versus)' if a.versus is not None else ''}, got {a.sizes!r}")
+    logs = [a.log] + ([a.versus] if a.versus is not None else [])
+    for path in logs:
+        if not path.exists():
+            ap.error(f"no such file: {path}")
+        if path.is_dir():
+            ap.error(f"{path} is a directory")
+    texts = []
+    for path in logs:
+        try:
+            texts.append(read_log(path).splitlines())
+        except (OSError, EOFError, zlib.error) as exc:
+            sys.exit(f"cannot read {path}: {exc}")
+    for path, lines in zip(logs, texts):
+        if a.start is not None and not any(a.start in line for line in lines):
+            sys.exit(f"no line contains --start {a.start!r} in {path}")
+        if a.end is not None and not any(a.end in line for line in lines):
+            sys.exit(f"no line contains --end {a.end!r} in {path}")
+    if a.versus is not None:
+        pairs = pair_lines(keyed_lines(texts[0], a.start, a.end), keyed_lines(texts[1], a.start, a.end))
+        result = summarize_pairs(pairs, sizes)
+        if not pairs or set(result) == {"all"} and sizes is not None:
+            sys.exit(f"no Decode batch line of {a.versus} has the running requests and #token of one in {a.log}"
+                     + (f" at running-req {sizes}" if pairs else "")
+                     + " (were they serving the same requests?)")
+        print(json.dumps({"log": str(a.log), "versus": str(a.versus), "start": a.start, "end": a.end,
+                          "ratio": "versus / log, gen throughput of paired lines", "by_running_req": result},
+                         indent=1))
+        return
+    lines = texts[0]
     windows: List[int] = []
     result = summarize(decode_lines(lines, a.start, a.end, windows), sizes)
     if not result:

@@ -120,3 +120,61 @@ def test_bad_sizes_and_a_gzip_of_random_bytes_are_refused(tmp_path, capsys):
 def test_an_absurd_throughput_is_not_read_as_a_small_one():
     lines = [LINE.format(bs=32, tps="1e400"), LINE.format(bs=32, tps="1.6e4")]
     assert list(decode_log.decode_lines(lines)) == [(32, 16000.0)]  # 1e400 (inf) dropped, not read as 1
+
+
+KEYED = ("[2026-12-07 03:52:44] Decode batch, #running-req: {bs}, #token: {tok}, token usage: 0.01, "
+         "accept len: 2.90, accept rate: 0.63, cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0")
+
+
+def keyed(*entries):
+    return [KEYED.format(bs=bs, tok=tok, tps=tps) for bs, tok, tps in entries]
+
+
+def test_lines_pair_by_running_requests_and_kv_tokens_the_nth_with_the_nth():
+    a = decode_log.keyed_lines(keyed((1, 336, 300.0), (1, 455, 320.0), (1, 336, 310.0), (4, 2000, 1000.0), (1, 999, 0.0)))
+    b = decode_log.keyed_lines(keyed((1, 336, 270.0), (1, 336, 310.0), (1, 455, 288.0), (1, 336, 1.0), (4, 2001, 1.0),
+                                     (1, 999, 50.0)))
+    pairs = decode_log.pair_lines(a, b)
+    # B's first and second (1, 336) with A's first and second; its third has no partner; 2001 != 2000;
+    # A's throughput 0 (an interval of no decode work) pairs with nothing
+    assert pairs == [(1, 300.0, 270.0), (1, 310.0, 310.0), (1, 320.0, 288.0)]
+    got = decode_log.summarize_pairs(pairs, None)
+    assert got["1"]["pairs"] == 3 and got["1"]["median_ratio"] == 0.9 and got["all"]["pairs"] == 3
+
+
+REAL_LOGS = (decode_log.Path(__file__).resolve().parents[1]
+             / "bench/results/h100-2026-12-07b/ab-auto-triton-p0.2/server-logs")
+
+
+def test_on_the_h100_logs_the_auto_servers_slow_stretch_shows_and_passes():
+    """h100-2026-12-07b: the same prompts on always and on auto, both speculating at 1 request. Lines
+    paired at the same #token: the auto server's c = 1 row (its first row) ran 5-10% slower, its
+    time-varying load's stage at 1 request (later) as fast or faster."""
+    a = decode_log.keyed_lines(decode_log.read_log(REAL_LOGS / "ab-b-always-p0.2.log.gz").splitlines())
+    b = decode_log.keyed_lines(decode_log.read_log(REAL_LOGS / "ab-c-auto-p0.2.log.gz").splitlines())
+    ratios = [tps_b / tps_a for bs, tps_a, tps_b in decode_log.pair_lines(a, b) if bs == 1]
+    assert len(ratios) >= 50
+    early, late = sorted(ratios[:20]), sorted(ratios[-20:])
+    assert early[10] < 0.96 and late[10] > 0.99, (early, late)
+
+
+def test_versus_cli_reports_ratios_and_says_when_nothing_pairs(tmp_path, capsys):
+    a, b, c = tmp_path / "a.log", tmp_path / "b.log", tmp_path / "c.log"
+    a.write_text("\n".join(keyed((1, 336, 300.0), (4, 2000, 1000.0))))
+    b.write_text("\n".join(keyed((1, 336, 270.0), (4, 2000, 1100.0))))
+    c.write_text("\n".join(keyed((1, 337, 270.0))))
+    decode_log.main([str(a), "--versus", str(b), "--sizes", "all"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["by_running_req"]["1"]["median_ratio"] == 0.9 and out["by_running_req"]["4"]["median_ratio"] == 1.1
+    decode_log.main([str(a), "--versus", str(b), "--sizes", "4"])
+    assert set(json.loads(capsys.readouterr().out)["by_running_req"]) == {"4", "all"}
+    with pytest.raises(SystemExit, match="has the running requests and #token of one"):
+        decode_log.main([str(a), "--versus", str(c)])
+    with pytest.raises(SystemExit, match="at running-req"):
+        decode_log.main([str(a), "--versus", str(b), "--sizes", "64"])
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(a), "--sizes", "all"])  # 'all' only with --versus
+    assert exc.value.code == 2 and "(or all, with --versus)" not in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(a), "--versus", str(tmp_path / "nope.log")])
+    assert exc.value.code == 2 and "no such file" in capsys.readouterr().err
