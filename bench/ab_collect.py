@@ -66,7 +66,7 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
 
     A run cut short (no ``ab-summary.json``: the device time ran out) gives the rows its repeats
     measured; ``repeats`` says how many each row has. A side's CSV without rows (a header alone,
-    or empty) is left out with a note on stderr.
+    or empty), and a repeat without the side's CSV, are left out with a note on stderr.
 
     Raises:
         BenchError: neither ``ab-summary.json`` nor a ``repeat*/SIDE/real-traffic.csv`` there (not
@@ -100,17 +100,22 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     for side in sides:
         groups: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
         deltas: Dict[Tuple[str, str, str], List[Dict]] = {}
+        absent = []
         for rd in repeat_dirs:
             for key, got_deltas in gate_deltas(rd / side).items():
                 deltas.setdefault(key, []).extend(got_deltas)
             path = rd / side / "real-traffic.csv"
             if not path.exists():
+                absent.append(rd.name)
                 continue
             got = read_traffic_rows([path], empty_ok=True)
             if not got:
                 print(f"note: {path} has no rows (left out)", file=sys.stderr)
             for row in got:
                 groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append(row)
+        if absent:  # a run cut short, or a file lost: say which, the rows are fewer than the run's
+            print(f"note: {run} side {side}: no real-traffic.csv in {', '.join(absent)}"
+                  + (" (the side is left out)" if len(absent) == len(repeat_dirs) else ""), file=sys.stderr)
         for rows in groups.values():
             merged = {c: rows[0].get(c, "") for c in TRAFFIC_COLUMNS}
             for column in TRAFFIC_COLUMNS:
@@ -197,15 +202,41 @@ def share_none(rows: List[Dict[str, str]]) -> List[Dict[str, str]]:
     return rows + [{**r, "p_wrong": p} for p in need for r in none]
 
 
+def not_a_regular_file(path: Path) -> Optional[str]:
+    """Why ``path`` (its symlinks followed) cannot be the CSV written, or None: it exists and is not
+    a regular file (a device such as /dev/null, a named pipe, a socket, a directory). The CSV is
+    written beside its target and renamed over it, which would replace such a node."""
+    import stat
+
+    try:
+        mode = path.resolve().stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+    return f"is {kind}, not a file"
+
+
 def write_csv(rows: List[Dict[str, str]], path: Path) -> None:
-    """``rows`` with the traffic columns, then ``repeats``, ``run``, ``side``; written whole to
-    ``PATH.tmp``, then renamed (no ``.tmp`` is left behind either way).
+    """``rows`` with the traffic columns, then :data:`EXTRA`; written whole to ``TARGET.tmp`` beside
+    the file ``path`` names (a symlink is followed and kept), then renamed over it (no ``.tmp`` is
+    left behind either way).
 
     Raises:
-        OSError: the file could not be written or renamed (``path`` untouched).
+        OSError: the file could not be written or renamed, or ``path`` exists and is not a regular
+            file (:func:`not_a_regular_file`; ``path`` untouched either way).
     """
     from bench.traffic import TRAFFIC_COLUMNS
 
+    why = not_a_regular_file(path)
+    if why is not None:
+        raise OSError(f"{path} {why}")
+    path = path.resolve()
     columns = list(TRAFFIC_COLUMNS) + list(EXTRA)
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -238,8 +269,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = ap.parse_args(argv)
     if not a.csv.name:
         ap.error(f"--csv {str(a.csv)!r}: give a file name (e.g. bench/results/real-traffic.csv)")
-    if a.csv.is_dir():
-        ap.error(f"--csv {a.csv}: a directory, not a file")
+    why = not_a_regular_file(a.csv)
+    if why is not None:
+        ap.error(f"--csv {a.csv} {why}: give the path of a CSV file")
     if not a.csv.parent.is_dir():
         ap.error(f"--csv {a.csv}: no directory {a.csv.parent}")
     if not all(spec.strip() for spec in a.runs):

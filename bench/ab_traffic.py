@@ -371,7 +371,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="after the repeats, the time-varying load on every side (OUT/time-varying.json)")
     ap.add_argument("--freeze-gc", action="store_true",
                     help="POST /freeze_gc to every server once all are ready, before the first row")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=str, required=True, help="a new directory for this run (not inside another run)")
     return ap
 
 
@@ -396,6 +396,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error(f"--row-seconds must be a finite number > 0, got {a.row_seconds}")
     if not 0 < a.mem_fraction <= 1:
         ap.error(f"--mem-fraction is a fraction of GPU memory (0-1], got {a.mem_fraction}")
+    if not a.out.strip():
+        ap.error("--out is empty: give a directory for this run (an empty one would write into the current directory)")
+    a.out = Path(a.out)
+    inside = next((p for p in a.out.resolve().parents if (p / "ab-summary.json").exists()), None)
+    if inside is not None:
+        ap.error(f"--out {a.out} is inside the run {inside}: give a directory of its own "
+                 f"(this run's summary and server logs would land among that run's files)")
     if a.out.exists() and not a.out.is_dir():
         ap.error(f"--out {a.out}: a file, not a directory")
     if a.out.is_dir() and ((a.out / "ab-summary.json").exists() or any(a.out.glob("repeat*"))):

@@ -1217,7 +1217,17 @@ def _ints(text: str) -> List[int]:
         values = []
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    _no_repeats(values, text)
     return values
+
+
+def _no_repeats(values: List[Any], text: str) -> None:
+    """A level given twice in ``text`` is refused: each level is one row, written to one file (a
+    second would overwrite the first's raw output and count as another repeat of the row)."""
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(fmt_rate(v) for v in twice)} given more than once in {text!r}: "
+                                         f"each level is one row")
 
 
 def _rates(text: str) -> List[float]:
@@ -1228,6 +1238,7 @@ def _rates(text: str) -> List[float]:
         values = []
     if not values or not all(math.isfinite(v) and v > 0 for v in values):
         raise argparse.ArgumentTypeError(f"expected comma-separated request rates > 0 (requests/s), got {text!r}")
+    _no_repeats(values, text)
     return values
 
 
@@ -1236,6 +1247,10 @@ def _workloads(text: str) -> List[Workload]:
     names = [x.strip() for x in text.split(",") if x.strip()]
     if not names:
         raise argparse.ArgumentTypeError(f"expected comma-separated workload names, got {text!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given more than once in {text!r}: each workload is "
+                                         f"one set of rows")
     try:
         return [parse_workload(n) for n in names]
     except ValueError as exc:

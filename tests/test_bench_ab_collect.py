@@ -145,6 +145,45 @@ def test_the_no_speculation_rows_take_the_draft_of_the_runs_speculative_sides(tm
     assert [r["p_wrong"] for r in ab_collect.collect(mixed)] == ["0.2", "0.2", "0.5"]
 
 
+def test_a_side_without_its_csv_in_a_repeat_is_said(tmp_path, capsys):
+    """Fresh-user find: a side that ab-summary.json lists, its CSV gone, vanished from the output
+    without a word (18 rows instead of 27, rc 0)."""
+    run = write_run(tmp_path, "ab", {"a": "none", "b": "off", "c": "auto"}, {
+        (0, "a"): [row("none", 8, 1, 1)], (0, "b"): [row("off", 8, 1, 1)], (1, "a"): [row("none", 8, 1, 1)],
+        (1, "b"): [row("off", 8, 1, 1)], (1, "c"): [row("auto", 8, 1, 1)]})
+    (run / "repeat0" / "c").mkdir()
+    (run / "repeat1" / "c" / "real-traffic.csv").unlink()
+    assert [r["side"] for r in ab_collect.collect(run)] == ["a", "b"]
+    assert f"note: {run} side c: no real-traffic.csv in repeat0, repeat1 (the side is left out)" in capsys.readouterr().err
+    (run / "repeat1" / "b" / "real-traffic.csv").unlink()
+    assert [(r["side"], r["repeats"]) for r in ab_collect.collect(run, ["b"])] == [("b", "1")]
+    assert f"note: {run} side b: no real-traffic.csv in repeat1\n" in capsys.readouterr().err
+
+
+def test_a_csv_that_is_a_device_or_a_pipe_is_refused_and_a_symlink_is_written_through(tmp_path, capsys):
+    """Fresh-user find (run as root): --csv /dev/null wrote /dev/null.tmp and renamed it over the
+    device node, so /dev/null became a regular file; a named pipe and a symlink were replaced too."""
+    import os
+    import stat
+
+    run = write_run(tmp_path, "ab", {"a": "none", "b": "off"}, {(0, "a"): [row("none", 8, 1, 1)]})
+    pipe = tmp_path / "pipe.csv"
+    os.mkfifo(pipe)
+    # /dev/null itself only asked (a regression here must not replace this machine's /dev/null)
+    assert ab_collect.not_a_regular_file(ab_collect.Path("/dev/null")) == "is a device, not a file"
+    with pytest.raises(SystemExit) as e:
+        ab_collect.main([str(run), "--csv", str(pipe)])
+    assert e.value.code == 2 and f"--csv {pipe} is a named pipe, not a file" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)
+    with pytest.raises(OSError, match="is a named pipe"):
+        ab_collect.write_csv([], pipe)  # the writer itself refuses too
+    real, link = tmp_path / "real.csv", tmp_path / "link.csv"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    assert ab_collect.main([str(run), "--csv", str(link)]) == 0
+    assert link.is_symlink() and real.read_text().startswith("config,")  # written through, the link kept
+
+
 def test_a_csv_that_is_a_directory_empty_or_unwritable_is_refused_and_leaves_nothing(tmp_path, capsys, monkeypatch):
     run = write_run(tmp_path, "ab", {"a": "none", "b": "off"}, {(0, "a"): [row("none", 8, 1, 1)]})
     for csv_arg, message in ((str(tmp_path), "a directory, not a file"), ("", "give a file name")):

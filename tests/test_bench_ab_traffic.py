@@ -426,6 +426,22 @@ def test_the_time_varying_load_runs_on_every_side_after_the_repeats(pair, tmp_pa
     assert "b_over_a" not in tv and "c_over_best" not in tv and tv["c_over_a"] == round(20.0 / 19.0, 4)
 
 
+def test_an_empty_out_or_one_inside_a_run_is_refused(pair, tmp_path, monkeypatch, capsys):
+    """Fresh-user find: --out '' wrote ab-summary.json and server-logs/ into the current directory, and
+    --out OLD_RUN/repeat0 (or a new folder under a run) wrote them among that run's files."""
+    monkeypatch.setattr(server_harness, "start_server", lambda *a, **k: pytest.fail("no server after a bad --out"))
+    old = tmp_path / "old"
+    (old / "repeat0" / "a").mkdir(parents=True)
+    (old / "ab-summary.json").write_text('{"argv": ["the old run"]}')
+    for out, message in (("", "--out is empty"), (" ", "--out is empty"),
+                         (str(old / "repeat0"), f"is inside the run {old.resolve()}"),
+                         (str(old / "new" / "deeper"), f"is inside the run {old.resolve()}")):
+        with pytest.raises(SystemExit) as exc:
+            ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", out])
+        assert exc.value.code == 2 and message in capsys.readouterr().err, out
+    assert sorted(p.name for p in old.iterdir()) == ["ab-summary.json", "repeat0"]
+
+
 def test_an_out_that_holds_a_run_is_refused_and_left_as_it_was(pair, tmp_path, monkeypatch, capsys):
     """Fresh-user find: a failed run into an earlier run's folder replaced its ab-summary.json (the old
     rows then read as the new settings')."""
