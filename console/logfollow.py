@@ -83,6 +83,8 @@ class LogBatch:
     total_lines: int = 0
     #: bytes indexed but not turned into lines: the log grew faster than it is shown (CATCH_UP_BYTES)
     skipped_bytes: int = 0
+    #: the file was truncated (or rewritten in place) since the last read: read again from its top
+    truncated: bool = False
 
 
 class LogFollower:
@@ -217,6 +219,7 @@ class LogFollower:
             return
         if st is not None and (st.st_size < self._pos or not self._same_bytes()):
             self._restart()  # truncated (and maybe written again past the old size)
+            batch.truncated = True
         self._drain(batch)
 
     def _same_bytes(self) -> bool:

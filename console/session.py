@@ -587,6 +587,9 @@ class ConsoleSession:
             scanned, batch, lines = await asyncio.to_thread(self._read_log)
             self._note_log_problem()
             self._note_log_skip(batch.skipped_bytes)
+            if batch.truncated and self.follower is not None:
+                self.console_line(f"log {self.follower.path}: truncated or rewritten in place; reading it again "
+                                  f"from the top")
             urgent, self._log_urgent = self._log_urgent, False
             if urgent:
                 publish, soon = True, False

@@ -257,3 +257,19 @@ async def test_a_log_written_faster_than_shown_is_skipped_to_its_end_and_said_on
     assert said == [f"log {log}: written faster than the pane shows it; skipping to its end "
                     "(search and filter still reach every line)"]
     assert s.follower.index.lines == 100_002
+
+
+async def test_a_truncated_log_is_said_and_read_again_from_the_top(tmp_path):
+    """A fresh user's find: a log truncated and written again just went on with the new lines, and
+    nothing on screen said the file had started over (logrotate's copytruncate does this)."""
+    s, log, got = _session(tmp_path, lines=3)
+    s.follower = sess.LogFollower(log, initial_tail_bytes=4096, on_scan=s._scan_fact)
+    await s._read_log_once()
+    log.write_text("after the truncation\n")  # the same inode, shorter
+    await s._read_log_once()
+    await s._read_log_once()  # nothing new: said once
+    said = [e.text for e in got if isinstance(e, ev.ConsoleLine)]
+    assert said == [f"log {log}: truncated or rewritten in place; reading it again from the top"]
+    shown = [t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines]
+    assert shown[-1] == "after the truncation"
+    s.follower.close()
