@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from bench import traffic_summary
 from bench.errors import BenchError
 
 #: the columns that name a row of the plan (what the repeats of one server share)
@@ -45,7 +46,7 @@ COUNT_COLUMNS = ("num_requests", "completed")
 #: what a gate server's gate did during the row (``spec_gate_delta`` in its traffic record:
 #: ``bench.traffic.gate_row_delta``), over the repeats: its ON share of decode steps, switches and
 #: auto's probe steps (empty for servers without the gate and for runs from before the record)
-GATE_EXTRA = ("gate_on_share", "gate_switches", "gate_probe_steps")
+GATE_EXTRA = traffic_summary.GATE_COLUMNS
 EXTRA = ("repeats", "run", "side") + GATE_EXTRA
 
 

@@ -19,6 +19,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from bench.errors import BenchError
 from bench.traffic import ARRIVALS, CONFIGS, DEFAULT_WORKLOADS, POSITIVE_COLUMNS, REQUIRED_COLUMNS, WORKERS
 
+#: what an auto server's gate did during a row (``bench.ab_collect``'s extra columns, when there)
+GATE_COLUMNS = ("gate_on_share", "gate_switches", "gate_probe_steps")
+
 
 def read_traffic_rows(paths: List[Path], empty_ok: bool = False) -> List[Dict[str, Any]]:
     """The rows of traffic CSVs, in order (values are strings, as ``csv`` reads them). With
@@ -219,6 +222,8 @@ def traffic_ratios(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             if level[0] == "poisson":
                 rec["e2e"] = _ratios(rec["e2e_ms"], min, v2_none and float(v2_none["mean_e2e_ms"]), worker)
             rec["none_v2_attention"] = v2_attn
+            if "auto" in cells and any((cells["auto"].get(c) or "").strip() for c in GATE_COLUMNS):
+                rec["auto_gate"] = {c: (cells["auto"].get(c) or "").strip() for c in GATE_COLUMNS}
             out.append(rec)
     return out
 
@@ -235,8 +240,10 @@ def _ratios(values: Dict[str, float], best, v2_none: Optional[float], worker: st
 
 def traffic_tables(rows: List[Dict[str, Any]]) -> str:
     """Markdown tables of :func:`traffic_ratios` per p_wrong: output tok/s for every workload,
-    then mean e2e latency (ms) for the Poisson ones. Missing values print as ``n/a``; a
-    ``/ none v2`` ratio against another attention backend's row is marked ``*``."""
+    then mean e2e latency (ms) for the Poisson ones, then, where auto rows carry
+    :data:`GATE_COLUMNS`, what auto's gate did during each (ON share, switches, probe steps).
+    Missing values print as ``n/a``; a ``/ none v2`` ratio against another attention backend's row
+    is marked ``*``."""
     recs = traffic_ratios(rows)
     lines: List[str] = []
 
@@ -270,6 +277,17 @@ def traffic_tables(rows: List[Dict[str, Any]]) -> str:
                     cells += [f(rt[k]) + mark if rt.get(k) is not None else ("" if r["worker"] == "v2" else "n/a")
                               for k in ("off/none_v2", "gate/none_v2", "auto/none_v2")]
                 lines.append("| " + " | ".join(cells) + " |")
+        gated = [r for r in mine if "auto_gate" in r]
+        if gated:  # a row auto lost with ON share as the better mode's and few probes: the server, not the decision
+            lines += ["", "what auto's gate did during each row (bench.ab_collect's gate columns, over the repeats)", "",
+                      "| workload | level | worker | attention | auto / best static | ON share of decode steps "
+                      "| switches | probe steps |", "|" + "---|" * 8]
+            for r in gated:
+                g = r["auto_gate"]
+                lines.append("| " + " | ".join([r["workload"], _fmt_level(r["level"]), r["worker"],
+                                                r["attention_backend"] or "n/a", f(r["ratios"]["auto/best"]),
+                                                g["gate_on_share"] or "n/a", g["gate_switches"] or "n/a",
+                                                g["gate_probe_steps"] or "n/a"]) + " |")
         stars = sorted({r["none_v2_attention"] for r in mine if r["none_v2_attention"]})
         if stars:
             lines.append(f"* against the v2 none row of attention backend {', '.join(stars)}")

@@ -77,6 +77,9 @@ def test_a_gate_servers_rows_carry_what_its_gate_did_over_the_repeats(tmp_path, 
     assert [got[("auto", "4")][c] for c in ab_collect.GATE_EXTRA] == ["0.6", "58", "16"]  # 1,200 ON of 2,000 steps
     assert [got[("auto", "64")][c] for c in ab_collect.GATE_EXTRA] == ["0.008", "2", "8"]
     assert [got[("none", "4")][c] for c in ab_collect.GATE_EXTRA] == ["", "", ""]  # no gate there
+    tables = traffic_summary.traffic_tables(traffic_summary.read_traffic_rows([out]))
+    assert "what auto's gate did during each row" in tables
+    assert "| varied-closed | c=4 | v2 | fa3 | n/a | 0.6 | 58 | 16 |" in tables  # no always row: no best static
 
 
 def test_only_the_sides_asked_for_and_a_repeat_missing_a_row(tmp_path):
