@@ -23,7 +23,9 @@ the draft its rows are the baseline of. Such ``none`` rows take the p of the run
 ``--share-none`` goes one step further for runs that started no ``none`` server at all (a second draft
 measured beside the first run's target, to save a server's rows of device time): the ``none`` rows of
 the other runs also stand as the baseline of every draft p that has none of its own
-(:func:`share_none`); the copies keep their ``run`` and ``side``.
+(:func:`share_none`); the copies keep their ``run`` and ``side``. The none server must have been
+started as the borrowing run's servers were (:func:`check_shared_baseline`: the KV pool, memory,
+attention backend, scheduler, batch limits), else nothing is written.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from bench import traffic_summary
-from bench.errors import BenchError
+from bench.errors import BenchError, not_a_regular_file
 
 #: the columns that name a row of the plan (what the repeats of one server share)
 KEY_COLUMNS = ("config", "workload", "p_wrong", "worker", "attention_backend", "concurrency", "request_rate",
@@ -80,10 +82,16 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     from bench.traffic_summary import read_traffic_rows
 
     summary_path = run / "ab-summary.json"
-    repeat_dirs = sorted((p for p in run.glob("repeat*") if p.is_dir() and p.name[6:].isdigit()),
+    repeat_dirs = sorted((p for p in run.glob("repeat*") if p.is_dir() and p.name[6:].isascii() and p.name[6:].isdigit()),
                          key=lambda p: int(p.name[6:]))
     try:
-        sides = [s for s in SIDES if s in json.loads(summary_path.read_text()).get("servers", {})]
+        why = not_a_regular_file(summary_path)
+        if why is not None:
+            raise OSError(f"{summary_path} {why}")
+        servers = json.loads(summary_path.read_text()).get("servers")
+        if not isinstance(servers, dict) or not servers:
+            raise ValueError(f"its 'servers' is {json.dumps(servers)[:40]}, not the sides' servers")
+        sides = [s for s in SIDES if s in servers]
     except (OSError, ValueError, AttributeError) as exc:
         # a run cut short (device time) writes no summary: its sides are the repeats' folders
         sides = [s for s in SIDES if any((rd / s / "real-traffic.csv").exists() for rd in repeat_dirs)]
@@ -103,8 +111,6 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
         deltas: Dict[Tuple[str, str, str], List[Dict]] = {}
         absent = []
         for rd in repeat_dirs:
-            for key, got_deltas in gate_deltas(rd / side).items():
-                deltas.setdefault(key, []).extend(got_deltas)
             path = rd / side / "real-traffic.csv"
             if not path.exists():
                 absent.append(rd.name)
@@ -112,8 +118,18 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
             got = read_traffic_rows([path], empty_ok=True)
             if not got:
                 print(f"note: {path} has no rows (left out)", file=sys.stderr)
+            levels: Dict[Tuple[str, str, str], int] = {}
             for row in got:
                 groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append(row)
+                level = (row.get("workload", ""), row.get("concurrency", ""), row.get("request_rate", ""))
+                levels[level] = levels.get(level, 0) + 1
+            for (workload, c, r), n in levels.items():
+                if n > 1:
+                    print(f"note: {path}: {workload} {'c=' + c if c else 'r=' + r} {n} times (each counted as a "
+                          f"repeat)", file=sys.stderr)
+            # the gate's record of a row only where the CSV has the row (a copied record counts once)
+            for level, got_deltas in gate_deltas(rd / side).items():
+                deltas.setdefault(level, []).extend(got_deltas[:levels.get(level, 0)])
         if absent:  # a run cut short, or a file lost: say which, the rows are fewer than the run's
             print(f"note: {run} side {side}: no real-traffic.csv in {', '.join(absent)}"
                   + (" (the side is left out)" if len(absent) == len(repeat_dirs) else ""), file=sys.stderr)
@@ -143,6 +159,10 @@ def gate_deltas(side_dir: Path) -> Dict[Tuple[str, str, str], List[Dict]]:
     only what the gate did during them)."""
     out: Dict[Tuple[str, str, str], List[Dict]] = {}
     for path in sorted(side_dir.glob("traffic-*.json")):
+        why = not_a_regular_file(path)
+        if why is not None:
+            print(f"note: {path} {why} (not read)", file=sys.stderr)
+            continue
         try:
             runs = json.loads(path.read_text()).get("runs", [])
             rows = [r for run in runs for r in run.get("rows", [])]
@@ -203,30 +223,64 @@ def share_none(rows: List[Dict[str, str]]) -> List[Dict[str, str]]:
     return rows + [{**r, "p_wrong": p} for p in need for r in none]
 
 
-def not_a_regular_file(path: Path) -> Optional[str]:
-    """Why ``path`` (its symlinks followed) cannot be the CSV written, or None: it exists and is not
-    a regular file (a device such as /dev/null, a named pipe, a socket, a directory). The CSV is
-    written beside its target and renamed over it, which would replace such a node."""
-    import stat
+#: server arguments a none server must share with the servers it stands as the baseline of
+#: (``--share-none``): the KV pool and memory, the attention backend, the scheduler (overlap or
+#: not), the batch limits, the dtype
+BASELINE_FLAGS = ("--max-total-tokens", "--mem-fraction-static", "--attention-backend", "--disable-overlap-schedule",
+                  "--max-running-requests", "--cuda-graph-max-bs", "--dtype", "--sampling-backend")
 
+
+def _baseline_flags(run: Path, side: str) -> Optional[Dict[str, str]]:
+    """:data:`BASELINE_FLAGS` as ``side``'s server of ``run`` was started (its ``ab-summary.json``;
+    a flag without a value maps to ``""``), or None when that record cannot be read."""
     try:
-        mode = path.resolve().stat().st_mode
-    except FileNotFoundError:
+        args = json.loads((run / "ab-summary.json").read_text())["servers"][side]["args"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    if stat.S_ISREG(mode):
+    if not isinstance(args, list):
         return None
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file")
-    return f"is {kind}, not a file"
+    out = {}
+    for i, arg in enumerate(args):
+        if arg in BASELINE_FLAGS:
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            out[arg] = "" if str(nxt).startswith("--") else str(nxt)
+    return out
+
+
+def check_shared_baseline(by_run: List[Tuple[Path, List[Dict[str, str]]]]) -> None:
+    """``--share-none``: the ``none`` servers whose rows stand as another run's baseline were started
+    as that run's servers were, on :data:`BASELINE_FLAGS` (a pool of 131,072 tokens against one of
+    49,152 put auto at 0.716x "the better static" at 128 requests, against 0.977x with its own run's
+    baseline: a fresh user's find). A run whose record cannot be read is said on stderr, not refused.
+
+    Raises:
+        BenchError: a flag differs; the message names the runs, sides and values.
+    """
+    donors = [(run, r["side"]) for run, got in by_run for r in got if r.get("config") == "none"]
+    donors = list(dict.fromkeys(donors))
+    for run, got in by_run:
+        if any(r.get("config") == "none" for r in got):
+            continue
+        for side in dict.fromkeys(r["side"] for r in got):
+            mine = _baseline_flags(run, side)
+            for donor, dside in donors:
+                theirs = _baseline_flags(donor, dside)
+                if mine is None or theirs is None:
+                    print(f"note: --share-none: cannot compare the server arguments of {run} side {side} and "
+                          f"{donor} side {dside} (no readable ab-summary.json)", file=sys.stderr)
+                    continue
+                differ = [f"{flag} {theirs.get(flag, '(unset)')!s} vs {mine.get(flag, '(unset)')!s}"
+                          for flag in BASELINE_FLAGS if theirs.get(flag) != mine.get(flag)]
+                if differ:
+                    raise BenchError(f"--share-none: the none server of {donor} (side {dside}) was started unlike "
+                                     f"{run} side {side}: {'; '.join(differ)}; its rows are not that run's baseline")
 
 
 def write_csv(rows: List[Dict[str, str]], path: Path) -> None:
-    """``rows`` with the traffic columns, then :data:`EXTRA`; written whole to ``TARGET.tmp`` beside
-    the file ``path`` names (a symlink is followed and kept), then renamed over it (no ``.tmp`` is
-    left behind either way).
+    """``rows`` with the traffic columns, then :data:`EXTRA`; written whole to a new temporary file
+    beside the file ``path`` names (a symlink is followed and kept; a name no other file has, so an
+    existing ``PATH.tmp`` is never touched), then renamed over it (the temporary file is gone either
+    way).
 
     Raises:
         OSError: the file could not be written or renamed, or ``path`` exists and is not a regular
@@ -237,11 +291,15 @@ def write_csv(rows: List[Dict[str, str]], path: Path) -> None:
     why = not_a_regular_file(path)
     if why is not None:
         raise OSError(f"{path} {why}")
+    import os
+    import tempfile
+
     path = path.resolve()
     columns = list(TRAFFIC_COLUMNS) + list(EXTRA)
-    tmp = path.with_name(path.name + ".tmp")
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
     try:
-        with tmp.open("w", newline="", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=columns)
             w.writeheader()
             for row in rows:
@@ -266,7 +324,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--csv", type=Path, required=True, help="the CSV to write (replaced if it exists)")
     ap.add_argument("--share-none", action="store_true",
                     help="a run without a none server (another draft of the same target) takes the other "
-                         "runs' none rows as its baseline, labelled with its p")
+                         "runs' none rows as its baseline, labelled with its p (their servers must have been "
+                         "started alike: KV pool, memory, attention backend, scheduler, batch limits)")
     a = ap.parse_args(argv)
     if not a.csv.name:
         ap.error(f"--csv {str(a.csv)!r}: give a file name (e.g. bench/results/real-traffic.csv)")
@@ -285,7 +344,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error(f"--csv {a.csv} is inside the run {run}: it would overwrite or join its measurements; "
                      f"write it beside the run")
     try:
-        rows, seen = [], set()
+        rows, seen, by_run = [], set(), []
         for spec, path, only in specs:
             if only == []:
                 raise BenchError(f"{spec}: no side after ':' (RUN:a,b names sides a and b)")
@@ -296,7 +355,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 raise BenchError(f"{spec}: side(s) {', '.join(twice)} of {path} already given (their rows would count twice)")
             seen |= given
             rows += got
+            by_run.append((path, got))
         if a.share_none:
+            check_shared_baseline(by_run)
             rows = share_none(rows)
     except BenchError as exc:
         print(f"bench.ab_collect: {exc}", file=sys.stderr)

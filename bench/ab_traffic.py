@@ -330,6 +330,12 @@ def freeze_gc(url: str) -> int:
     return httpx.post(f"{url}/freeze_gc", timeout=30).status_code
 
 
+def _holds_a_run(path: Path) -> bool:
+    """``path`` is a run's directory: it has ``ab-summary.json`` or, cut short before writing one,
+    ``repeatN/`` folders."""
+    return (path / "ab-summary.json").exists() or any(p.is_dir() for p in path.glob("repeat[0-9]*"))
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.ab_traffic", description=__doc__.split("\n\n")[0],
                                  allow_abbrev=False)
@@ -371,7 +377,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="after the repeats, the time-varying load on every side (OUT/time-varying.json)")
     ap.add_argument("--freeze-gc", action="store_true",
                     help="POST /freeze_gc to every server once all are ready, before the first row")
-    ap.add_argument("--out", type=str, required=True, help="a new directory for this run (not inside another run)")
+    ap.add_argument("--out", type=str, required=True, help="a new or empty directory for this run (not inside another run)")
     return ap
 
 
@@ -399,15 +405,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not a.out.strip():
         ap.error("--out is empty: give a directory for this run (an empty one would write into the current directory)")
     a.out = Path(a.out)
-    inside = next((p for p in a.out.resolve().parents if (p / "ab-summary.json").exists()), None)
+    inside = next((p for p in a.out.resolve().parents if _holds_a_run(p)), None)
     if inside is not None:
         ap.error(f"--out {a.out} is inside the run {inside}: give a directory of its own "
                  f"(this run's summary and server logs would land among that run's files)")
     if a.out.exists() and not a.out.is_dir():
         ap.error(f"--out {a.out}: a file, not a directory")
-    if a.out.is_dir() and ((a.out / "ab-summary.json").exists() or any(a.out.glob("repeat*"))):
+    if a.out.is_dir() and _holds_a_run(a.out):
         ap.error(f"--out {a.out} holds a run already (ab-summary.json or repeat*/): give another --out "
                  f"(a new run there would mix its rows with that run's and replace its summary)")
+    if a.out.is_dir() and any(a.out.iterdir()):
+        ap.error(f"--out {a.out} is a directory with other files in it: give a new or empty directory "
+                 f"(this run writes ab-summary.json, repeat*/ and server-logs/ there)")
     if not 1 <= a.port <= 65535 - 10 * (len(sides) - 1):
         ap.error(f"--port must be in 1..{65535 - 10 * (len(sides) - 1)} (the last side's is PORT + {10 * (len(sides) - 1)})")
     a.profile_sides = tuple(x for x in a.profile_sides.split(",") if x) or sides

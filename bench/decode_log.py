@@ -46,9 +46,25 @@ import zlib
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
+#: a number as SGLang prints one (``1.2.3`` or ``.`` are not)
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 DECODE_LINE = re.compile(
-    r"Decode batch, #running-req: (?P<bs>\d+),.*?gen throughput \(token/s\): (?P<tps>[0-9.]+(?:[eE][+-]?[0-9]+)?)"
+    r"Decode batch, #running-req: (?P<bs>\d+),.*?gen throughput \(token/s\): (?P<tps>" + _NUMBER + r")(?![0-9.])"
 )
+#: longer lines are not SGLang's Decode batch lines (~250 characters); the patterns' ``.*?`` would
+#: make a long line's search quadratic
+MAX_LINE = 4096
+#: a throughput below this (tokens/s) is not a measurement (its step time would overflow)
+MIN_TOK_S = 1e-6
+
+
+def _throughput(m: "re.Match[str] | None") -> Optional[float]:
+    """The match's throughput when it is a measurement (finite, >= MIN_TOK_S, or exactly 0: an
+    interval without decode work, which summaries drop), else None."""
+    if m is None:
+        return None
+    tps = float(m["tps"])
+    return tps if math.isfinite(tps) and (tps == 0 or tps >= MIN_TOK_S) else None
 
 
 def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optional[str] = None,
@@ -59,9 +75,12 @@ def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optiona
     line containing ``end`` (at the bottom if None); with ``start`` given, every later line
     containing it opens another window. ``windows``, if given, gets one entry per window opened."""
     for line in _window_lines(lines, start, end, windows):
+        if len(line) > MAX_LINE or "Decode batch" not in line:
+            continue
         m = DECODE_LINE.search(line)
-        if m and math.isfinite(float(m["tps"])):  # "1e400" reads as inf: not a measurement
-            yield int(m["bs"]), float(m["tps"])
+        tps = _throughput(m)  # "1e400" reads as inf, "1e-320" as no time: not measurements
+        if tps is not None:
+            yield int(m["bs"]), tps
 
 
 def _window_lines(lines: Iterable[str], start: Optional[str], end: Optional[str],
@@ -86,7 +105,7 @@ def _window_lines(lines: Iterable[str], start: Optional[str], end: Optional[str]
 
 KEYED_LINE = re.compile(
     r"Decode batch, #running-req: (?P<bs>\d+), #token: (?P<tok>\d+),.*?gen throughput \(token/s\): "
-    r"(?P<tps>[0-9.]+(?:[eE][+-]?[0-9]+)?)"
+    r"(?P<tps>" + _NUMBER + r")(?![0-9.])"
 )
 
 
@@ -96,9 +115,12 @@ def keyed_lines(lines: Iterable[str], start: Optional[str] = None, end: Optional
     are left out."""
     out = []
     for line in _window_lines(lines, start, end):
+        if len(line) > MAX_LINE or "Decode batch" not in line:
+            continue
         m = KEYED_LINE.search(line)
-        if m and math.isfinite(float(m["tps"])):
-            out.append(((int(m["bs"]), int(m["tok"])), float(m["tps"])))
+        tps = _throughput(m)
+        if tps is not None:
+            out.append(((int(m["bs"]), int(m["tok"])), tps))
     return out
 
 
@@ -170,9 +192,16 @@ def read_log(path: Path) -> str:
     replaced). Also used for profiler traces (``bench.trace_summary``).
 
     Raises:
-        OSError: unreadable, a binary file, or a ``.gz`` that is not gzip (``gzip.BadGzipFile``).
+        OSError: unreadable, not a regular file (a named pipe, a device, a directory), a binary file
+            (NUL bytes past any at its top, which a truncation may leave), or a ``.gz`` that is not
+            gzip (``gzip.BadGzipFile``).
         EOFError, zlib.error: a truncated or corrupt ``.gz``.
     """
+    from bench.errors import not_a_regular_file
+
+    why = not_a_regular_file(path)
+    if why is not None:  # a named pipe would wait for a writer forever
+        raise OSError(f"{path} {why}")
     with path.open("rb") as f:
         magic = f.read(2)
     if magic == b"\x1f\x8b" or path.suffix == ".gz":  # gzip by content, whatever the name
@@ -182,7 +211,7 @@ def read_log(path: Path) -> str:
             text = f.read()
     else:
         text = path.read_text(errors="replace")
-    if "\x00" in text[:4096]:
+    if "\x00" in text.lstrip("\x00")[:4096]:  # NULs only at the top: a hole copytruncate left
         raise OSError(f"{path} is a binary file, not text")
     return text
 

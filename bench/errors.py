@@ -14,3 +14,25 @@ class BenchError(Exception):
 def first_line(exc: BaseException) -> str:
     """``TYPE: the first line of its message`` (a subprocess failure's message may hold a whole log tail)."""
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+
+
+def not_a_regular_file(path) -> "str | None":
+    """Why ``path`` (symlinks followed) is not a regular file the tools may read or replace, or None
+    (it is one, or it does not exist): ``is a directory``, ``is a named pipe`` (reading one waits for
+    a writer forever), ``is a socket``, ``is a device`` (renaming a file over /dev/null replaced the
+    device node, run as root). An ``OSError`` on the way (a permission) gives its message."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+    return f"is {kind}, not a file"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from bench.errors import BenchError
+from bench.errors import BenchError, not_a_regular_file
 from bench.traffic import ARRIVALS, CONFIGS, DEFAULT_WORKLOADS, POSITIVE_COLUMNS, REQUIRED_COLUMNS, WORKERS
 
 #: what an auto server's gate did during a row (``bench.ab_collect``'s extra columns, when there)
@@ -37,8 +37,9 @@ def read_traffic_rows(paths: List[Path], empty_ok: bool = False) -> List[Dict[st
     for path in paths:
         if not path.exists():
             raise BenchError(f"no such file: {path}")
-        if path.is_dir():
-            raise BenchError(f"{path} is a directory")
+        why = not_a_regular_file(path)
+        if why is not None:
+            raise BenchError(f"{path} {why}")
         got = []
         try:
             with path.open(newline="", encoding="utf-8-sig") as f:
@@ -82,7 +83,8 @@ def _row_problem(row: Dict[str, Any]) -> Optional[Tuple[str, str]]:
     worker in :data:`WORKERS`; p_wrong not empty; a closed loop's concurrency a positive integer
     and request_rate empty, the other way round for Poisson (a positive rate); threshold a positive
     integer for gate and off, ``auto`` (or an integer) for auto, empty otherwise; the latency and
-    throughput columns > 0; the extra columns, when there, empty or numbers."""
+    throughput columns > 0; the extra columns, when there, empty or numbers (:data:`GATE_COLUMNS`:
+    a share in [0, 1], counts >= 0)."""
     cell = {k: (v or "").strip() for k, v in row.items() if k is not None}
     short = [c for c in REQUIRED_COLUMNS if row.get(c) is None]
     if short:
@@ -120,6 +122,14 @@ def _row_problem(row: Dict[str, Any]) -> Optional[Tuple[str, str]]:
                                       ("max_concurrency", True, True)):
         if cell.get(column):
             why = _number(cell[column], integer, positive)
+            if why:
+                return column, why
+    for column in GATE_COLUMNS:
+        if cell.get(column):
+            share = column == "gate_on_share"
+            why = _number(cell[column], not share, False)
+            if why is None and share and float(cell[column]) > 1:
+                why = f"is a share of decode steps (0-1), got {cell[column]!r}"
             if why:
                 return column, why
     return None
@@ -238,6 +248,11 @@ def _ratios(values: Dict[str, float], best, v2_none: Optional[float], worker: st
     return out
 
 
+def _table_row(cells: List[str]) -> str:
+    """One markdown table row; a ``|`` inside a cell (a label from a CSV) is escaped."""
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+
 def traffic_tables(rows: List[Dict[str, Any]]) -> str:
     """Markdown tables of :func:`traffic_ratios` per p_wrong: output tok/s for every workload,
     then mean e2e latency (ms) for the Poisson ones, then, where auto rows carry
@@ -276,7 +291,7 @@ def traffic_tables(rows: List[Dict[str, Any]]) -> str:
                 if v1:
                     cells += [f(rt[k]) + mark if rt.get(k) is not None else ("" if r["worker"] == "v2" else "n/a")
                               for k in ("off/none_v2", "gate/none_v2", "auto/none_v2")]
-                lines.append("| " + " | ".join(cells) + " |")
+                lines.append(_table_row(cells))
         gated = [r for r in mine if "auto_gate" in r]
         if gated:  # a row auto lost with ON share as the better mode's and few probes: the server, not the decision
             lines += ["", "what auto's gate did during each row (bench.ab_collect's gate columns, over the repeats)", "",
@@ -284,10 +299,10 @@ def traffic_tables(rows: List[Dict[str, Any]]) -> str:
                       "| switches | probe steps |", "|" + "---|" * 8]
             for r in gated:
                 g = r["auto_gate"]
-                lines.append("| " + " | ".join([r["workload"], _fmt_level(r["level"]), r["worker"],
-                                                r["attention_backend"] or "n/a", f(r["ratios"]["auto/best"]),
-                                                g["gate_on_share"] or "n/a", g["gate_switches"] or "n/a",
-                                                g["gate_probe_steps"] or "n/a"]) + " |")
+                lines.append(_table_row([r["workload"], _fmt_level(r["level"]), r["worker"],
+                                         r["attention_backend"] or "n/a", f(r["ratios"]["auto/best"]),
+                                         g["gate_on_share"] or "n/a", g["gate_switches"] or "n/a",
+                                         g["gate_probe_steps"] or "n/a"]))
         stars = sorted({r["none_v2_attention"] for r in mine if r["none_v2_attention"]})
         if stars:
             lines.append(f"* against the v2 none row of attention backend {', '.join(stars)}")

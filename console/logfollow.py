@@ -85,6 +85,8 @@ class LogBatch:
     skipped_bytes: int = 0
     #: the file was truncated (or rewritten in place) since the last read: read again from its top
     truncated: bool = False
+    #: another file lives at the path since the last read (rotated or replaced): its lines follow the old one's
+    rotated: bool = False
 
 
 class LogFollower:
@@ -215,6 +217,7 @@ class LogFollower:
             self.close()
             self._first = False
             if self._open():
+                batch.rotated = True
                 self._drain(batch)
             return
         if st is not None and (st.st_size < self._pos or not self._same_bytes()):

@@ -55,6 +55,12 @@ CLOCK_S = 1.0
 RESTART_AFTER_ERROR_S = 1.0
 
 
+
+def _ordinal(n: int) -> str:
+    """``2`` -> ``"2nd"``, ``11`` -> ``"11th"``, ``23`` -> ``"23rd"``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
 class ConsoleSession:
     """One console session (see the module docstring).
 
@@ -92,6 +98,7 @@ class ConsoleSession:
         self._published_at = 0.0  # time.monotonic() of the last publish()
         self._log_lock = asyncio.Lock()  # one log read at a time (the poll's and the log loop's)
         self._log_skipping = False  # the last log read skipped ahead (LogBatch.skipped_bytes)
+        self._log_restarts: dict[str, int] = {}  # times the log was truncated / rotated (_note_log_restart)
         self._log_wake = asyncio.Event()  # read_log_soon(): read the log now
         self._log_urgent = False  # the next read's lines are shown at once (an operator waits)
         self._log_read_at = 0.0  # time.monotonic() of the last log read
@@ -529,6 +536,21 @@ class ConsoleSession:
                               f"its end (search and filter still reach every line)")
         self._log_skipping = bool(skipped)
 
+    def _note_log_restart(self, batch: LogBatch) -> None:
+        """A console line each time the followed log starts over: truncated or rewritten in place
+        (read again from its top), or another file at its path (rotated or replaced). From the
+        second on each says which time it is (the console dedupes a line repeated within seconds)."""
+        if self.follower is None:
+            return
+        for happened, what in ((batch.rotated, "rotated"), (batch.truncated, "truncated")):
+            if not happened:
+                continue
+            n = self._log_restarts[what] = self._log_restarts.get(what, 0) + 1
+            nth = f" (the {_ordinal(n)} time)" if n > 1 else ""
+            self.console_line(f"log {self.follower.path}: " + (
+                f"a new file at the path{nth} (the old one rotated or replaced); following it" if what == "rotated"
+                else f"truncated or rewritten in place{nth}; reading it again from the top"))
+
     def _own_addresses(self) -> list[str]:
         """The client addresses (``host:port``) the console's requests came from so far."""
         return list(self.client.local_addresses) if self.client is not None else []
@@ -587,9 +609,7 @@ class ConsoleSession:
             scanned, batch, lines = await asyncio.to_thread(self._read_log)
             self._note_log_problem()
             self._note_log_skip(batch.skipped_bytes)
-            if batch.truncated and self.follower is not None:
-                self.console_line(f"log {self.follower.path}: truncated or rewritten in place; reading it again "
-                                  f"from the top")
+            self._note_log_restart(batch)
             urgent, self._log_urgent = self._log_urgent, False
             if urgent:
                 publish, soon = True, False

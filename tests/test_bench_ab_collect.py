@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -80,6 +81,17 @@ def test_a_gate_servers_rows_carry_what_its_gate_did_over_the_repeats(tmp_path, 
     tables = traffic_summary.traffic_tables(traffic_summary.read_traffic_rows([out]))
     assert "what auto's gate did during each row" in tables
     assert "| varied-closed | c=4 | v2 | fa3 | n/a | 0.6 | 58 | 16 |" in tables  # no always row: no best static
+    text = out.read_text()
+    for bad, says in (("7.5", "column gate_on_share: is a share of decode steps (0-1), got '7.5'"),
+                      ("abc", "column gate_on_share: 'abc' is not a number"),
+                      ("nan", "column gate_on_share: 'nan' is not a measurement")):
+        damaged = tmp_path / f"damaged-{bad}.csv"
+        damaged.write_text(text.replace(",0.6,58,16", f",{bad},58,16"))
+        with pytest.raises(ab_collect.BenchError, match=re.escape(says)):
+            traffic_summary.read_traffic_rows([damaged])
+    piped = tmp_path / "piped.csv"
+    piped.write_text(text.replace(",fa3,", ",fa|3,"))
+    assert "| fa\\|3 |" in traffic_summary.traffic_tables(traffic_summary.read_traffic_rows([piped]))
 
 
 def test_only_the_sides_asked_for_and_a_repeat_missing_a_row(tmp_path):
@@ -161,6 +173,51 @@ def test_a_side_without_its_csv_in_a_repeat_is_said(tmp_path, capsys):
     (run / "repeat1" / "b" / "real-traffic.csv").unlink()
     assert [(r["side"], r["repeats"]) for r in ab_collect.collect(run, ["b"])] == [("b", "1")]
     assert f"note: {run} side b: no real-traffic.csv in repeat1\n" in capsys.readouterr().err
+
+
+def test_damaged_runs_are_read_as_far_as_they_can_be_and_said(tmp_path, capsys):
+    """A second fresh user's finds: a named pipe in a run hung ab_collect; ab-summary.json's
+    'servers' null crashed it and {} lost every row; a copied traffic record doubled the gate
+    columns; a row twice in one CSV counted as two repeats silently; 'repeat²' crashed it."""
+    import os
+
+    def fresh(name):
+        run = write_run(tmp_path, name, {"a": "none", "c": "auto"}, {
+            (0, "a"): [row("none", 4, 560, 6.5)], (0, "c"): [row("auto", 4, 559, 6.6)]})
+        record = {"runs": [{"rows": [{"workload": "varied-closed", "concurrency": 4, "request_rate": "",
+                                      "spec_gate_delta": {"decode_steps_on": 10, "decode_steps_off": 30,
+                                                          "switches": 3, "auto_probe_steps": 8}}]}]}
+        (run / "repeat0" / "c" / "traffic-auto-v2-p0.2.json").write_text(json.dumps(record))
+        return run
+
+    run = fresh("pipes")
+    os.mkfifo(run / "repeat0" / "c" / "traffic-auto-v2-p0.2 copy.json")
+    (run / "ab-summary.json").unlink()
+    os.mkfifo(run / "ab-summary.json")
+    got = {r["config"]: r for r in ab_collect.collect(run)}  # returns: nothing waits for a writer
+    assert got["auto"]["gate_switches"] == "3"
+    err = capsys.readouterr().err
+    assert "is a named pipe, not a file (not read)" in err and "ab-summary.json is a named pipe" in err
+    for servers in (None, {}, ["a", "c"], 5):
+        run = fresh(f"servers-{json.dumps(servers)}".replace("[", "").replace("]", "").replace(",", "").replace('"', ""))
+        (run / "ab-summary.json").write_text(json.dumps({"servers": servers}))
+        assert [r["side"] for r in ab_collect.collect(run)] == ["a", "c"], servers  # from the repeat folders
+        assert "its sides taken from the repeat folders" in capsys.readouterr().err
+    run = fresh("copied")
+    c = run / "repeat0" / "c"
+    (c / "traffic-auto-v2-p0.2 copy.json").write_text((c / "traffic-auto-v2-p0.2.json").read_text())
+    (run / "repeat²").mkdir()
+    assert [r["gate_switches"] for r in ab_collect.collect(run) if r["config"] == "auto"] == ["3"]  # not 6
+    with (c / "real-traffic.csv").open() as f:
+        lines = f.read().splitlines()
+    (c / "real-traffic.csv").write_text("\n".join(lines + lines[1:]) + "\n")
+    auto = [r for r in ab_collect.collect(run) if r["config"] == "auto"][0]
+    assert auto["repeats"] == "2" and "varied-closed c=4 2 times (each counted as a repeat)" in capsys.readouterr().err
+    out = tmp_path / "out.csv"
+    (tmp_path / "out.csv.tmp").write_text("someone else's\n")
+    assert ab_collect.main([str(run), "--csv", str(out)]) == 0
+    assert (tmp_path / "out.csv.tmp").read_text() == "someone else's\n"  # never touched
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.csv.")]  # no temporary left
 
 
 def test_a_csv_that_is_a_device_or_a_pipe_is_refused_and_a_symlink_is_written_through(tmp_path, capsys):
@@ -265,3 +322,20 @@ def test_a_csv_inside_a_run_or_a_side_csv_that_is_not_a_traffic_csv_is_refused(t
     (run / "repeat0" / "b" / "real-traffic.csv").write_text("")
     assert ab_collect.main([str(run), "--csv", str(out)]) == 0
     assert "has no rows (left out)" in capsys.readouterr().err
+
+
+RESULTS = ab_collect.Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+def test_share_none_refuses_a_baseline_started_unlike_the_runs_it_stands_for(tmp_path, capsys):
+    """A fresh user's find: the none rows of a run with 131,072-token pools stood as the baseline of
+    one with 49,152 (auto 0.716x 'the better static' at 128 requests; 0.977x against its own run's)."""
+    p05 = RESULTS / "h100-2026-12-07b" / "ab-auto-triton-p0.5"
+    ok = [str(RESULTS / "h100-2026-12-07b" / "ab-auto-triton-p0.2"), str(p05)]
+    assert ab_collect.main([*ok, "--share-none", "--csv", str(tmp_path / "ok.csv")]) == 0  # the same run's
+    out = tmp_path / "bad.csv"
+    assert ab_collect.main([str(RESULTS / "h100-2026-12-05" / "ab-triton"), str(p05), "--share-none",
+                            "--csv", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "was started unlike" in err and "--max-total-tokens 131072 vs 49152" in err and not out.exists()
+

@@ -440,6 +440,17 @@ def test_an_empty_out_or_one_inside_a_run_is_refused(pair, tmp_path, monkeypatch
             ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", out])
         assert exc.value.code == 2 and message in capsys.readouterr().err, out
     assert sorted(p.name for p in old.iterdir()) == ["ab-summary.json", "repeat0"]
+    cut = tmp_path / "cut"  # a run cut short before its summary: repeat folders only
+    (cut / "repeat0" / "a").mkdir(parents=True)
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for out, message in ((str(cut / "repeat0" / "new"), f"is inside the run {cut.resolve()}"),
+                         (str(other), "is a directory with other files in it")):
+        with pytest.raises(SystemExit) as exc:
+            ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", out])
+        assert exc.value.code == 2 and message in capsys.readouterr().err, out
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]
 
 
 def test_an_out_that_holds_a_run_is_refused_and_left_as_it_was(pair, tmp_path, monkeypatch, capsys):

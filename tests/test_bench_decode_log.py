@@ -178,3 +178,27 @@ def test_versus_cli_reports_ratios_and_says_when_nothing_pairs(tmp_path, capsys)
     with pytest.raises(SystemExit) as exc:
         decode_log.main([str(a), "--versus", str(tmp_path / "nope.log")])
     assert exc.value.code == 2 and "no such file" in capsys.readouterr().err
+
+
+def test_odd_lines_and_files_are_skipped_or_refused_without_a_traceback_or_a_hang(tmp_path, capsys):
+    """A second fresh user's finds: a throughput of '1.2.3' raised ValueError; a 9 MB line of repeated
+    'Decode batch' ran for minutes; a named pipe hung the read; a log with NULs at its top (a hole
+    copytruncate left) was refused as binary; a throughput of 1e-320 printed Infinity (not JSON)."""
+    import os
+    import time
+
+    odd = [LINE.format(bs=8, tps="1.2.3"), LINE.format(bs=8, tps="."), LINE.format(bs=8, tps="1e-320"),
+           "Decode batch, #running-req: 1," * 300_000, LINE.format(bs=8, tps="800.5")]
+    t0 = time.monotonic()
+    assert list(decode_log.decode_lines(odd)) == [(8, 800.5)]
+    assert [tps for _, tps in decode_log.keyed_lines(odd)] == [800.5]
+    assert time.monotonic() - t0 < 5
+    pipe = tmp_path / "pipe.log"
+    os.mkfifo(pipe)
+    with pytest.raises(SystemExit, match="is a named pipe, not a file"):
+        decode_log.main([str(pipe), "--sizes", "8"])
+    hole = tmp_path / "hole.log"
+    hole.write_bytes(b"\0" * 8192 + "\n".join(odd).encode() + b"\n")
+    decode_log.main([str(hole), "--sizes", "8"])
+    out = capsys.readouterr().out
+    assert json.loads(out)["by_running_req"]["8"]["lines"] == 1 and "Infinity" not in out

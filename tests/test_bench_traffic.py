@@ -772,7 +772,12 @@ def test_a_bad_traffic_cell_is_named_by_file_line_and_column(tmp_path, monkeypat
 
 def test_summarize_traffic_file_errors(tmp_path, monkeypatch, capsys):
     assert fails(monkeypatch, capsys, "summarize-traffic", tmp_path / "no.csv") == f"no such file: {tmp_path / 'no.csv'}"
-    assert fails(monkeypatch, capsys, "summarize-traffic", tmp_path) == f"{tmp_path} is a directory"
+    assert fails(monkeypatch, capsys, "summarize-traffic", tmp_path) == f"{tmp_path} is a directory, not a file"
+    import os
+
+    pipe = tmp_path / "pipe.csv"
+    os.mkfifo(pipe)  # a second fresh user's find: reading it waited for a writer forever
+    assert fails(monkeypatch, capsys, "summarize-traffic", pipe) == f"{pipe} is a named pipe, not a file"
     sweep = tmp_path / "throughput.csv"
     sweep.write_text(",".join(throughput.CSV_COLUMNS) + "\nnone,0.2,1,1,1,1,,\n")
     assert fails(monkeypatch, capsys, "summarize-traffic", sweep) == (

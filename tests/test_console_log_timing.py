@@ -268,8 +268,16 @@ async def test_a_truncated_log_is_said_and_read_again_from_the_top(tmp_path):
     log.write_text("after the truncation\n")  # the same inode, shorter
     await s._read_log_once()
     await s._read_log_once()  # nothing new: said once
+    log.write_text("again\n")  # a second truncation seconds later is said too (a second fresh user's find:
+    await s._read_log_once()    # the console's 5 s dedupe of a repeated line swallowed it)
+    rotated = tmp_path / "server.log.1"
+    log.rename(rotated)
+    log.write_text("a new file\n")
+    await s._read_log_once()
     said = [e.text for e in got if isinstance(e, ev.ConsoleLine)]
-    assert said == [f"log {log}: truncated or rewritten in place; reading it again from the top"]
+    assert said == [f"log {log}: truncated or rewritten in place; reading it again from the top",
+                    f"log {log}: truncated or rewritten in place (the 2nd time); reading it again from the top",
+                    f"log {log}: a new file at the path (the old one rotated or replaced); following it"]
     shown = [t for e in got if isinstance(e, ev.LogLines) for _, t in e.lines]
-    assert shown[-1] == "after the truncation"
+    assert shown[-3:] == ["after the truncation", "again", "a new file"]
     s.follower.close()
