@@ -352,14 +352,18 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--worker", choices=("v2", "v1"), default="v2", help="v1: every server --disable-overlap-schedule")
     ap.add_argument("--attention-backend", default="", metavar="NAME", help="every server's (default: the harness's triton)")
     ap.add_argument("--repeats", type=int, default=2, help="rows measured this many times on each side (default 2)")
-    ap.add_argument("--workloads", default="varied-closed")
-    ap.add_argument("--concurrency", default="32,64,128")
+    ap.add_argument("--workloads", default="varied-closed",
+                    help="bench.throughput traffic's <lengths>-<arrivals> workloads, in order (default varied-closed)")
+    ap.add_argument("--concurrency", default="32,64,128",
+                    help="closed-loop rows: max concurrent requests each (default 32,64,128)")
     ap.add_argument("--rates", default="", metavar="R,R,...",
                     help="Poisson arrival rates of the open-loop workloads (bench.throughput traffic --rates)")
-    ap.add_argument("--row-seconds", type=float, default=16.0)
+    ap.add_argument("--row-seconds", type=float, default=16.0,
+                    help="each row's request count sized to about this many seconds (default 16)")
     ap.add_argument("--max-total-tokens", type=int, default=262_144,
                     help="each server's KV pool (tokens; 131072 lets three 8B servers fit an H200)")
-    ap.add_argument("--mem-fraction", type=float, default=0.85)
+    ap.add_argument("--mem-fraction", type=float, default=0.85,
+                    help="each server's --mem-fraction-static (default 0.85; --max-total-tokens caps its KV pool)")
     ap.add_argument("--port", type=int, default=30720, help="A's port; B's is PORT + 10, C's PORT + 20")
     ap.add_argument("--profile-row", metavar="WORKLOAD:LEVEL",
                     help="after the repeats, one pass of that row per side with SGLang's profiler (bench.throughput "
@@ -432,6 +436,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             parse(text)
         except argparse.ArgumentTypeError as exc:
             ap.error(f"argument {flag}: {exc}")
+    if a.rates and not any(w.arrivals != "closed" for w in traffic._workloads(a.workloads)):
+        ap.error(f"--rates {a.rates} goes with an open-loop workload (e.g. varied-poisson); --workloads "
+                 f"{a.workloads} has none, so no row would use them")
     try:
         rows = {flag: traffic.parse_profile_row(v, flag) for flag, v in
                 (("--profile-row", a.profile_row), ("--cpu-profile-row", a.cpu_profile_row)) if v}

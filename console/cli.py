@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("url", nargs="+",
                         help="e.g. http://127.0.0.1:30000 (http:// is added when no scheme is given); "
                              "several: a server list, one in focus ([ and ] move it); SGLang's router: its workers")
-    attach.add_argument("--log", type=Path, action="append", default=None,
+    attach.add_argument("--log", type=log_path, action="append", default=None,
                         help="the server's log file to follow (several servers: one --log per URL, in order)")
     attach.add_argument("--api-key", default=None, help="the server's --api-key / --admin-api-key (every server's)")
     demo = sub.add_parser(
@@ -315,6 +315,14 @@ def _check_log_dir(parser: argparse.ArgumentParser, path: Path, where: str, hint
     if stage == "create":
         parser.error(f"{where} {path}: cannot create it ({reason}){hint}")
     parser.error(f"{where} {path}: cannot write a log file there ({reason}){hint}")
+
+
+def log_path(text: str) -> Path:
+    """argparse type of ``--log``: a path; an empty one is refused (``Path("")`` is the current
+    directory, which read as "--log . is a directory")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give the server's log file")
+    return Path(text)
 
 
 def check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: str) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from console import state as st
-from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S, check_log_file
+from console.cli import MAX_INTERVAL_S, MIN_INTERVAL_S, check_log_file, log_path
 from console.config import AppConfig, ConfigError, default_log_dir, normalize_url, writable_dir_problem
 from server_patch import contract
 
@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--url", help="attach to this server")
     target.add_argument("--demo", action="store_true", help="start the simulated server")
     target.add_argument("--launch", action="store_true", help="start the server given after --")
-    p.add_argument("--log", type=Path, default=None, help="server log to follow (attach)")
+    p.add_argument("--log", type=log_path, default=None, help="server log to follow (attach)")
     p.add_argument("--api-key", default=None)
     p.add_argument("--out", required=True, help="directory for the SVGs and observed.json (created)")
     p.add_argument("--size", default="160x50", help="terminal size COLSxROWS (default 160x50)")

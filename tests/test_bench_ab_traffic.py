@@ -451,6 +451,10 @@ def test_an_empty_out_or_one_inside_a_run_is_refused(pair, tmp_path, monkeypatch
             ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", out])
         assert exc.value.code == 2 and message in capsys.readouterr().err, out
     assert [p.name for p in other.iterdir()] == ["notes.txt"]
+    with pytest.raises(SystemExit) as exc:  # rates no row would use
+        ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--rates", "4,16",
+                         "--out", str(tmp_path / "fresh")])
+    assert exc.value.code == 2 and "--rates 4,16 goes with an open-loop workload" in capsys.readouterr().err
 
 
 def test_an_out_that_holds_a_run_is_refused_and_left_as_it_was(pair, tmp_path, monkeypatch, capsys):

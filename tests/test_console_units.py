@@ -1510,6 +1510,9 @@ def test_attach_log_that_is_a_directory_is_refused(tmp_path, monkeypatch, capsys
     assert "is a directory; give the server's log file" in capsys.readouterr().err
     missing = tmp_path / "later.log"  # a file that does not exist yet is followed once it appears
     assert cli.resolve(["attach", "127.0.0.1:31010", "--log", str(missing)]).log_path == missing
+    with pytest.raises(SystemExit):  # a fresh user's find: '' read as "--log . is a directory"
+        cli.resolve(["attach", "127.0.0.1:31010", "--log", ""])
+    assert "argument --log: is empty: give the server's log file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("make, kind", [
