@@ -202,6 +202,7 @@ class LogFollower:
     def _read_new(self, batch: LogBatch) -> None:
         if self._fh is None and not self._open():
             return
+        was_gone = self.problem == GONE  # a file back at a path that was gone is "readable again", not a rotation
         try:
             st = os.stat(self.path)
             self.problem = None
@@ -217,7 +218,7 @@ class LogFollower:
             self.close()
             self._first = False
             if self._open():
-                batch.rotated = True
+                batch.rotated = not was_gone
                 self._drain(batch)
             return
         if st is not None and (st.st_size < self._pos or not self._same_bytes()):
