@@ -79,7 +79,6 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     """
     from bench.ab_traffic import SIDES
     from bench.traffic import TRAFFIC_COLUMNS
-    from bench.traffic_summary import read_traffic_rows
 
     summary_path = run / "ab-summary.json"
     repeat_dirs = sorted((p for p in run.glob("repeat*") if p.is_dir() and p.name[6:].isascii() and p.name[6:].isdigit()),
@@ -107,32 +106,7 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     sides = [s for s in sides if only is None or s in only]
     out: List[Dict[str, str]] = []
     for side in sides:
-        groups: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
-        deltas: Dict[Tuple[str, str, str], List[Dict]] = {}
-        absent = []
-        for rd in repeat_dirs:
-            path = rd / side / "real-traffic.csv"
-            if not path.exists():
-                absent.append(rd.name)
-                continue
-            got = read_traffic_rows([path], empty_ok=True)
-            if not got:
-                print(f"note: {path} has no rows (left out)", file=sys.stderr)
-            levels: Dict[Tuple[str, str, str], int] = {}
-            for row in got:
-                groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append(row)
-                level = (row.get("workload", ""), row.get("concurrency", ""), row.get("request_rate", ""))
-                levels[level] = levels.get(level, 0) + 1
-            for (workload, c, r), n in levels.items():
-                if n > 1:
-                    print(f"note: {path}: {workload} {'c=' + c if c else 'r=' + r} {n} times (each counted as a "
-                          f"repeat)", file=sys.stderr)
-            # the gate's record of a row only where the CSV has the row (a copied record counts once)
-            for level, got_deltas in gate_deltas(rd / side).items():
-                deltas.setdefault(level, []).extend(got_deltas[:levels.get(level, 0)])
-        if absent:  # a run cut short, or a file lost: say which, the rows are fewer than the run's
-            print(f"note: {run} side {side}: no real-traffic.csv in {', '.join(absent)}"
-                  + (" (the side is left out)" if len(absent) == len(repeat_dirs) else ""), file=sys.stderr)
+        groups, deltas = _side_rows(run, side, repeat_dirs)
         for rows in groups.values():
             merged = {c: rows[0].get(c, "") for c in TRAFFIC_COLUMNS}
             for column in TRAFFIC_COLUMNS:
@@ -143,13 +117,56 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
                     total = sum(values)
                     merged[column] = _format(total if column in COUNT_COLUMNS else total / len(values))
             merged.update(repeats=str(len(rows)), run=run.name, side=side)
-            level = (merged.get("workload", ""), merged.get("concurrency", ""), merged.get("request_rate", ""))
-            merged.update(gate_columns(deltas.get(level, [])))
+            merged.update(gate_columns(deltas.get(_level_of(merged), [])))
             out.append(merged)
     label_none_with_draft(out)
     if not out:
         raise BenchError(f"{run}: no rows in {', '.join(str(d.name) for d in repeat_dirs) or 'any repeat'}")
     return out
+
+
+def _level_of(row: Dict[str, str]) -> Tuple[str, str, str]:
+    """A row's (workload, concurrency, request_rate): its level as the CSV and the records write it."""
+    return row.get("workload", ""), row.get("concurrency", ""), row.get("request_rate", "")
+
+
+def _side_rows(run: Path, side: str, repeat_dirs: List[Path]) -> Tuple[Dict[Tuple[str, ...], List[Dict[str, str]]],
+                                                                       Dict[Tuple[str, str, str], List[Dict]]]:
+    """One side's rows of every repeat, grouped by :data:`KEY_COLUMNS`, and the gate's records of
+    them by level (:func:`gate_deltas`, counted only for rows the repeat's CSV has: a copied record
+    counts once). A repeat without the side's CSV, a CSV without rows and a level twice in one CSV
+    are said on stderr.
+
+    Raises:
+        BenchError: a CSV that is not a traffic CSV (``traffic_summary.read_traffic_rows``).
+    """
+    from bench.traffic_summary import read_traffic_rows
+
+    groups: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
+    deltas: Dict[Tuple[str, str, str], List[Dict]] = {}
+    absent = []
+    for rd in repeat_dirs:
+        path = rd / side / "real-traffic.csv"
+        if not path.exists():
+            absent.append(rd.name)
+            continue
+        got = read_traffic_rows([path], empty_ok=True)
+        if not got:
+            print(f"note: {path} has no rows (left out)", file=sys.stderr)
+        levels: Dict[Tuple[str, str, str], int] = {}
+        for row in got:
+            groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append(row)
+            levels[_level_of(row)] = levels.get(_level_of(row), 0) + 1
+        for (workload, c, r), n in levels.items():
+            if n > 1:
+                print(f"note: {path}: {workload} {'c=' + c if c else 'r=' + r} {n} times (each counted as a "
+                      f"repeat)", file=sys.stderr)
+        for level, got_deltas in gate_deltas(rd / side).items():
+            deltas.setdefault(level, []).extend(got_deltas[:levels.get(level, 0)])
+    if absent:  # a run cut short, or a file lost: say which, the rows are fewer than the run's
+        print(f"note: {run} side {side}: no real-traffic.csv in {', '.join(absent)}"
+              + (" (the side is left out)" if len(absent) == len(repeat_dirs) else ""), file=sys.stderr)
+    return groups, deltas
 
 
 def gate_deltas(side_dir: Path) -> Dict[Tuple[str, str, str], List[Dict]]:
