@@ -332,8 +332,9 @@ def freeze_gc(url: str) -> int:
 
 def _holds_a_run(path: Path) -> bool:
     """``path`` is a run's directory: it has ``ab-summary.json`` or, cut short before writing one,
-    ``repeatN/`` folders."""
-    return (path / "ab-summary.json").exists() or any(p.is_dir() for p in path.glob("repeat[0-9]*"))
+    ``repeatN/SIDE/`` folders (a side's folder inside, so a stray ``repeat0`` elsewhere is no run)."""
+    return (path / "ab-summary.json").exists() or any(
+        q.is_dir() and any((q / side).is_dir() for side in SIDES) for q in path.glob("repeat[0-9]*"))
 
 
 def _parser() -> argparse.ArgumentParser:
