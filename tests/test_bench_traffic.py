@@ -1208,3 +1208,40 @@ def test_a_call_stopped_before_its_first_row_says_so_and_a_missing_sglang_depend
                 "--out", tmp_path / "o", "--work-dir", tmp_path / "w")
     assert "(No module named 'orjson': SGLang's bench_serving needs SGLang 0.5.12" in msg
     assert "pip install 'specconsole[server]'" in msg
+
+
+def test_ab_traffic_interleave_drives_the_real_traffic_rows_against_stand_in_servers(servers, bench, tmp_path, monkeypatch):
+    """bench.ab_traffic --interleave through the real bench.throughput traffic code (stand-in servers
+    and bench_serving): one call per row and side, each side warmed up once, every row in its side's
+    CSV, the gate server's rows with what its gate did, the summary per row."""
+    import types
+
+    from bench import ab_traffic, server_harness
+
+    none, gate = servers("none"), servers("gate")
+    urls = {30720: none.url, 30730: gate.url}
+    monkeypatch.setattr(server_harness, "start_server",
+                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=urls[port], ready_s=1.0))
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+    pair = tmp_path / "p0.2"
+    (pair / "target").mkdir(parents=True)
+    out = tmp_path / "run"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "gate", "--repeats", "1", "--interleave",
+                            "--workloads", "varied-closed,varied-poisson", "--concurrency", "1,4", "--rates", "2",
+                            "--row-seconds", "1", "--out", str(out)]) == 0
+    port = {none.url.rsplit(":", 1)[1]: "none", gate.url.rsplit(":", 1)[1]: "gate"}
+    measured = [(port[opt(a, "--port")], opt(a, "--max-concurrency"), opt(a, "--request-rate"))
+                for a in bench() if opt(a, "--seed") == "1"]
+    assert measured == [("none", "1", None), ("gate", "1", None),  # row by row, the order turning
+                        ("gate", "4", None), ("none", "4", None),
+                        ("none", "128", "2"), ("gate", "128", "2")], measured
+    assert len([a for a in bench() if opt(a, "--seed") == "999"]) == 2 * len(traffic.WARMUP)  # once per side
+    for side, config in (("a", "none"), ("b", "gate")):
+        _, rows = read_csv(out / "repeat0" / side / traffic.DEFAULT_CSV)
+        assert [(r["config"], r["concurrency"], r["request_rate"]) for r in rows] == [
+            (config, "1", ""), (config, "4", ""), (config, "", "2")]
+    meta = json.loads((out / "repeat0" / "b" / "traffic-gate-v2-p0.2.json").read_text())["runs"]
+    assert len(meta) == 3 and all(r["spec_gate_delta"]["decode_steps_on"] > 0 for run in meta for r in run["rows"])
+    summary = json.loads((out / "ab-summary.json").read_text())["summary"]
+    assert len(summary) == 3 and all(len(s["b_over_a"]) == 1 for s in summary)
