@@ -29,7 +29,8 @@ accept length read 0.90-0.99 in its first row and 0.96-1.12 later. Reported per 
 (``--sizes``, or ``all``) and over all pairs, as medians. Pairs need the two servers to have scheduled
 the same batches: at one request they do line for line; closed loops of several requests drift apart
 as responses return at different moments (h100-2026-12-06e, none against forced off at 4 requests:
-5 pairs in a row's ~40 lines), so there the rows' TPOT is the measure.
+5 pairs in a row's ~40 lines), so there the rows' TPOT is the measure. ``--series`` adds every pair's
+ratio in B's log order (``[running_req, ratio]``): a slow stretch shows as a run of low ratios.
 A missing or unreadable log, a START no line contains, or a window without ``Decode batch`` lines
 at the sizes ends with a one-line message on stderr and a non-zero exit.
 """
@@ -226,7 +227,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--versus", type=Path, metavar="LOG_B",
                     help="another server's log of the same requests: B's throughput over LOG's, line by "
                          "line at the same running requests and #token (--start / --end apply to both)")
+    ap.add_argument("--series", action="store_true",
+                    help="with --versus: also every pair's ratio in B's log order (a slow stretch shows as a run)")
     a = ap.parse_args(argv)
+    if a.series and a.versus is None:
+        ap.error("--series goes with --versus")
     sizes: Optional[List[int]] = None
     if not (a.versus is not None and a.sizes.strip() == "all"):
         try:
@@ -262,9 +267,12 @@ def main(argv: Optional[List[str]] = None) -> None:
             sys.exit(f"no Decode batch line of {a.versus} has the running requests and #token of one in {a.log}"
                      + (f" at running-req {sizes}" if pairs else "")
                      + " (were they serving the same requests?)")
-        print(json.dumps({"log": str(a.log), "versus": str(a.versus), "start": a.start, "end": a.end,
-                          "ratio": "versus / log, gen throughput of paired lines", "by_running_req": result},
-                         indent=1))
+        doc = {"log": str(a.log), "versus": str(a.versus), "start": a.start, "end": a.end,
+               "ratio": "versus / log, gen throughput of paired lines", "by_running_req": result}
+        if a.series:
+            doc["series"] = [[bs, round(tps_b / tps_a, 4)] for bs, tps_a, tps_b in pairs
+                             if sizes is None or bs in sizes]
+        print(json.dumps(doc, indent=1))
         return
     lines = texts[0]
     windows: List[int] = []

@@ -168,6 +168,11 @@ def test_versus_cli_reports_ratios_and_says_when_nothing_pairs(tmp_path, capsys)
     assert out["by_running_req"]["1"]["median_ratio"] == 0.9 and out["by_running_req"]["4"]["median_ratio"] == 1.1
     decode_log.main([str(a), "--versus", str(b), "--sizes", "4"])
     assert set(json.loads(capsys.readouterr().out)["by_running_req"]) == {"4", "all"}
+    decode_log.main([str(a), "--versus", str(b), "--sizes", "all", "--series"])
+    assert json.loads(capsys.readouterr().out)["series"] == [[1, 0.9], [4, 1.1]]
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(a), "--series"])
+    assert exc.value.code == 2 and "--series goes with --versus" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="has the running requests and #token of one"):
         decode_log.main([str(a), "--versus", str(c)])
     with pytest.raises(SystemExit, match="at running-req"):
