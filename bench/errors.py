@@ -22,7 +22,8 @@ def not_a_regular_file(path) -> "str | None":
     a writer forever), ``is a socket``, ``is a device`` (renaming a file over /dev/null replaced the
     device node, run as root). An ``OSError`` on the way (a permission) gives its message."""
     import os
-    import stat
+
+    from console.logfollow import file_kind
 
     try:
         mode = os.stat(path).st_mode
@@ -30,9 +31,5 @@ def not_a_regular_file(path) -> "str | None":
         return None
     except OSError as exc:
         return (exc.strerror or str(exc)).lower()
-    if stat.S_ISREG(mode):
-        return None
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file")
-    return f"is {kind}, not a file"
+    kind = file_kind(mode)
+    return None if kind is None else f"is {kind}, not a file"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import stat
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +35,7 @@ from console.config import (
     valid_host,
     writable_dir_problem,
 )
+from console.logfollow import file_kind
 from console.modes import demo_config, launch_config
 from console.state import PHASE_CRASHED
 from server_patch import contract
@@ -337,9 +337,8 @@ def check_log_file(parser: argparse.ArgumentParser, path: Path | None, where: st
         mode = path.stat().st_mode
     except OSError:
         return  # missing (or unreadable: the log pane says so when it tries)
-    if not stat.S_ISREG(mode):
-        kind = "a named pipe" if stat.S_ISFIFO(mode) else "a device" if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) \
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+    kind = file_kind(mode)
+    if kind is not None:
         parser.error(f"{where} {path} is {kind}; give the server's log file (a regular file the server writes)")
 
 

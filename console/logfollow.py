@@ -46,6 +46,18 @@ SKIP_PER_CALL = 64 * READ_CHUNK
 #: :attr:`LogFollower.problem` while the followed file's path is gone (renamed or deleted)
 GONE = "was renamed or deleted (the pane shows what is still written to the file it had open)"
 
+def file_kind(mode: int) -> str | None:
+    """What a file of ``mode`` (``os.stat``'s ``st_mode``) is when it is not a regular file: ``a
+    directory``, ``a named pipe``, ``a socket``, ``a device`` or ``not a regular file``; None for a
+    regular file. Reading a named pipe waits for a writer, a device such as /dev/zero never ends:
+    followers and readers of a log take regular files only."""
+    if stat.S_ISREG(mode):
+        return None
+    return ("a directory" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+
+
 #: control characters (not tab) shown in caret notation, as ``less`` does: a binary file or an
 #: escape sequence must not reach the terminal (or Textual's layout) raw
 _CARET = {c: "^" + chr(c + 64) for c in range(32) if c != 9} | {127: "^?"}
@@ -140,9 +152,10 @@ class LogFollower:
             self.problem = (exc.strerror or str(exc)).lower()
             return False
         st = os.fstat(fd)  # a directory opens read-only too: told apart here
-        if not stat.S_ISREG(st.st_mode):
+        kind = file_kind(st.st_mode)
+        if kind is not None:
             os.close(fd)
-            self.problem = "is a directory" if stat.S_ISDIR(st.st_mode) else "is not a regular file (a pipe or a device)"
+            self.problem = "is a directory" if kind == "a directory" else "is not a regular file (a pipe or a device)"
             return False
         os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
