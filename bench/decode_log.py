@@ -50,7 +50,8 @@ from typing import Dict, Iterable, List, Optional
 #: a number as SGLang prints one (``1.2.3`` or ``.`` are not)
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 DECODE_LINE = re.compile(
-    r"Decode batch, #running-req: (?P<bs>\d+),.*?gen throughput \(token/s\): (?P<tps>" + _NUMBER + r")(?![0-9.])"
+    r"Decode batch, #running-req: (?P<bs>\d+),(?: #token: (?P<tok>\d+),)?.*?gen throughput \(token/s\): "
+    r"(?P<tps>" + _NUMBER + r")(?![0-9.])"
 )
 #: longer lines are not SGLang's Decode batch lines (~250 characters); the patterns' ``.*?`` would
 #: make a long line's search quadratic
@@ -75,13 +76,21 @@ def decode_lines(lines: Iterable[str], start: Optional[str] = None, end: Optiona
     A window opens after a line containing ``start`` (at the top if None) and closes at the next
     line containing ``end`` (at the bottom if None); with ``start`` given, every later line
     containing it opens another window. ``windows``, if given, gets one entry per window opened."""
+    for bs, _, tps in _decode_matches(lines, start, end, windows):
+        yield bs, tps
+
+
+def _decode_matches(lines: Iterable[str], start: Optional[str], end: Optional[str],
+                    windows: Optional[List[int]] = None):
+    """Yield ``(running_req, kv_tokens or None, gen_tok_s)`` of the ``Decode batch`` lines in the
+    windows (:func:`decode_lines`) whose throughput is a measurement (:func:`_throughput`)."""
     for line in _window_lines(lines, start, end, windows):
         if len(line) > MAX_LINE or "Decode batch" not in line:
             continue
         m = DECODE_LINE.search(line)
         tps = _throughput(m)  # "1e400" reads as inf, "1e-320" as no time: not measurements
         if tps is not None:
-            yield int(m["bs"]), tps
+            yield int(m["bs"]), None if m["tok"] is None else int(m["tok"]), tps
 
 
 def _window_lines(lines: Iterable[str], start: Optional[str], end: Optional[str],
@@ -104,25 +113,11 @@ def _window_lines(lines: Iterable[str], start: Optional[str], end: Optional[str]
         yield line
 
 
-KEYED_LINE = re.compile(
-    r"Decode batch, #running-req: (?P<bs>\d+), #token: (?P<tok>\d+),.*?gen throughput \(token/s\): "
-    r"(?P<tps>" + _NUMBER + r")(?![0-9.])"
-)
-
-
 def keyed_lines(lines: Iterable[str], start: Optional[str] = None, end: Optional[str] = None) -> List[tuple]:
     """``((running_req, kv_tokens), gen_tok_s)`` of the ``Decode batch`` lines in the windows
     (:func:`decode_lines`' ``start`` / ``end``), in log order; lines without a finite throughput
     are left out."""
-    out = []
-    for line in _window_lines(lines, start, end):
-        if len(line) > MAX_LINE or "Decode batch" not in line:
-            continue
-        m = KEYED_LINE.search(line)
-        tps = _throughput(m)
-        if tps is not None:
-            out.append(((int(m["bs"]), int(m["tok"])), tps))
-    return out
+    return [((bs, tok), tps) for bs, tok, tps in _decode_matches(lines, start, end) if tok is not None]
 
 
 def pair_lines(a: List[tuple], b: List[tuple]) -> List[tuple]:
