@@ -116,13 +116,16 @@ def order(repeat: int, sides: Sequence[str] = SIDES[:2]) -> Tuple[str, ...]:
     return tuple(sides) if repeat % 2 == 0 else tuple(sides)[::-1]
 
 
-def traffic_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Namespace, warmup: bool) -> List[str]:
-    """``bench.throughput traffic`` against ``url`` for one side and repeat."""
+def traffic_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Namespace, warmup: bool,
+                 row: Optional[List[str]] = None) -> List[str]:
+    """``bench.throughput traffic`` against ``url`` for one side and repeat: every row of the plan,
+    or with ``row`` (``--interleave``: :func:`interleaved_rows`) that row alone."""
     argv = ["traffic", "--url", url, "--config", config, "--p-wrong", p_wrong, "--out", str(out),
-            "--workloads", a.workloads, "--concurrency", a.concurrency, "--row-seconds", str(a.row_seconds),
-            "--work-dir", str(out / "work")]
-    if a.rates:
-        argv += ["--rates", a.rates]
+            "--row-seconds", str(a.row_seconds), "--work-dir", str(out / "work")]
+    if row is not None:
+        argv += row
+    else:
+        argv += ["--workloads", a.workloads, "--concurrency", a.concurrency] + (["--rates", a.rates] if a.rates else [])
     return argv + ([] if warmup else ["--no-warmup"])
 
 
@@ -140,14 +143,6 @@ def interleaved_rows(a: argparse.Namespace) -> List[List[str]]:
             rates = traffic._rates(a.rates) if a.rates else traffic.POISSON_RATES
             rows += [["--workloads", w.name, "--rates", traffic.fmt_rate(r)] for r in rates]
     return rows
-
-
-def row_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Namespace, row: List[str],
-             warmup: bool) -> List[str]:
-    """``bench.throughput traffic`` against ``url`` for one row (:func:`interleaved_rows`) of one side."""
-    argv = ["traffic", "--url", url, "--config", config, "--p-wrong", p_wrong, "--out", str(out),
-            "--row-seconds", str(a.row_seconds), "--work-dir", str(out / "work"), *row]
-    return argv + ([] if warmup else ["--no-warmup"])
 
 
 def profile_argv(url: str, config: str, p_wrong: str, out: Path, a: argparse.Namespace) -> List[str]:
@@ -255,10 +250,8 @@ def measure(a: argparse.Namespace, urls: Dict[str, str], labels: Dict[str, str])
             out.mkdir(parents=True, exist_ok=True)
             warmup = r == 0 and side not in warmed
             warmed.add(side)
-            argv = (traffic_argv(urls[side], a.configs[side], labels[side], out, a, warmup) if row is None else
-                    row_argv(urls[side], a.configs[side], labels[side], out, a, row, warmup))
             t0 = time.time()
-            rc = throughput.main_in_process(argv)
+            rc = throughput.main_in_process(traffic_argv(urls[side], a.configs[side], labels[side], out, a, warmup, row))
             step = {"step": "traffic", "repeat": r, "side": side, "config": a.configs[side], "rc": rc,
                     "seconds": round(time.time() - t0, 1), **({"row": " ".join(row[1::2])} if row else {})}
             _log(step)
@@ -432,12 +425,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     lists = [("--concurrency", a.concurrency, traffic._ints), ("--workloads", a.workloads, traffic._workloads)]
     if a.rates:
         lists.append(("--rates", a.rates, traffic._rates))
+    parsed = {}
     for flag, text, parse in lists:  # as bench.throughput traffic will read them
         try:
-            parse(text)
+            parsed[flag] = parse(text)
         except argparse.ArgumentTypeError as exc:
             ap.error(f"argument {flag}: {exc}")
-    if a.rates and not any(w.arrivals != "closed" for w in traffic._workloads(a.workloads)):
+    if a.rates and not any(w.arrivals != "closed" for w in parsed["--workloads"]):
         ap.error(f"--rates {a.rates} goes with an open-loop workload (e.g. varied-poisson); --workloads "
                  f"{a.workloads} has none, so no row would use them")
     try:

@@ -1221,13 +1221,14 @@ def _ints(text: str) -> List[int]:
     return values
 
 
-def _no_repeats(values: List[Any], text: str) -> None:
-    """A level given twice in ``text`` is refused: each level is one row, written to one file (a
-    second would overwrite the first's raw output and count as another repeat of the row)."""
+def _no_repeats(values: List[Any], text: str, each: str = "each level is one row") -> None:
+    """A level (or workload) given twice in ``text`` is refused: each is one row (or set of rows),
+    written to one file (a second would overwrite the first's raw output and count as another
+    repeat of the row)."""
     twice = sorted({v for v in values if values.count(v) > 1})
     if twice:
-        raise argparse.ArgumentTypeError(f"{', '.join(fmt_rate(v) for v in twice)} given more than once in {text!r}: "
-                                         f"each level is one row")
+        shown = ", ".join(v if isinstance(v, str) else fmt_rate(v) for v in twice)
+        raise argparse.ArgumentTypeError(f"{shown} given more than once in {text!r}: {each}")
 
 
 def _rates(text: str) -> List[float]:
@@ -1247,10 +1248,7 @@ def _workloads(text: str) -> List[Workload]:
     names = [x.strip() for x in text.split(",") if x.strip()]
     if not names:
         raise argparse.ArgumentTypeError(f"expected comma-separated workload names, got {text!r}")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given more than once in {text!r}: each workload is "
-                                         f"one set of rows")
+    _no_repeats(names, text, "each workload is one set of rows")
     try:
         return [parse_workload(n) for n in names]
     except ValueError as exc:
