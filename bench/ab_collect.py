@@ -33,7 +33,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -125,9 +127,10 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     return out
 
 
-def _level_of(row: Dict[str, str]) -> Tuple[str, str, str]:
-    """A row's (workload, concurrency, request_rate): its level as the CSV and the records write it."""
-    return row.get("workload", ""), row.get("concurrency", ""), row.get("request_rate", "")
+def _level_of(row: Dict) -> Tuple[str, str, str]:
+    """A row's (workload, concurrency, request_rate) as the CSV writes them (a traffic record's
+    numbers as text: ``16``, ``4``)."""
+    return str(row.get("workload", "")), str(row.get("concurrency", "")), str(row.get("request_rate", ""))
 
 
 def _side_rows(run: Path, side: str, repeat_dirs: List[Path]) -> Tuple[Dict[Tuple[str, ...], List[Dict[str, str]]],
@@ -189,8 +192,7 @@ def gate_deltas(side_dir: Path) -> Dict[Tuple[str, str, str], List[Dict]]:
         for r in rows:
             delta = r.get("spec_gate_delta") if isinstance(r, dict) else None
             if isinstance(delta, dict):
-                key = (str(r.get("workload", "")), str(r.get("concurrency", "")), str(r.get("request_rate", "")))
-                out.setdefault(key, []).append(delta)
+                out.setdefault(_level_of(r), []).append(delta)
     return out
 
 
@@ -201,8 +203,9 @@ def gate_columns(deltas: List[Dict]) -> Dict[str, str]:
         values = [d[key] for d in deltas if isinstance(d.get(key), int)]
         return sum(values) if values else None
 
-    on, off = total("decode_steps_on"), total("decode_steps_off")
-    share = round(on / (on + off), 4) if on is not None and off is not None and on + off else None
+    from bench.traffic import on_share
+
+    share = on_share(total("decode_steps_on"), total("decode_steps_off"))
     return {name: "" if value is None else _format(value) for name, value in
             (("gate_on_share", share), ("gate_switches", total("switches")),
              ("gate_probe_steps", total("auto_probe_steps")))}
@@ -273,15 +276,15 @@ def check_shared_baseline(by_run: List[Tuple[Path, List[Dict[str, str]]]]) -> No
     Raises:
         BenchError: a flag differs; the message names the runs, sides and values.
     """
-    donors = [(run, r["side"]) for run, got in by_run for r in got if r.get("config") == "none"]
-    donors = list(dict.fromkeys(donors))
+    donors = {(run, r["side"]): None for run, got in by_run for r in got if r.get("config") == "none"}
+    for donor, dside in donors:
+        donors[(donor, dside)] = _baseline_flags(donor, dside)  # each summary read once
     for run, got in by_run:
         if any(r.get("config") == "none" for r in got):
             continue
         for side in dict.fromkeys(r["side"] for r in got):
             mine = _baseline_flags(run, side)
-            for donor, dside in donors:
-                theirs = _baseline_flags(donor, dside)
+            for (donor, dside), theirs in donors.items():
                 if mine is None or theirs is None:
                     print(f"note: --share-none: cannot compare the server arguments of {run} side {side} and "
                           f"{donor} side {dside} (no readable ab-summary.json)", file=sys.stderr)
@@ -308,9 +311,6 @@ def write_csv(rows: List[Dict[str, str]], path: Path) -> None:
     why = not_a_regular_file(path)
     if why is not None:
         raise OSError(f"{path} {why}")
-    import os
-    import tempfile
-
     path = path.resolve()
     columns = list(TRAFFIC_COLUMNS) + list(EXTRA)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

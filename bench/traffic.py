@@ -662,10 +662,14 @@ def gate_row_delta(before: Optional[Dict[str, Any]], after: Optional[Dict[str, A
             if b < a:
                 return None
             delta[key] = b - a
-    on, off = delta.get("decode_steps_on"), delta.get("decode_steps_off")
-    delta["on_share"] = round(on / (on + off), 4) if on is not None and off is not None and on + off else None
+    delta["on_share"] = on_share(delta.get("decode_steps_on"), delta.get("decode_steps_off"))
     delta["auto_reason"] = after.get("auto_reason")
     return delta
+
+
+def on_share(on: Optional[int], off: Optional[int]) -> Optional[float]:
+    """ON decode steps over all (rounded to 4 places), None when a count is missing or there were none."""
+    return round(on / (on + off), 4) if on is not None and off is not None and on + off else None
 
 
 def accept_length_for(config: str, gate: Optional[Dict[str, Any]], result: Dict[str, Any]) -> Optional[float]:
