@@ -55,11 +55,11 @@ CLOCK_S = 1.0
 RESTART_AFTER_ERROR_S = 1.0
 
 
-
 def _ordinal(n: int) -> str:
     """``2`` -> ``"2nd"``, ``11`` -> ``"11th"``, ``23`` -> ``"23rd"``."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
 
 class ConsoleSession:
     """One console session (see the module docstring).
