@@ -76,13 +76,14 @@ shift_calibrated() {  # the shifting draft (families pair), its concurrency from
 
 auto_list() {  # auto_list [more bench.ab_traffic arguments]: issue 17's whole list in one run (bench/gpu_run_2026_12_07b.sh
   # and later): p = 0.2 none / always / auto with the time-varying load on its servers, p = 0.5 always / auto (its
-  # baseline p = 0.2's none rows: bench.ab_collect --share-none), the calibrated shift, gate_correctness --auto
-  local pool=49152
+  # baseline p = 0.2's none rows: bench.ab_collect --share-none), the calibrated shift, gate_correctness --auto;
+  # TV= (empty) leaves the time-varying load out
+  local pool=49152 tv=${TV---time-varying}
   if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
   local rows=(--repeats 1 --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48
               --row-seconds 10 --max-total-tokens "$pool" "$@")
   models_p05
-  ab ab-auto-triton-p0.2 --a none --b always --c auto "${rows[@]}" --time-varying
+  ab ab-auto-triton-p0.2 --a none --b always --c auto "${rows[@]}" $tv
   ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a always --b auto "${rows[@]}"
   shift_calibrated
   gate_auto 0.25
