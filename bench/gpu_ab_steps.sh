@@ -74,17 +74,33 @@ shift_calibrated() {  # the shifting draft (families pair), its concurrency from
   pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
 }
 
+auto_rows() {  # auto_rows [more bench.ab_traffic arguments]: issue 17's rows (closed 1-128, Poisson 4 / 16 / 48) into ROWS
+  local pool=49152
+  if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
+  ROWS=(--repeats 1 --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48
+        --row-seconds 10 --max-total-tokens "$pool" "$@")
+}
+
 auto_list() {  # auto_list [more bench.ab_traffic arguments]: issue 17's whole list in one run (bench/gpu_run_2026_12_07b.sh
   # and later): p = 0.2 none / always / auto with the time-varying load on its servers, p = 0.5 always / auto (its
   # baseline p = 0.2's none rows: bench.ab_collect --share-none), the calibrated shift, gate_correctness --auto;
   # TV= (empty) leaves the time-varying load out
-  local pool=49152 tv=${TV---time-varying}
-  if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
-  local rows=(--repeats 1 --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48
-              --row-seconds 10 --max-total-tokens "$pool" "$@")
+  local tv=${TV---time-varying}
+  auto_rows "$@"
   models_p05
-  ab ab-auto-triton-p0.2 --a none --b always --c auto "${rows[@]}" $tv
-  ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a always --b auto "${rows[@]}"
+  ab ab-auto-triton-p0.2 --a none --b always --c auto "${ROWS[@]}" $tv
+  ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a always --b auto "${ROWS[@]}"
+  shift_calibrated
+  gate_auto 0.25
+}
+
+auto_list_p05_first() {  # auto_list_p05_first [more bench.ab_traffic arguments]: auto_list's rows for a cut
+  # budget, p = 0.5 first (none / always / auto: the near ties and the OFF-led rows), then p = 0.2 always / auto on
+  # its none rows (--share-none), no time-varying load, then the shift and gate_correctness if time is left
+  auto_rows "$@"
+  models_p05
+  ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a none --b always --c auto "${ROWS[@]}"
+  ab ab-auto-triton-p0.2 --a always --b auto "${ROWS[@]}"
   shift_calibrated
   gate_auto 0.25
 }

@@ -13,13 +13,14 @@
 #   4. bench.gate_correctness --auto for the three configs at TP 1 (~280 s; the budget reached v2 topk 1 in 07b).
 # No FA3: steps `models` (.gpuwheels/A), `install 520` (.gpuwheels/B .devrun), then `wait 570` / `wait 592`
 # sent at once (the whole 30-minute budget: 07b ended during step 4). This session's budget was cut to
-# ~1,400 s by refused starts: the time-varying load (1.187x in 07b) is left out (TV=) so that both draft
-# qualities' rows fit; steps 3-4 run if time is left. On an H100 the pools are cut to
+# ~1,000 s by refused starts (eight, 2026-12-07 05:55-06:35): p = 0.5 runs first with its own none
+# server (the near tie at 4 and the OFF-led rows), then p = 0.2 always / auto on that none server, as
+# far as the budget goes; no time-varying load (1.187x in 07b); steps 3-4 only if time is left. On an H100 the pools are cut to
 # 49,152 tokens (the pool caps the batch at ~70 requests: say so). Rename to its date when run.
 export SELF=bench/gpu_run_next.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
 dispatch "$@"
-TV= auto_list --interleave
+auto_list_p05_first --interleave
 touch "$R/all.done"
