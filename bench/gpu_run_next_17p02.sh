@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Issue 17's rows for the better draft, acceptance-grade (prepared 2026-12-07, eighth session; not run): as
+# bench/gpu_run_next_17p05.sh (three interleaved repeats a row: bench.repeat_noise), then the rest of the list:
+#   1. p = 0.2: none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128, Poisson 4 / 16 / 48, 3 repeats,
+#      then the time-varying load on the same three servers (~1,300 s);
+#   2. bench.gate_correctness --auto for the three configs at TP 1 (~280 s), if time is left.
+# Steps: `models` (.gpuwheels/A), `install 520` (.gpuwheels/B .devrun), then `wait 570` / `wait 592`.
+# Rename to its date when run.
+export SELF=bench/gpu_run_next_17p02.sh
+set -uo pipefail
+source bench/gpu_ab_steps.sh
+if [ "${1:-}" = models ]; then models_8b; exit 0; fi
+dispatch "$@"
+auto_rows --interleave --repeats 3
+ab ab-auto-triton-p0.2 --a none --b always --c auto "${ROWS[@]}" --time-varying
+gate_auto 0.25
+touch "$R/all.done"
