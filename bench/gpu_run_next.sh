@@ -16,13 +16,14 @@
 # ~1,000 s by refused starts (eight, 2026-12-07 05:55-06:35): p = 0.5 runs first with its own none
 # server (the near tie at 4 and the OFF-led rows), then p = 0.2 always / auto on that none server, as
 # far as the budget goes; no time-varying load (1.187x in 07b); steps 3-4 only if time is left. With
-# ~750 s left (ten refusals by 07:00) the rows are the ones 07b lost or nearly lost: closed 4 / 16 / 32 /
-# 64 / 128, Poisson 4 / 48 (c = 1 ran ON like always, 1.003x; 16 / s 1.011x). On an H100 the pools are cut to
+# ~640 s left (eleven refusals by 07:10): three rows twice each rather than many once (one 10 s repeat
+# moves a ratio by ~2.3%: bench.repeat_noise): c = 4 (07b's near tie, the tie rule's first GPU test),
+# c = 32 (OFF leads: auto against none is the OFF mode's cost plus the probes'), 48 / s (e2e 1.042x). On an H100 the pools are cut to
 # 49,152 tokens (the pool caps the batch at ~70 requests: say so). Rename to its date when run.
 export SELF=bench/gpu_run_next.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
 dispatch "$@"
-auto_list_p05_first --interleave --concurrency 4,16,32,64,128 --rates 4,48
+auto_list_p05_first --interleave --concurrency 4,32 --rates 48 --repeats 2
 touch "$R/all.done"
