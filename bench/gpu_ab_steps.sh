@@ -40,6 +40,7 @@ fa3_ready() {  # wait up to 300 s for the FA3 kernel (its six pieces come by `pa
 dispatch() {  # a run script's steps: `models` here, `chain` starts the chain (the script goes on), the rest 03c's
   case "${1:-}" in
     models) models_8b; exit 0 ;;
+    wheels) mkdir -p /tmp/whl && cp .gpuwheels/A2/*.whl /tmp/whl/ && ls /tmp/whl | wc -l; exit 0 ;;  # the rest of A (carry .gpuwheels/A2): A alone fills a carry beside the tree
     chain) chain_start ;;
     *) exec bash bench/gpu_run_2026_12_03c.sh "$@" ;;
   esac
