@@ -14,7 +14,7 @@ set -uo pipefail
 source bench/gpu_ab_steps.sh
 if [ "${1:-}" = models ]; then models_8b fam; exit 0; fi
 dispatch "$@"
-auto_rows --interleave --repeats "${REPEATS:-3}"  # REPEATS=2 on the install step for a cut budget
+auto_rows --interleave --repeats "${REPEATS:-3}" ${CONC:+--concurrency "$CONC"} ${RATES:+--rates "$RATES"}  # REPEATS=2, CONC=4,32 RATES=48 on the install step for a cut budget
 models_p05
 ab ab-auto-triton-p0.5 --models /tmp/models/8b/p0.5 --a none --b always --c auto "${ROWS[@]}"
 shift_calibrated
