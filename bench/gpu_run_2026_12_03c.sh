@@ -19,10 +19,11 @@ SELF=${SELF:-bench/gpu_run_2026_12_03c.sh}  # the script whose chain and wait th
 step=${1:?step}; shift || true
 env_sh() { source .gpuwheels/B/env.sh; }
 fa3_unpack() {
-  for i in 0 1 2 3 4 5; do [ -f $F/part$i ] || return 0; done
+  local n=${FA3_PIECES:-6} i  # how many pieces the FA3 zip was cut in (8 since the tree is ~24 MiB)
+  for i in $(seq 0 $((n - 1))); do [ -f $F/part$i ] || return 0; done
   [ -f /tmp/installed ] || { echo "fa3: pieces here, waiting for the install"; return 0; }
   [ -e "$R/fa3.ready" ] && return 0
-  cat $F/part0 $F/part1 $F/part2 $F/part3 $F/part4 $F/part5 > /tmp/fa3.zip
+  for i in $(seq 0 $((n - 1))); do cat $F/part$i; done > /tmp/fa3.zip
   (env_sh; bash $F/apply-fa3.sh) > "$R/fa3.log" 2>&1 && touch "$R/fa3.ready"
   tail -n 3 "$R/fa3.log"
 }

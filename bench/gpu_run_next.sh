@@ -11,7 +11,7 @@
 #   2. p = 0.5: always / auto, the same rows, on step 1's none server (`bench.ab_collect --share-none`) (~460 s);
 #   3. the shifting draft, its concurrency calibrated on its own prompts (~210 s);
 #   4. bench.gate_correctness --auto for the three configs at TP 1 (~280 s; the budget reached v2 topk 1 in 07b).
-# No FA3: steps `models` (.gpuwheels/A), `install 520` (.gpuwheels/B .devrun), then `wait 570` / `wait 592`
+# No FA3: steps `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), then `wait 570` / `wait 592`
 # sent at once (the whole 30-minute budget: 07b ended during step 4). This session's budget was cut to
 # ~1,000 s by refused starts (eight, 2026-12-07 05:55-06:35): p = 0.5 runs first with its own none
 # server (the near tie at 4 and the OFF-led rows), then p = 0.2 always / auto on that none server, as

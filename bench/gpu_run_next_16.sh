@@ -8,9 +8,11 @@
 #   2. v2 triton: none / off (~6 min);
 #   3. v2 fa3 (SGLang's default on Hopper): none / off (~6 min), whose none rows are also the default
 #      server v1 is reported against (`bench.ab_collect ab-v1 ab-fa3 ...`, summarize-traffic's "/ none v2").
-# Steps as bench/gpu_run_2026_12_03c.sh: `models` (.gpuwheels/A), `install 3` (.gpuwheels/B .devrun),
-# `part 1..5 1` and `part 6 200` (.gpuwheels/F1..F6: the FA3 kernel, ../shared/gpu/fetch-fa3.sh cut in
-# six), then `wait` calls of at most ~400 s. Rename to its date when run.
+# Steps as bench/gpu_run_2026_12_03c.sh: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 3` (.gpuwheels/B .devrun),
+# `part 1..7 1` and `part 8 200` (.gpuwheels/F1..F8: the FA3 kernel, ../shared/gpu/fetch-fa3.sh's zip cut in
+# eight: the ~24 MiB working tree and a piece must stay under 64 MiB; `cat .gpuwheels/F[1-5]/part* > /tmp/fa3.zip`,
+# `split -b 31000000 -d -a 1 /tmp/fa3.zip part`, partK into .gpuwheels/F(K+1) with apply-fa3.sh in F8), every
+# step with FA3_PIECES=8, then `wait` calls of at most ~400 s. Rename to its date when run.
 export SELF=bench/gpu_run_next_16.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh

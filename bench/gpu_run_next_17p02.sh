@@ -4,7 +4,7 @@
 #   1. p = 0.2: none / always / auto, closed 1 / 4 / 16 / 32 / 64 / 128, Poisson 4 / 16 / 48, 3 repeats,
 #      then the time-varying load on the same three servers (~1,300 s);
 #   2. bench.gate_correctness --auto for the three configs at TP 1 (~280 s), if time is left.
-# Steps: `models` (.gpuwheels/A), `install 520` (.gpuwheels/B .devrun), then `wait 570` / `wait 592`.
+# Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), then `wait 570` / `wait 592`.
 # Rename to its date when run.
 export SELF=bench/gpu_run_next_17p02.sh
 set -uo pipefail

@@ -7,7 +7,7 @@
 #      (~1,100 s with the three starts);
 #   2. the shifting draft, calibrated (~210 s), if time is left.
 # p = 0.2's rows, the time-varying load and gate_correctness --auto: bench/gpu_run_next_17p02.sh, a session
-# of its own (the same server code). Steps: `models` (.gpuwheels/A), `install 520` (.gpuwheels/B .devrun),
+# of its own (the same server code). Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun),
 # then `wait 570` / `wait 592` sent at once. Rename to its date when run.
 export SELF=bench/gpu_run_next_17p05.sh
 set -uo pipefail
