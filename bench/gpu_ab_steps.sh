@@ -33,7 +33,7 @@ ab() {  # ab NAME ARGS...: one bench.ab_traffic run into $R/NAME, its time in jo
   pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
 }
 
-fa3_ready() {  # wait up to 300 s for the FA3 kernel (its six pieces come by `part` calls)
+fa3_ready() {  # wait up to 300 s for the FA3 kernel (its FA3_PIECES pieces come by `part` calls)
   for t in $(seq 300); do [ -e "$R/fa3.ready" ] && return 0; sleep 1; done; return 1
 }
 
