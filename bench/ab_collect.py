@@ -7,7 +7,8 @@ row of the plan (``bench/results/real-traffic.csv``, ``auto-threshold.csv``); th
     python -m bench.ab_collect RUN [RUN ...] --csv bench/results/real-traffic.csv
 
 Per run, side and row of the plan (config, workload, p_wrong, worker, attention backend, level,
-threshold): the arithmetic mean of each measured column over the repeats that measured it (output
+threshold): the arithmetic mean of each measured column over the repeats in which every side
+collected measured that level (a run cut short: the last, unfinished block is left out, and said) (output
 tok/s, TPOT, end-to-end latency, TTFT, accept length, ...; counts summed), with more columns:
 ``repeats`` (how many), ``run`` (the run's directory name), ``side`` and, for a gate server, what its
 gate did during the row (:data:`GATE_EXTRA`: the ON share of decode steps, switches, probe steps).
@@ -52,6 +53,8 @@ COUNT_COLUMNS = ("num_requests", "completed")
 #: auto's probe steps (empty for servers without the gate and for runs from before the record)
 GATE_EXTRA = traffic_summary.GATE_COLUMNS
 EXTRA = ("repeats", "run", "side") + GATE_EXTRA
+Level = Tuple[str, str, str]  # (workload, concurrency, request_rate) as the CSV writes them
+Tagged = List[Tuple[str, Dict]]  # (repeat folder name, row or gate record)
 
 
 def _number(text: str) -> Optional[float]:
@@ -69,9 +72,10 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     """The averaged rows of one ``bench.ab_traffic`` output directory, sides in order (A, B, C),
     or only the sides in ``only``.
 
-    A run cut short (no ``ab-summary.json``: the device time ran out) gives the rows its repeats
-    measured; ``repeats`` says how many each row has. A side's CSV without rows (a header alone,
-    or empty), and a repeat without the side's CSV, are left out with a note on stderr.
+    A run cut short (no ``ab-summary.json``: the device time ran out) gives the rows of the repeats
+    in which every side collected measured them (:func:`_matched_repeats`); ``repeats`` says how
+    many each row has. A side's CSV without rows (a header alone, or empty), and a repeat without
+    the side's CSV, are left out with a note on stderr.
 
     Raises:
         BenchError: neither ``ab-summary.json`` nor a ``repeat*/SIDE/real-traffic.csv`` there (not
@@ -106,10 +110,16 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     if missing:
         raise BenchError(f"{run} has no side {', '.join(missing)} (it has {', '.join(sides) or 'none'})")
     sides = [s for s in sides if only is None or s in only]
+    measured = {side: _side_rows(run, side, repeat_dirs) for side in sides}
+    matched = _matched_repeats(run, {side: groups for side, (groups, _) in measured.items()})
     out: List[Dict[str, str]] = []
     for side in sides:
-        groups, deltas = _side_rows(run, side, repeat_dirs)
-        for rows in groups.values():
+        groups, deltas = measured[side]
+        for tagged in groups.values():
+            level = _level_of(tagged[0][1])
+            rows = [r for repeat, r in tagged if repeat in matched[level]]
+            if not rows:
+                continue
             merged = {c: rows[0].get(c, "") for c in TRAFFIC_COLUMNS}
             for column in TRAFFIC_COLUMNS:
                 if column in KEY_COLUMNS:
@@ -119,7 +129,7 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
                     total = sum(values)
                     merged[column] = _format(total if column in COUNT_COLUMNS else total / len(values))
             merged.update(repeats=str(len(rows)), run=run.name, side=side)
-            merged.update(gate_columns(deltas.get(_level_of(merged), [])))
+            merged.update(gate_columns([d for repeat, d in deltas.get(level, []) if repeat in matched[level]]))
             out.append(merged)
     label_none_with_draft(out)
     if not out:
@@ -127,26 +137,51 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     return out
 
 
-def _level_of(row: Dict) -> Tuple[str, str, str]:
+def _level_of(row: Dict) -> Level:
     """A row's (workload, concurrency, request_rate) as the CSV writes them (a traffic record's
     numbers as text: ``16``, ``4``)."""
     return str(row.get("workload", "")), str(row.get("concurrency", "")), str(row.get("request_rate", ""))
 
 
-def _side_rows(run: Path, side: str, repeat_dirs: List[Path]) -> Tuple[Dict[Tuple[str, ...], List[Dict[str, str]]],
-                                                                       Dict[Tuple[str, str, str], List[Dict]]]:
+def _matched_repeats(run: Path, groups: Dict[str, Dict[Tuple[str, ...], Tagged]]) -> Dict[Level, set]:
+    """Per level, the repeats in which every side that measured the level at all measured it.
+
+    ``bench.ab_traffic --interleave`` runs each row on every side before the next, so a repeat is a
+    block of one row's sides measured minutes apart; a run cut short ends inside a block. Averaging
+    each side over the repeats it has would compare one side's three repeats with another's two (on
+    h100-2026-12-07d auto's third repeat at 128 requests moved auto / none from 0.948 to 0.954):
+    only the blocks every side finished count, and the rows left out are said on stderr."""
+    have: Dict[Level, Dict[str, set]] = {}
+    for side, side_groups in groups.items():
+        for tagged in side_groups.values():
+            for repeat, row in tagged:
+                have.setdefault(_level_of(row), {}).setdefault(side, set()).add(repeat)
+    matched: Dict[Level, set] = {}
+    for level, by_side in have.items():
+        matched[level] = set.intersection(*by_side.values())
+        for side, repeats in sorted(by_side.items()):
+            dropped = sorted(repeats - matched[level])
+            if dropped and len(by_side) > 1:
+                workload, c, r = level
+                print(f"note: {run} side {side}: {workload} {'c=' + c if c else 'r=' + r} of {', '.join(dropped)} "
+                      f"left out (not every side measured it there)", file=sys.stderr)
+    return matched
+
+
+def _side_rows(run: Path, side: str, repeat_dirs: List[Path]) -> Tuple[Dict[Tuple[str, ...], Tagged],
+                                                                       Dict[Level, Tagged]]:
     """One side's rows of every repeat, grouped by :data:`KEY_COLUMNS`, and the gate's records of
     them by level (:func:`gate_deltas`, counted only for rows the repeat's CSV has: a copied record
-    counts once). A repeat without the side's CSV, a CSV without rows and a level twice in one CSV
-    are said on stderr.
+    counts once), each with its repeat's folder name. A repeat without the side's CSV, a CSV without
+    rows and a level twice in one CSV are said on stderr.
 
     Raises:
         BenchError: a CSV that is not a traffic CSV (``traffic_summary.read_traffic_rows``).
     """
     from bench.traffic_summary import read_traffic_rows
 
-    groups: Dict[Tuple[str, ...], List[Dict[str, str]]] = {}
-    deltas: Dict[Tuple[str, str, str], List[Dict]] = {}
+    groups: Dict[Tuple[str, ...], Tagged] = {}
+    deltas: Dict[Level, Tagged] = {}
     absent = []
     for rd in repeat_dirs:
         path = rd / side / "real-traffic.csv"
@@ -156,28 +191,28 @@ def _side_rows(run: Path, side: str, repeat_dirs: List[Path]) -> Tuple[Dict[Tupl
         got = read_traffic_rows([path], empty_ok=True)
         if not got:
             print(f"note: {path} has no rows (left out)", file=sys.stderr)
-        levels: Dict[Tuple[str, str, str], int] = {}
+        levels: Dict[Level, int] = {}
         for row in got:
-            groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append(row)
+            groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append((rd.name, row))
             levels[_level_of(row)] = levels.get(_level_of(row), 0) + 1
         for (workload, c, r), n in levels.items():
             if n > 1:
                 print(f"note: {path}: {workload} {'c=' + c if c else 'r=' + r} {n} times (each counted as a "
                       f"repeat)", file=sys.stderr)
         for level, got_deltas in gate_deltas(rd / side).items():
-            deltas.setdefault(level, []).extend(got_deltas[:levels.get(level, 0)])
+            deltas.setdefault(level, []).extend((rd.name, d) for d in got_deltas[:levels.get(level, 0)])
     if absent:  # a run cut short, or a file lost: say which, the rows are fewer than the run's
         print(f"note: {run} side {side}: no real-traffic.csv in {', '.join(absent)}"
               + (" (the side is left out)" if len(absent) == len(repeat_dirs) else ""), file=sys.stderr)
     return groups, deltas
 
 
-def gate_deltas(side_dir: Path) -> Dict[Tuple[str, str, str], List[Dict]]:
+def gate_deltas(side_dir: Path) -> Dict[Level, List[Dict]]:
     """(workload, concurrency, request_rate) -> the ``spec_gate_delta`` of each such row in the
     traffic records (``traffic-*.json``) in ``side_dir``, as the CSV writes the level (``16``, ``4``).
     A record that cannot be read is skipped with a note on stderr (the rows are in the CSV; this is
     only what the gate did during them)."""
-    out: Dict[Tuple[str, str, str], List[Dict]] = {}
+    out: Dict[Level, List[Dict]] = {}
     for path in sorted(side_dir.glob("traffic-*.json")):
         why = not_a_regular_file(path)
         if why is not None:

@@ -61,7 +61,7 @@ def test_each_servers_rows_are_averaged_over_the_repeats_and_summarize_traffic_r
 def test_a_gate_servers_rows_carry_what_its_gate_did_over_the_repeats(tmp_path, capsys):
     run = write_run(tmp_path, "ab-auto", {"a": "none", "c": "auto"}, {
         (0, "a"): [row("none", 4, 560, 6.5)], (0, "c"): [row("auto", 4, 559, 6.6), row("auto", 64, 4400, 11.6)],
-        (1, "c"): [row("auto", 4, 580, 6.3)]})
+        (1, "a"): [row("none", 4, 565, 6.4)], (1, "c"): [row("auto", 4, 580, 6.3)]})
     delta = lambda on, off, sw, probe: {"decode_steps_on": on, "decode_steps_off": off, "switches": sw,  # noqa: E731
                                         "auto_probes": probe // 8, "auto_probe_steps": probe, "on_share": None}
     for repeat, rows in ((0, [("varied-closed", 4, "", delta(300, 700, 56, 16)), ("varied-closed", 64, "", delta(8, 992, 2, 8))]),
@@ -102,7 +102,9 @@ def test_only_the_sides_asked_for_and_a_repeat_missing_a_row(tmp_path):
     })
     rows = ab_collect.collect(run, ["a", "c"])
     assert [(r["side"], r["output_tok_s"], r["repeats"]) for r in rows] == [("a", "6050", "2"), ("c", "5925", "2")]
-    assert [(r["side"], r["repeats"]) for r in ab_collect.collect(run)] == [("a", "2"), ("b", "1"), ("c", "2")]
+    # all three sides: repeat 1 lacks b's row, so only repeat 0 compares them
+    assert [(r["side"], r["output_tok_s"], r["repeats"]) for r in ab_collect.collect(run)] == [
+        ("a", "6000", "1"), ("b", "5800", "1"), ("c", "5900", "1")]
     out = tmp_path / "x.csv"
     assert ab_collect.main([f"{run}:a,c", "--csv", str(out)]) == 0
     assert out.read_text().count("\n") == 3
@@ -122,9 +124,10 @@ def test_bad_runs_are_refused_and_no_csv_is_written(tmp_path, capsys, make, mess
     assert out.read_text() == "earlier\n"  # left as it was
 
 
-def test_a_run_cut_short_without_a_summary_gives_the_rows_its_repeats_measured(tmp_path):
+def test_a_run_cut_short_without_a_summary_gives_the_rows_its_repeats_measured(tmp_path, capsys):
     """The device time ran out in repeat 1 (2026-12-05's v1 pair): no ab-summary.json; the sides
-    are the repeats' folders and ``repeats`` says how many each row has."""
+    are the repeats' folders, and a row counts only from the repeats every side measured it in
+    (b's second row at 32 has no a beside it: left out, and said)."""
     run = write_run(tmp_path, "ab-v1", {"a": "none", "b": "off"}, {
         (0, "a"): [row("none", 32, 2600, 11.0), row("none", 128, 5000, 20.0)],
         (0, "b"): [row("off", 32, 2500, 11.7, threshold="1"), row("off", 128, 4400, 24.0, threshold="1")],
@@ -132,8 +135,31 @@ def test_a_run_cut_short_without_a_summary_gives_the_rows_its_repeats_measured(t
     })
     (run / "ab-summary.json").unlink()
     got = [(r["side"], r["concurrency"], r["output_tok_s"], r["repeats"]) for r in ab_collect.collect(run)]
-    assert got == [("a", "32", "2600", "1"), ("a", "128", "5000", "1"), ("b", "32", "2450", "2"),
+    assert got == [("a", "32", "2600", "1"), ("a", "128", "5000", "1"), ("b", "32", "2500", "1"),
                    ("b", "128", "4400", "1")]
+    assert "side b: varied-closed c=32 of repeat1 left out" in capsys.readouterr().err
+
+
+def test_a_block_cut_short_counts_for_no_side(tmp_path, capsys):
+    """h100-2026-12-07d: the device time ran out in repeat 2 after auto's row at 128 requests (the
+    rows interleaved: every side of a row before the next row). Auto's third repeat beside none's and
+    always's two moved auto / none at 128 from 0.948 to 0.954; the gate record of that row goes too."""
+    run = write_run(tmp_path, "ab-auto", {"a": "none", "b": "always", "c": "auto"}, {
+        (r, s): [row(c, 32, tok[r], 9.0)] + ([row(c, 128, tok[r] + 1000, 12.0)] if r < 2 or s == "c" else [])
+        for r in range(3) for s, c, tok in (("a", "none", (3000, 3010, 3020)), ("b", "always", (2000, 2010, 2020)),
+                                            ("c", "auto", (2900, 2910, 2920)))})
+    delta = {"decode_steps_on": 10, "decode_steps_off": 90, "switches": 2, "auto_probes": 1, "auto_probe_steps": 8}
+    for r in range(3):
+        levels = [32, 128]
+        record = {"runs": [{"rows": [{"workload": "varied-closed", "concurrency": c, "request_rate": "",
+                                      "spec_gate_delta": delta} for c in levels]}]}
+        (run / f"repeat{r}" / "c" / "traffic-auto-v2-p0.2.json").write_text(json.dumps(record))
+    got = {(r["config"], r["concurrency"]): (r["output_tok_s"], r["repeats"], r["gate_switches"])
+           for r in ab_collect.collect(run)}
+    assert got[("auto", "32")] == ("2910", "3", "6")
+    assert got[("auto", "128")] == ("3905", "2", "4")  # not 3910 over 3 repeats, not 6 switches
+    assert got[("none", "128")] == ("4005", "2", "")
+    assert "side c: varied-closed c=128 of repeat2 left out" in capsys.readouterr().err
 
 
 def test_an_unreadable_summary_is_said_and_the_sides_come_from_the_folders(tmp_path, capsys):
