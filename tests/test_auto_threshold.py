@@ -468,6 +468,24 @@ def test_a_bucket_where_the_modes_tie_stays_on():
     assert auto.fit_crossover({b3: 0.0, b4: 0.0}, None) == (None, False)  # every size a tie: on everywhere
 
 
+def test_a_crossover_whose_own_bucket_comes_to_a_tie_moves_up_to_its_measured_neighbour():
+    """h100-2026-12-07d, p = 0.5, 4 requests: the crossover was at 4 from a stretch where OFF led
+    there; then the estimates tied (ON 633 vs OFF 615-648 tok/s) and the crossover stayed (6 fitted
+    as well, not better by STICK): 4-5 OFF for three minutes, each dip to 3 ON and back (46 switches,
+    0.946x). A tie at the crossover moves it one measured bucket up; a move down still needs STICK."""
+    w = auto.VOTE_CAP
+    b1, b3, b4, b6, b8, b64 = (auto.bucket_of(n) for n in (1, 3, 4, 6, 8, 64))
+    votes = {b3: w * math.log(505 / 473), b4: 0.0, b6: -w * math.log(982 / 940), b8: -w * auto.LOG_CLIP}
+    assert auto.fit_crossover(votes, b4) == (b6, True)
+    assert auto.fit_crossover(votes, b6) == (b6, False)  # there it stays
+    assert auto.fit_crossover({**votes, b4: -0.5}, b6) == (b4, False)  # a small OFF lead at 4-5: not by STICK
+    assert auto.fit_crossover({**votes, b4: -w * math.log(1.07)}, b6) == (b4, True)  # 7%: back down
+    # a tie whose next measured bucket is far above does not move it (no measurement of 12-63 says ON)
+    assert auto.fit_crossover({b1: 5.0, b8: 0.0, b64: -9.0}, b8) == (b64, False)
+    # nor does a tie with a lower crossover fitting a little better (within STICK)
+    assert auto.fit_crossover({b3: -0.3, b4: 0.0, b6: -w * auto.LOG_CLIP, b8: -w * auto.LOG_CLIP}, b4)[1] is False
+
+
 def test_sizes_never_measured_take_the_mode_of_the_nearest_measured_bucket():
     assert auto.boundary(None, [0, 5]) is None
     assert auto.boundary(0, [0, 5]) == 0  # off at the lowest measured size: off everywhere
@@ -842,7 +860,8 @@ def test_a_decode_result_after_a_proof_check_feeds_no_step_time_to_the_gate():
 
     recorded = []
     rt = types.SimpleNamespace(step_timer=auto.StepTimer(), step_tokens=None, _checks_at_result=proof.checks_run(),
-                               gate=types.SimpleNamespace(record_step=lambda *a: recorded.append(a)))
+                               gate=types.SimpleNamespace(record_step=lambda *a: recorded.append(a)), trace=None,
+                               _table_rebuilt=False)
 
     def result_of(i, checked=False):
         if checked:
