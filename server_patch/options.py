@@ -32,6 +32,7 @@ ENV_VAR = "SPECCONSOLE_SPEC_GATE"
 #: every switch variable the plugin reads (each module names its own; ``tests/test_architecture``
 #: checks that this list has them all); ``bench.gate_correctness`` records the ones set
 SWITCH_ENV = (
+    "SPECCONSOLE_AUTO_TRACE",  # a file, not a switch: the auto threshold's step record (auto_trace)
     "SPECCONSOLE_OFF_DECODE_KERNEL", "SPECCONSOLE_OFF_DEFERRED_DRAFT_KV", "SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_TOKENS",
     "SPECCONSOLE_OFF_DEFERRED_DRAFT_KV_V1",
     "SPECCONSOLE_HOST_COPY_PINNED", "SPECCONSOLE_OFF_DRAFT_KV_ONLY", "SPECCONSOLE_OFF_DRAFT_KV_ONLY_EAGER",

@@ -22,8 +22,8 @@ import logging
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from server_patch import (auto_threshold, compat, contract, metrics, off_future_map, options, prefill_graph, proof,
-                          rank_gpu, sampling_warmup, triton_draft_extend)
+from server_patch import (auto_threshold, auto_trace, compat, contract, metrics, off_future_map, options, prefill_graph,
+                          proof, rank_gpu, sampling_warmup, triton_draft_extend)
 from server_patch.contract import (
     DECODE_STEP_KEY,
     GATE_KEYS,
@@ -89,6 +89,8 @@ class GateRuntime:
         self.max_running_requests: Optional[int] = None  # the scheduler's, set by status()
         self.step_tokens: Optional[int] = None  # output tokens of the ON batch being processed
         self.step_timer = auto_threshold.StepTimer()
+        self.trace = auto_trace.open_for(self.tp_rank)  # opt-in: every decode result, for bench.auto_trace
+        self._table_rebuilt = False  # sync_table ran since the last decode result (for the trace)
         self._checks_at_result = proof.checks_run()  # sampled proof checks run by the last decode result
         self._scheduler = scheduler
         # how the target's prefills run, set after init (prefill_graph: its spec_gate fields)
@@ -150,8 +152,12 @@ class GateRuntime:
         tokens = self.step_tokens if kind == "on" else bs
         checks = proof.checks_run()  # a check since the previous result: this period is not the step's own
         clean, self._checks_at_result = checks == self._checks_at_result, checks
-        sample = self.step_timer.observe(getattr(batch, "forward_iter", None), kind, time.perf_counter(), bs, tokens,
-                                         clean=clean)
+        now, forward_iter = time.perf_counter(), getattr(batch, "forward_iter", None)
+        if self.trace is not None:
+            self.trace.add(forward_iter, now, kind, bs, getattr(batch, "seq_lens_sum", None), tokens, clean,
+                           self._table_rebuilt)
+        self._table_rebuilt = False
+        sample = self.step_timer.observe(forward_iter, kind, now, bs, tokens, clean=clean)
         if sample is not None and sample.tokens is not None:
             self.gate.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
 
@@ -161,6 +167,7 @@ class GateRuntime:
         requests), so every rank decides from the same table. Called at the same decode step on
         every rank (every rank runs the same batches)."""
         sched = self._scheduler
+        self._table_rebuilt = True
         if self.tp_size <= 1:
             self.gate.refresh_table()
             return

@@ -1,0 +1,172 @@
+"""What the auto threshold's step-time samples were made of: a server's ``SPECCONSOLE_AUTO_TRACE`` record.
+
+The server (``server_patch/auto_trace.py``) writes one JSON line per decode result; this rebuilds the
+samples the auto threshold took from them (``auto_threshold.StepTimer``: a step's period kept only
+inside a run of three decode batches of one kind, with no proof check in it) and reports them per
+batch-size bucket and mode, split three ways, so a step-time estimate that reads a mode slower than it
+ran can be traced to its cause:
+
+- ``by_run_position``: the sample's place in its run of one kind (``2-4``: the first samples after a
+  switch or a prefill; ``5-16``; ``17+``), e.g. ON steps measured soon after a switch (probes are 8
+  steps) slower than steady ones;
+- ``by_context``: the batch's KV tokens per request (``seq_lens_sum / bs``) in tertiles of the bucket's
+  samples, e.g. an ON step slower at long contexts (triton's verify attends the whole prefix per token);
+- ``table``: samples whose period held an auto-table rebuild (every 64 decode steps) against the rest.
+
+Each group gives the sample count, mean and median step time (ms) and, for ON, the mean output tokens
+per request and step. ``all_steps`` beside them: every period of that bucket and kind between two
+contiguous decode results, kept or not (what the server actually spent per step).
+
+    python -m bench.auto_trace TRACE[.gz] [--min-samples 8]
+
+Prints JSON. An unreadable file or one without decode results ends with a one-line message on stderr
+and exit status 1; lines that are not trace lines are counted and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from bench.errors import BenchError
+from server_patch import auto_threshold as auto
+
+
+def read_trace(path: Path) -> List[Dict[str, Any]]:
+    """The decode results of a trace file (plain or gzip), in order. Lines that are not a trace
+    line's JSON object are skipped; their count is the second value of :func:`summarize`'s input.
+
+    Raises:
+        BenchError: the file cannot be read, or holds no trace line.
+    """
+    from bench.decode_log import read_log
+
+    try:
+        text = read_log(path)
+    except (OSError, EOFError, ValueError) as exc:
+        raise BenchError(f"{path}: {exc}") from None
+    steps, bad = [], 0
+    for line in text.splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if not (isinstance(d, dict) and isinstance(d.get("t"), (int, float)) and d.get("k") in ("on", "off", "resume")
+                and isinstance(d.get("bs"), int) and d["bs"] >= 1):
+            bad += 1
+            continue
+        steps.append(d)
+    if not steps:
+        raise BenchError(f"{path}: no decode results (a SPECCONSOLE_AUTO_TRACE file has one JSON line per result)")
+    if bad:
+        print(f"note: {path}: {bad} line(s) that are not trace lines skipped", file=sys.stderr)
+    return steps
+
+
+def _stats(values: List[float], tokens: List[float]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"n": len(values)}
+    if values:
+        out["mean_ms"] = round(1000 * statistics.fmean(values), 3)
+        out["median_ms"] = round(1000 * statistics.median(values), 3)
+    if tokens:
+        out["tok_per_req"] = round(statistics.fmean(tokens), 3)
+    return out
+
+
+def samples(steps: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The samples the server's ``StepTimer`` kept, each with its bucket, mode, step time (s), place
+    in its run of one kind (2 = the first that can be kept), context per request, tokens per
+    request and whether its period held a table rebuild."""
+    timer = auto.StepTimer()
+    out, run, prev_kind, prev_iter = [], 0, None, None
+    info: Dict[int, Dict[str, Any]] = {}
+    for d in steps:
+        i = d.get("i")
+        contiguous = isinstance(i, int) and isinstance(prev_iter, int) and i == prev_iter + 1
+        run = run + 1 if contiguous and d["k"] == prev_kind else 1
+        prev_kind, prev_iter = d["k"], i
+        if isinstance(i, int):
+            ctx = d.get("ctx")
+            info[i] = {"run": run, "ctx": ctx / d["bs"] if isinstance(ctx, (int, float)) else None,
+                       "tbl": bool(d.get("tbl")), "tok": d.get("tok")}
+        got = timer.observe(i if isinstance(i, int) else None, d["k"], float(d["t"]), d["bs"], d.get("tok"),
+                            clean=d.get("clean", True) is not False)
+        if got is not None and isinstance(i, int) and (i - 1) in info:
+            meta = info.pop(i - 1)
+            tok = meta["tok"]
+            out.append({"bucket": auto.bucket_of(got.batch_size), "on": got.on, "s": got.step_time_s,
+                        "run": meta["run"], "ctx": meta["ctx"], "tbl": meta["tbl"],
+                        "tok_per_req": tok / got.batch_size if isinstance(tok, (int, float)) else None})
+        for old in [k for k in info if isinstance(i, int) and k < i - 2]:
+            del info[old]
+    return out
+
+
+def all_periods(steps: List[Dict[str, Any]]) -> Dict[tuple, List[float]]:
+    """(bucket, kind) -> every period (s) between two contiguous decode results of that kind."""
+    out: Dict[tuple, List[float]] = {}
+    for a, b in zip(steps, steps[1:]):
+        if (isinstance(a.get("i"), int) and b.get("i") == a["i"] + 1 and a["k"] == b["k"]
+                and b["t"] > a["t"]):
+            out.setdefault((auto.bucket_of(b["bs"]), b["k"]), []).append(b["t"] - a["t"])
+    return out
+
+
+def _run_group(run: int) -> str:
+    return "2-4" if run <= 4 else "5-16" if run <= 16 else "17+"
+
+
+def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, Any]:
+    """Per bucket (its batch-size range) and mode with at least ``min_samples`` samples: the groups
+    of the module docstring."""
+    kept = samples(steps)
+    periods = all_periods(steps)
+    buckets: List[Dict[str, Any]] = []
+    for (index, on) in sorted({(s["bucket"], s["on"]) for s in kept}):
+        group = [s for s in kept if s["bucket"] == index and s["on"] == on]
+        if len(group) < min_samples:
+            continue
+        lo, hi = auto.bucket_range(index)
+
+        def stats(sub: List[Dict[str, Any]]) -> Dict[str, Any]:
+            return _stats([s["s"] for s in sub], [s["tok_per_req"] for s in sub if on and s["tok_per_req"] is not None])
+
+        entry: Dict[str, Any] = {"batch": f"{lo}-{hi}" if hi is not None else f"{lo}+", "mode": "on" if on else "off",
+                                 "samples": stats(group),
+                                 "all_steps": _stats(periods.get((index, "on" if on else "off"), []), [])}
+        entry["by_run_position"] = {name: stats([s for s in group if _run_group(s["run"]) == name])
+                                    for name in ("2-4", "5-16", "17+")}
+        with_ctx = sorted((s for s in group if s["ctx"] is not None), key=lambda s: s["ctx"])
+        if len(with_ctx) >= 3:
+            third = len(with_ctx) // 3
+            parts = (with_ctx[:third], with_ctx[third:2 * third], with_ctx[2 * third:])
+            entry["by_context"] = {f"{round(p[0]['ctx'])}-{round(p[-1]['ctx'])} tokens": stats(p) for p in parts if p}
+        entry["table"] = {"rebuilt": stats([s for s in group if s["tbl"]]),
+                          "not": stats([s for s in group if not s["tbl"]])}
+        buckets.append(entry)
+    return {"decode_results": len(steps), "samples": len(kept), "buckets": buckets}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.auto_trace", description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", type=Path, help="a SPECCONSOLE_AUTO_TRACE file (plain or .gz)")
+    ap.add_argument("--min-samples", type=int, default=8, help="buckets and modes with fewer samples are left out")
+    a = ap.parse_args(argv)
+    if a.min_samples < 1:
+        ap.error(f"--min-samples must be >= 1, got {a.min_samples}")
+    try:
+        out = summarize(read_trace(a.trace), a.min_samples)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

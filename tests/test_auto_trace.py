@@ -1,0 +1,126 @@
+"""server_patch/auto_trace.py (the opt-in record of decode results) and bench/auto_trace.py (what the
+auto threshold's samples were made of)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import types
+
+import pytest
+
+from bench import auto_trace as bench_trace
+from server_patch import auto_threshold as auto
+from server_patch import auto_trace, proof, scheduler_hooks
+
+
+def test_the_record_is_off_unless_asked_for_and_only_on_tp_rank_0(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    assert auto_trace.open_for(0, {}) is None
+    assert auto_trace.open_for(1, {auto_trace.ENV: str(path)}) is None
+    assert auto_trace.open_for(0, {auto_trace.ENV: str(tmp_path / "no" / "such" / "dir" / "t")}) is None  # warned
+    assert auto_trace.open_for(0, {auto_trace.ENV: str(path)}) is not None
+
+
+def test_each_decode_result_is_one_line_with_what_the_step_timer_saw(tmp_path):
+    """GateRuntime.on_decode_result writes the result's forward iteration, the moment, its kind,
+    batch size, KV tokens, output tokens, whether a proof check ran and whether the table was rebuilt."""
+    path = tmp_path / "trace.jsonl"
+    rt = types.SimpleNamespace(step_timer=auto.StepTimer(), step_tokens=7, _checks_at_result=proof.checks_run(),
+                               gate=types.SimpleNamespace(record_step=lambda *a: None),
+                               trace=auto_trace.StepTrace(str(path)), _table_rebuilt=False)
+    on = types.SimpleNamespace()
+    off = types.SimpleNamespace(**{scheduler_hooks.OFF_RESULT_ATTR: True})
+    batch = types.SimpleNamespace(forward_iter=10, batch_size=lambda: 4, seq_lens_sum=2_000)
+    scheduler_hooks.GateRuntime.on_decode_result(rt, batch, on)
+    rt._table_rebuilt = True  # sync_table ran before the next batch
+    proof.note_check()
+    scheduler_hooks.GateRuntime.on_decode_result(rt, types.SimpleNamespace(**{**vars(batch), "forward_iter": 11}), off)
+    rt.trace.flush()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(d["i"], d["k"], d["bs"], d["ctx"], d["tok"], d["clean"], d["tbl"]) for d in lines] == [
+        (10, "on", 4, 2_000, 7, True, False), (11, "off", 4, 2_000, 4, False, True)]
+    assert lines[1]["t"] >= lines[0]["t"] and rt._table_rebuilt is False
+
+
+def test_a_write_that_fails_stops_the_record_and_the_server_goes_on(tmp_path, caplog):
+    trace = auto_trace.StepTrace(str(tmp_path / "t.jsonl"))
+    trace._file.close()  # as a full disk or a closed file would: the write raises
+    for i in range(auto_trace.FLUSH_LINES + 1):
+        trace.add(i, float(i), "on", 1, 10, 2, True, False)
+    assert trace._file is None and "stopped" in caplog.text
+
+
+def _write(path, steps, gz=False):
+    text = "\n".join(json.dumps(d) for d in steps) + "\n"
+    if gz:
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+
+
+def _run(t0, i0, kind, n, bs, step_s, ctx=500, first_slow=0, slow_s=0.0, tok=None):
+    """``n`` contiguous decode results of one kind from iteration ``i0`` at ``t0``; the first
+    ``first_slow`` periods take ``slow_s``."""
+    out, t = [], t0
+    for j in range(n):
+        t += slow_s if j < first_slow else step_s
+        out.append({"i": i0 + j, "t": t, "k": kind, "bs": bs, "ctx": (ctx + j) * bs,
+                    "tok": tok if tok is not None else bs, "clean": True, "tbl": False})
+    return out, t
+
+
+def test_samples_soon_after_a_switch_show_apart_from_steady_ones(tmp_path):
+    """A record where each ON run's first three periods take 14 ms and the rest 10 ms (as ON steps
+    measured soon after a switch would if they were slower): the samples at run positions 2-4 read
+    14, the steady ones 10, and the server's own estimate (the samples' EMA) sits between."""
+    steps, t, i = [], 0.0, 0
+    for _ in range(6):
+        got, t = _run(t, i, "off", 40, 4, 0.006)
+        steps += got
+        i += 40
+        got, t = _run(t, i, "on", 30, 4, 0.010, first_slow=4, slow_s=0.014, tok=8)
+        steps += got
+        i += 30
+    path = tmp_path / "trace.jsonl.gz"
+    _write(path, steps, gz=True)
+    out = bench_trace.summarize(bench_trace.read_trace(path))
+    on = next(b for b in out["buckets"] if b["mode"] == "on" and b["batch"] == "4-5")
+    assert on["by_run_position"]["2-4"]["median_ms"] == pytest.approx(14.0)
+    assert on["by_run_position"]["17+"]["median_ms"] == pytest.approx(10.0)
+    assert on["samples"]["tok_per_req"] == pytest.approx(2.0)
+    off = next(b for b in out["buckets"] if b["mode"] == "off")
+    assert off["samples"]["median_ms"] == pytest.approx(6.0)
+    assert off["all_steps"]["n"] == 6 * 39
+
+
+def test_a_step_time_that_grows_with_the_context_shows_in_the_tertiles(tmp_path):
+    steps, t = [], 0.0
+    for j in range(90):
+        ctx = 100 + 20 * j
+        t += 0.010 + ctx * 1e-6  # 1 ms more per 1,000 tokens of context
+        steps.append({"i": j, "t": t, "k": "on", "bs": 1, "ctx": ctx, "tok": 2, "clean": True, "tbl": False})
+    path = tmp_path / "trace.jsonl"
+    _write(path, steps)
+    (entry,) = bench_trace.summarize(bench_trace.read_trace(path))["buckets"]
+    low, mid, high = entry["by_context"].values()
+    assert low["mean_ms"] < mid["mean_ms"] < high["mean_ms"]
+    assert high["mean_ms"] - low["mean_ms"] == pytest.approx(1.2, abs=0.1)
+
+
+def test_bad_traces_say_why(tmp_path, capsys):
+    assert bench_trace.main([str(tmp_path / "missing.jsonl")]) == 1
+    assert "missing.jsonl" in capsys.readouterr().err
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not json\n{\"t\": 1}\n")
+    assert bench_trace.main([str(junk)]) == 1
+    assert "no decode results" in capsys.readouterr().err
+    mixed = tmp_path / "mixed.jsonl"
+    steps, _ = _run(0.0, 0, "off", 20, 8, 0.005)
+    _write(mixed, steps)
+    mixed.write_text(mixed.read_text() + "garbage\n")
+    assert bench_trace.main([str(mixed), "--min-samples", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "1 line(s) that are not trace lines skipped" in captured.err
+    assert json.loads(captured.out)["samples"] == 18
