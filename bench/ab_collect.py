@@ -8,7 +8,8 @@ row of the plan (``bench/results/real-traffic.csv``, ``auto-threshold.csv``); th
 
 Per run, side and row of the plan (config, workload, p_wrong, worker, attention backend, level,
 threshold): the arithmetic mean of each measured column over the repeats in which every side
-collected measured that level (a run cut short: the last, unfinished block is left out, and said) (output
+being collected measured that row's level (a repeat that lacks a side's row there, as a run cut
+short inside its last interleaved block does, counts for none of them, and is said) (output
 tok/s, TPOT, end-to-end latency, TTFT, accept length, ...; counts summed), with more columns:
 ``repeats`` (how many), ``run`` (the run's directory name), ``side`` and, for a gate server, what its
 gate did during the row (:data:`GATE_EXTRA`: the ON share of decode steps, switches, probe steps).
@@ -87,8 +88,7 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
     from bench.traffic import TRAFFIC_COLUMNS
 
     summary_path = run / "ab-summary.json"
-    repeat_dirs = sorted((p for p in run.glob("repeat*") if p.is_dir() and p.name[6:].isascii() and p.name[6:].isdigit()),
-                         key=lambda p: int(p.name[6:]))
+    repeat_dirs = _repeat_dirs(run)
     try:
         why = not_a_regular_file(summary_path)
         if why is not None:
@@ -97,6 +97,10 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
         if not isinstance(servers, dict) or not servers:
             raise ValueError(f"its 'servers' is {json.dumps(servers)[:40]}, not the sides' servers")
         sides = [s for s in SIDES if s in servers]
+        unlisted = [s for s in SIDES if s not in servers and any((rd / s / "real-traffic.csv").exists() for rd in repeat_dirs)]
+        if unlisted:
+            print(f"note: {run}: side(s) {', '.join(unlisted)} have rows but {summary_path.name} does not list them "
+                  f"(left out)", file=sys.stderr)
     except (OSError, ValueError, AttributeError) as exc:
         # a run cut short (device time) writes no summary: its sides are the repeats' folders
         sides = [s for s in SIDES if any((rd / s / "real-traffic.csv").exists() for rd in repeat_dirs)]
@@ -143,6 +147,25 @@ def _level_of(row: Dict) -> Level:
     return str(row.get("workload", "")), str(row.get("concurrency", "")), str(row.get("request_rate", ""))
 
 
+def _repeat_dirs(run: Path) -> List[Path]:
+    """The run's ``repeatN`` folders in order of N; a second folder for the same N (``repeat01``
+    beside ``repeat1``: a copy) is left out with a note, so no repeat counts twice."""
+    by_number: Dict[int, Path] = {}
+    for p in sorted(run.glob("repeat*")):
+        digits = p.name[6:]
+        if not (p.is_dir() and digits.isascii() and digits.isdigit()):
+            continue
+        n = int(digits)
+        keep = by_number.get(n)
+        if keep is not None:
+            extra = p if keep.name == f"repeat{n}" else keep
+            by_number[n] = keep if extra is p else p
+            print(f"note: {run}: {extra.name} is another folder of repeat {n} (left out)", file=sys.stderr)
+            continue
+        by_number[n] = p
+    return [by_number[n] for n in sorted(by_number)]
+
+
 def _matched_repeats(run: Path, groups: Dict[str, Dict[Tuple[str, ...], Tagged]]) -> Dict[Level, set]:
     """Per level, the repeats in which every side that measured the level at all measured it.
 
@@ -153,19 +176,37 @@ def _matched_repeats(run: Path, groups: Dict[str, Dict[Tuple[str, ...], Tagged]]
     only the blocks every side finished count, and the rows left out are said on stderr."""
     have: Dict[Level, Dict[str, set]] = {}
     for side, side_groups in groups.items():
+        levels_seen: Dict[Level, int] = {}
         for tagged in side_groups.values():
+            level = _level_of(tagged[0][1])
+            levels_seen[level] = levels_seen.get(level, 0) + 1
             for repeat, row in tagged:
                 have.setdefault(_level_of(row), {}).setdefault(side, set()).add(repeat)
+        for level, n in levels_seen.items():
+            if n > 1:  # a key column (threshold, backend, p, ...) differs between its repeats
+                print(f"note: {run} side {side}: {_level_text(level)} has {n} rows that differ in "
+                      f"{', '.join(KEY_COLUMNS[:5])} or threshold between repeats (each kept apart)", file=sys.stderr)
     matched: Dict[Level, set] = {}
+    dropped: Dict[Tuple[str, str], List[Level]] = {}
     for level, by_side in have.items():
         matched[level] = set.intersection(*by_side.values())
-        for side, repeats in sorted(by_side.items()):
-            dropped = sorted(repeats - matched[level])
-            if dropped and len(by_side) > 1:
-                workload, c, r = level
-                print(f"note: {run} side {side}: {workload} {'c=' + c if c else 'r=' + r} of {', '.join(dropped)} "
-                      f"left out (not every side measured it there)", file=sys.stderr)
+        if len(by_side) == 1 and len(groups) > 1:
+            (side,) = by_side
+            print(f"note: {run}: {_level_text(level)} measured by side {side} only (nothing beside it to compare)",
+                  file=sys.stderr)
+        for side, repeats in by_side.items():
+            for repeat in repeats - matched[level]:
+                dropped.setdefault((side, repeat), []).append(level)
+    for (side, repeat), levels in sorted(dropped.items()):
+        what = f"{_level_text(levels[0])} row" if len(levels) == 1 else f"{len(levels)} rows"
+        print(f"note: {run} side {side}: {repeat}'s {what} left out (not every side measured that level there)",
+              file=sys.stderr)
     return matched
+
+
+def _level_text(level: Level) -> str:
+    workload, c, r = level
+    return f"{workload} {'c=' + c if c else 'r=' + r}"
 
 
 def _side_rows(run: Path, side: str, repeat_dirs: List[Path]) -> Tuple[Dict[Tuple[str, ...], Tagged],

@@ -10,25 +10,31 @@ ran can be traced to its cause:
   switch or a prefill; ``5-16``; ``17+``), e.g. ON steps measured soon after a switch (probes are 8
   steps) slower than steady ones;
 - ``by_context``: the batch's KV tokens per request (``seq_lens_sum / bs``) in tertiles of the bucket's
-  samples, e.g. an ON step slower at long contexts (triton's verify attends the whole prefix per token);
+  samples (``short``, ``middle``, ``long``, each with its range), e.g. an ON step slower at long
+  contexts (triton's verify attends the whole prefix per token);
 - ``table``: samples whose period held an auto-table rebuild (every 64 decode steps) against the rest.
 
 Each group gives the sample count, mean and median step time (ms) and, for ON, the mean output tokens
 per request and step. ``all_steps`` beside them: every period of that bucket and kind between two
-contiguous decode results, kept or not (what the server actually spent per step).
+contiguous decode results of that kind, kept or not (what the server spent per step away from
+prefills and switches).
 
     python -m bench.auto_trace TRACE[.gz] [--min-samples 8]
 
 Prints JSON. An unreadable file or one without decode results ends with a one-line message on stderr
-and exit status 1; lines that are not trace lines are counted and skipped.
+and exit status 1; lines that are not trace lines are counted and skipped, a forward iteration that
+goes back (two server runs appended to one file) is said, and so is an output without any bucket
+(``--min-samples``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
+import zlib
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -36,35 +42,63 @@ from bench.errors import BenchError
 from server_patch import auto_threshold as auto
 
 
+def _number(x: Any) -> bool:
+    """A finite JSON number (not a bool, not NaN / Infinity, not too large for a float)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False
+
+
+def _trace_line(d: Any) -> bool:
+    """``d`` is a decode result as ``server_patch/auto_trace.py`` writes one."""
+    return (isinstance(d, dict) and _number(d.get("t")) and d.get("k") in ("on", "off", "resume")
+            and isinstance(d.get("bs"), int) and not isinstance(d["bs"], bool) and d["bs"] >= 1
+            and (d.get("i") is None or (isinstance(d["i"], int) and not isinstance(d["i"], bool)))
+            and all(d.get(f) is None or (_number(d[f]) and d[f] >= 0) for f in ("ctx", "tok"))
+            and all(isinstance(d.get(f, False), bool) for f in ("clean", "tbl")))
+
+
 def read_trace(path: Path) -> List[Dict[str, Any]]:
     """The decode results of a trace file (plain or gzip), in order. Lines that are not a trace
-    line's JSON object are skipped; their count is the second value of :func:`summarize`'s input.
+    line (not JSON, a field missing or of the wrong type, a number that is not finite) are skipped
+    and counted on stderr, as are restarts of the forward iteration (a second server run appended
+    to the same file: its samples are pooled with the first's).
 
     Raises:
-        BenchError: the file cannot be read, or holds no trace line.
+        BenchError: the file cannot be read (missing, a directory, a damaged gzip), or holds no
+            trace line.
     """
     from bench.decode_log import read_log
 
     try:
         text = read_log(path)
-    except (OSError, EOFError, ValueError) as exc:
-        raise BenchError(f"{path}: {exc}") from None
-    steps, bad = [], 0
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        raise BenchError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
+    steps, bad, restarts, last = [], 0, 0, None
     for line in text.splitlines():
         try:
-            d = json.loads(line)
+            d = json.loads(line.lstrip("\ufeff"))
         except ValueError:
             bad += 1
             continue
-        if not (isinstance(d, dict) and isinstance(d.get("t"), (int, float)) and d.get("k") in ("on", "off", "resume")
-                and isinstance(d.get("bs"), int) and d["bs"] >= 1):
+        if not _trace_line(d):
             bad += 1
             continue
+        i = d.get("i")
+        if isinstance(i, int) and isinstance(last, int) and i <= last:
+            restarts += 1
+        last = i if isinstance(i, int) else last
         steps.append(d)
     if not steps:
         raise BenchError(f"{path}: no decode results (a SPECCONSOLE_AUTO_TRACE file has one JSON line per result)")
     if bad:
         print(f"note: {path}: {bad} line(s) that are not trace lines skipped", file=sys.stderr)
+    if restarts:
+        print(f"note: {path}: the forward iteration went back {restarts} time(s) (server runs appended to one "
+              f"file, or a damaged record): their samples are pooled", file=sys.stderr)
     return steps
 
 
@@ -95,8 +129,9 @@ def samples(steps: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             info[i] = {"run": run, "ctx": ctx / d["bs"] if isinstance(ctx, (int, float)) else None,
                        "tbl": bool(d.get("tbl")), "tok": d.get("tok")}
         got = timer.observe(i if isinstance(i, int) else None, d["k"], float(d["t"]), d["bs"], d.get("tok"),
-                            clean=d.get("clean", True) is not False)
-        if got is not None and isinstance(i, int) and (i - 1) in info:
+                            clean=d.get("clean", True))
+        # the server's estimator drops a period that is not positive (StepCosts.add): so does this
+        if got is not None and got.step_time_s > 0 and isinstance(i, int) and (i - 1) in info:
             meta = info.pop(i - 1)
             tok = meta["tok"]
             out.append({"bucket": auto.bucket_of(got.batch_size), "on": got.on, "s": got.step_time_s,
@@ -145,7 +180,8 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
         if len(with_ctx) >= 3:
             third = len(with_ctx) // 3
             parts = (with_ctx[:third], with_ctx[third:2 * third], with_ctx[2 * third:])
-            entry["by_context"] = {f"{round(p[0]['ctx'])}-{round(p[-1]['ctx'])} tokens": stats(p) for p in parts if p}
+            entry["by_context"] = {name: {"tokens_per_request": [round(p[0]["ctx"]), round(p[-1]["ctx"])], **stats(p)}
+                                   for name, p in zip(("short", "middle", "long"), parts)}
         entry["table"] = {"rebuilt": stats([s for s in group if s["tbl"]]),
                           "not": stats([s for s in group if not s["tbl"]])}
         buckets.append(entry)
@@ -164,6 +200,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if not out["buckets"]:
+        print(f"note: {a.trace}: no bucket and mode with {a.min_samples} or more samples ({out['samples']} samples "
+              f"in all: a sample needs three contiguous decode results of one kind, forward iterations as integers)",
+              file=sys.stderr)
     print(json.dumps(out, indent=1))
     return 0
 

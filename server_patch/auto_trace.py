@@ -11,6 +11,10 @@ JSON line per decode result to ``PATH`` (``bench.auto_trace`` reads it):
      "ctx": tokens in the batch's KV (seq_lens_sum), "tok": output tokens, "clean": no proof check ran,
      "tbl": the auto table was rebuilt since the previous result}
 
+``i`` is null where SGLang's batch has no ``forward_iter`` (such results give no sample). The file is
+appended to: a second server run with the same path is pooled with the first by ``bench.auto_trace``
+(which says so), so give each server run its own file.
+
 Lines are written in blocks of FLUSH_LINES (a killed server loses at most the last block); a write that
 fails turns the record off with one warning, and the server goes on.
 """

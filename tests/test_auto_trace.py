@@ -104,9 +104,22 @@ def test_a_step_time_that_grows_with_the_context_shows_in_the_tertiles(tmp_path)
     path = tmp_path / "trace.jsonl"
     _write(path, steps)
     (entry,) = bench_trace.summarize(bench_trace.read_trace(path))["buckets"]
-    low, mid, high = entry["by_context"].values()
+    low, mid, high = (entry["by_context"][k] for k in ("short", "middle", "long"))
     assert low["mean_ms"] < mid["mean_ms"] < high["mean_ms"]
     assert high["mean_ms"] - low["mean_ms"] == pytest.approx(1.2, abs=0.1)
+    assert low["tokens_per_request"][0] < high["tokens_per_request"][1]
+
+
+def test_one_context_length_still_gives_three_groups_of_the_samples(tmp_path):
+    """A fresh user's find: tertiles named by their rounded range overwrote each other when the
+    context hardly varied (1,998 samples, 666 shown)."""
+    steps, _ = _run(0.0, 0, "on", 300, 1, 0.010, ctx=100)
+    for d in steps:
+        d["ctx"] = 100
+    path = tmp_path / "trace.jsonl"
+    _write(path, steps)
+    (entry,) = bench_trace.summarize(bench_trace.read_trace(path))["buckets"]
+    assert sum(g["n"] for g in entry["by_context"].values()) == entry["samples"]["n"] == 298
 
 
 def test_bad_traces_say_why(tmp_path, capsys):
@@ -124,3 +137,48 @@ def test_bad_traces_say_why(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "1 line(s) that are not trace lines skipped" in captured.err
     assert json.loads(captured.out)["samples"] == 18
+
+
+@pytest.mark.parametrize("bad", ['{"i": 1, "t": NaN, "k": "on", "bs": 1}', '{"i": 1, "t": Infinity, "k": "on", "bs": 1}',
+                                 '{"i": 1, "t": 1, "k": "on", "bs": 1, "ctx": Infinity}',
+                                 '{"i": 1, "t": 1, "k": "on", "bs": 1, "tok": 1' + "0" * 400 + '}',
+                                 '{"i": true, "t": 1, "k": "on", "bs": 1}', '{"i": 1, "t": 1, "k": "on", "bs": true}',
+                                 '{"i": 1, "t": 1, "k": "on", "bs": 1, "clean": "false"}'])
+def test_a_line_with_a_number_that_is_not_finite_or_a_field_of_the_wrong_type_is_skipped(tmp_path, capsys, bad):
+    """A fresh user's finds: NaN printed as invalid JSON, Infinity and 400-digit integers ended in tracebacks."""
+    steps, _ = _run(0.0, 0, "off", 20, 8, 0.005)
+    path = tmp_path / "trace.jsonl"
+    _write(path, steps)
+    path.write_text(path.read_text() + bad + "\n")
+    assert bench_trace.main([str(path), "--min-samples", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "1 line(s) that are not trace lines skipped" in captured.err
+    assert json.loads(captured.out)["samples"] == 18  # strict JSON: no NaN
+
+
+def test_a_damaged_gzip_and_periods_that_do_not_advance_are_said_not_tracebacks(tmp_path, capsys):
+    steps, _ = _run(0.0, 0, "on", 40, 2, 0.010, tok=4)
+    good = tmp_path / "good.jsonl.gz"
+    _write(good, steps, gz=True)
+    data = bytearray(good.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the deflate stream
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(bytes(data))
+    assert bench_trace.main([str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    backwards = [{**d, "t": 100.0 - d["t"]} for d in steps]  # time runs backwards: no positive period
+    path = tmp_path / "backwards.jsonl"
+    _write(path, backwards)
+    assert bench_trace.main([str(path)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["samples"] == 0 and "no bucket and mode with 8 or more samples" in captured.err
+
+
+def test_two_server_runs_appended_to_one_file_are_said(tmp_path, capsys):
+    first, _ = _run(0.0, 1, "off", 20, 8, 0.005)
+    second, _ = _run(50.0, 1, "off", 20, 8, 0.009)
+    path = tmp_path / "trace.jsonl"
+    _write(path, first + second)
+    assert bench_trace.main([str(path), "--min-samples", "4"]) == 0
+    assert "the forward iteration went back 1 time(s)" in capsys.readouterr().err

@@ -137,7 +137,7 @@ def test_a_run_cut_short_without_a_summary_gives_the_rows_its_repeats_measured(t
     got = [(r["side"], r["concurrency"], r["output_tok_s"], r["repeats"]) for r in ab_collect.collect(run)]
     assert got == [("a", "32", "2600", "1"), ("a", "128", "5000", "1"), ("b", "32", "2500", "1"),
                    ("b", "128", "4400", "1")]
-    assert "side b: varied-closed c=32 of repeat1 left out" in capsys.readouterr().err
+    assert "side b: repeat1's varied-closed c=32 row left out" in capsys.readouterr().err
 
 
 def test_a_block_cut_short_counts_for_no_side(tmp_path, capsys):
@@ -159,7 +159,28 @@ def test_a_block_cut_short_counts_for_no_side(tmp_path, capsys):
     assert got[("auto", "32")] == ("2910", "3", "6")
     assert got[("auto", "128")] == ("3905", "2", "4")  # not 3910 over 3 repeats, not 6 switches
     assert got[("none", "128")] == ("4005", "2", "")
-    assert "side c: varied-closed c=128 of repeat2 left out" in capsys.readouterr().err
+    assert "side c: repeat2's varied-closed c=128 row left out" in capsys.readouterr().err
+
+
+def test_copies_unpaired_levels_split_rows_and_unlisted_sides_are_said(tmp_path, capsys):
+    """A fresh user's finds: a copied ``repeat01`` beside ``repeat1`` counted twice, a level one side
+    alone measured, a row whose key columns changed between repeats and a side the summary does not
+    list all passed without a word."""
+    import shutil
+
+    run = write_run(tmp_path, "ab", {"a": "none", "b": "off"}, {
+        (0, "a"): [row("none", 32, 3000, 9.0), row("none", 256, 9000, 20.0)], (0, "b"): [row("off", 32, 2900, 9.2)],
+        (1, "a"): [row("none", 32, 3010, 9.0)], (1, "b"): [{**row("off", 32, 2950, 9.1), "attention_backend": "triton"}]})
+    shutil.copytree(run / "repeat1", run / "repeat01")
+    (run / "repeat0" / "c").mkdir()
+    (run / "repeat0" / "c" / "real-traffic.csv").write_text((run / "repeat0" / "b" / "real-traffic.csv").read_text())
+    got = [(r["side"], r["concurrency"], r["attention_backend"], r["repeats"]) for r in ab_collect.collect(run)]
+    assert got == [("a", "32", "fa3", "2"), ("a", "256", "fa3", "1"), ("b", "32", "fa3", "1"), ("b", "32", "triton", "1")]
+    err = capsys.readouterr().err
+    assert "repeat01 is another folder of repeat 1 (left out)" in err
+    assert "side(s) c have rows but ab-summary.json does not list them" in err
+    assert "varied-closed c=256 measured by side a only" in err
+    assert "side b: varied-closed c=32 has 2 rows that differ" in err
 
 
 def test_an_unreadable_summary_is_said_and_the_sides_come_from_the_folders(tmp_path, capsys):
