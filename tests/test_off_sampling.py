@@ -1,6 +1,7 @@
 """server_patch.off_sampling on CPU: the stand-in of the tree-sampling kernel for a 1-node tree
 (what it hands SGLang's Sampler and what it writes back), and that an OFF step runs inside the
-plain-sampling context only when asked (the GPU proof of the draws is still owed: bench/GPU_PLAN.md)."""
+plain-sampling context only when asked (the draws' distribution on the GPU: bench/results/h200-2026-12-03c/
+(v2) and h200-2026-12-04/ (v1 topk 1))."""
 
 from __future__ import annotations
 
