@@ -43,12 +43,19 @@ class StepTrace:
 
     def add(self, forward_iter: Optional[int], now_s: float, kind: str, batch_size: int, context: Optional[int],
             tokens: Optional[int], clean: bool, table: bool) -> None:
-        """One decode result (fields as the module docstring names them)."""
+        """One decode result (fields as the module docstring names them). Never raises: a value it
+        cannot write (a tensor where a number was expected) is written as null, and anything else
+        that goes wrong stops the record with one warning, as a failed write does."""
         if self._file is None:
             return
-        self._lines.append(json.dumps({"i": forward_iter, "t": round(now_s, 6), "k": kind, "bs": batch_size,
-                                       "ctx": context, "tok": tokens, "clean": clean, "tbl": table},
-                                      separators=(",", ":")))
+        try:
+            self._lines.append(json.dumps({"i": _int(forward_iter), "t": round(float(now_s), 6), "k": kind,
+                                           "bs": _int(batch_size), "ctx": _int(context), "tok": _int(tokens),
+                                           "clean": bool(clean), "tbl": bool(table)}, separators=(",", ":")))
+        except Exception as exc:  # a diagnostic must not take the scheduler down
+            logger.warning("spec_gate: the auto trace %s stopped: %s", self.path, exc)
+            self._file = None
+            return
         if len(self._lines) >= FLUSH_LINES:
             self.flush()
 
@@ -63,6 +70,16 @@ class StepTrace:
             logger.warning("spec_gate: the auto trace %s stopped: %s", self.path, exc)
             self._file = None
         self._lines.clear()
+
+
+def _int(x: Any) -> Optional[int]:
+    """``x`` as a Python int (an int, a numpy or one-element torch integer), else None."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        return int(x) if int(x) == x else None
+    except (TypeError, ValueError, OverflowError, RuntimeError):
+        return None
 
 
 def open_for(tp_rank: int, environ=os.environ) -> Optional[StepTrace]:

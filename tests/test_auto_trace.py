@@ -43,6 +43,17 @@ def test_each_decode_result_is_one_line_with_what_the_step_timer_saw(tmp_path):
     assert lines[1]["t"] >= lines[0]["t"] and rt._table_rebuilt is False
 
 
+def test_values_it_cannot_write_never_reach_the_scheduler_as_an_error(tmp_path, caplog):
+    """A tensor or an object where a number was expected is written as null; something that cannot
+    even be turned into a float stops the record with a warning instead of raising."""
+    trace = auto_trace.StepTrace(str(tmp_path / "t.jsonl"))
+    trace.add(1, 1.0, "on", 4, object(), 2.5, True, False)
+    trace.flush()
+    assert json.loads((tmp_path / "t.jsonl").read_text())["ctx"] is None
+    trace.add(2, object(), "on", 4, 10, 8, True, False)  # now_s not a number
+    assert trace._file is None and "stopped" in caplog.text
+
+
 def test_a_write_that_fails_stops_the_record_and_the_server_goes_on(tmp_path, caplog):
     trace = auto_trace.StepTrace(str(tmp_path / "t.jsonl"))
     trace._file.close()  # as a full disk or a closed file would: the write raises
