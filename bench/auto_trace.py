@@ -2,7 +2,8 @@
 
 The server (``server_patch/auto_trace.py``) writes one JSON line per decode result; this rebuilds the
 samples the auto threshold took from them (``auto_threshold.StepTimer``: a step's period kept only
-inside a run of three decode batches of one kind, with no proof check in it) and reports them per
+inside a run of three decode batches of one kind, with no proof check in it; the server's estimator
+also drops a period four times its running estimate, which this keeps) and reports them per
 batch-size bucket and mode, split three ways, so a step-time estimate that reads a mode slower than it
 ran can be traced to its cause:
 
