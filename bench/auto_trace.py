@@ -15,8 +15,9 @@ ran can be traced to its cause:
   contexts (triton's verify attends the whole prefix per token);
 - ``table``: samples whose period held an auto-table rebuild (every 64 decode steps) against the rest.
 
-Each group gives the sample count, mean and median step time (ms) and, for ON, the mean output tokens
-per request and step. ``all_steps`` beside them: every period of that bucket and kind between two
+Each group gives the sample count, mean and median step time (ms), the mean batch size (a bucket spans
+several sizes: ON samples from a drain at 5 requests and OFF ones at 4 compare unlike steps) and, for
+ON, the mean output tokens per request and step. ``all_steps`` beside them: every period of that bucket and kind between two
 contiguous decode results of that kind, kept or not (what the server spent per step away from
 prefills and switches).
 
@@ -103,11 +104,13 @@ def read_trace(path: Path) -> List[Dict[str, Any]]:
     return steps
 
 
-def _stats(values: List[float], tokens: List[float]) -> Dict[str, Any]:
+def _stats(values: List[float], tokens: List[float], sizes: List[int]) -> Dict[str, Any]:
     out: Dict[str, Any] = {"n": len(values)}
     if values:
         out["mean_ms"] = round(1000 * statistics.fmean(values), 3)
         out["median_ms"] = round(1000 * statistics.median(values), 3)
+    if sizes:  # a bucket spans several sizes: two modes measured at different ones are not compared alike
+        out["mean_bs"] = round(statistics.fmean(sizes), 2)
     if tokens:
         out["tok_per_req"] = round(statistics.fmean(tokens), 3)
     return out
@@ -135,7 +138,7 @@ def samples(steps: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         if got is not None and got.step_time_s > 0 and isinstance(i, int) and (i - 1) in info:
             meta = info.pop(i - 1)
             tok = meta["tok"]
-            out.append({"bucket": auto.bucket_of(got.batch_size), "on": got.on, "s": got.step_time_s,
+            out.append({"bucket": auto.bucket_of(got.batch_size), "bs": got.batch_size, "on": got.on, "s": got.step_time_s,
                         "run": meta["run"], "ctx": meta["ctx"], "tbl": meta["tbl"],
                         "tok_per_req": tok / got.batch_size if isinstance(tok, (int, float)) else None})
         for old in [k for k in info if isinstance(i, int) and k < i - 2]:
@@ -143,13 +146,13 @@ def samples(steps: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-def all_periods(steps: List[Dict[str, Any]]) -> Dict[tuple, List[float]]:
-    """(bucket, kind) -> every period (s) between two contiguous decode results of that kind."""
-    out: Dict[tuple, List[float]] = {}
+def all_periods(steps: List[Dict[str, Any]]) -> Dict[tuple, List[tuple]]:
+    """(bucket, kind) -> every (period s, batch size) between two contiguous decode results of that kind."""
+    out: Dict[tuple, List[tuple]] = {}
     for a, b in zip(steps, steps[1:]):
         if (isinstance(a.get("i"), int) and b.get("i") == a["i"] + 1 and a["k"] == b["k"]
                 and b["t"] > a["t"]):
-            out.setdefault((auto.bucket_of(b["bs"]), b["k"]), []).append(b["t"] - a["t"])
+            out.setdefault((auto.bucket_of(b["bs"]), b["k"]), []).append((b["t"] - a["t"], b["bs"]))
     return out
 
 
@@ -170,11 +173,13 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
         lo, hi = auto.bucket_range(index)
 
         def stats(sub: List[Dict[str, Any]]) -> Dict[str, Any]:
-            return _stats([s["s"] for s in sub], [s["tok_per_req"] for s in sub if on and s["tok_per_req"] is not None])
+            return _stats([s["s"] for s in sub], [s["tok_per_req"] for s in sub if on and s["tok_per_req"] is not None],
+                          [s["bs"] for s in sub])
 
         entry: Dict[str, Any] = {"batch": f"{lo}-{hi}" if hi is not None else f"{lo}+", "mode": "on" if on else "off",
                                  "samples": stats(group),
-                                 "all_steps": _stats(periods.get((index, "on" if on else "off"), []), [])}
+                                 "all_steps": _stats([t for t, _ in periods.get((index, "on" if on else "off"), [])], [],
+                                                     [b for _, b in periods.get((index, "on" if on else "off"), [])])}
         entry["by_run_position"] = {name: stats([s for s in group if _run_group(s["run"]) == name])
                                     for name in ("2-4", "5-16", "17+")}
         with_ctx = sorted((s for s in group if s["ctx"] is not None), key=lambda s: s["ctx"])

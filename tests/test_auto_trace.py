@@ -103,6 +103,7 @@ def test_samples_soon_after_a_switch_show_apart_from_steady_ones(tmp_path):
     assert on["samples"]["tok_per_req"] == pytest.approx(2.0)
     off = next(b for b in out["buckets"] if b["mode"] == "off")
     assert off["samples"]["median_ms"] == pytest.approx(6.0)
+    assert off["samples"]["mean_bs"] == on["samples"]["mean_bs"] == off["all_steps"]["mean_bs"] == 4
     assert off["all_steps"]["n"] == 6 * 39
 
 
