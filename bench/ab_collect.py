@@ -89,6 +89,9 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
 
     summary_path = run / "ab-summary.json"
     repeat_dirs = _repeat_dirs(run)
+
+    def has_rows(side: str) -> bool:
+        return any((rd / side / "real-traffic.csv").exists() for rd in repeat_dirs)
     try:
         why = not_a_regular_file(summary_path)
         if why is not None:
@@ -97,13 +100,13 @@ def collect(run: Path, only: Optional[List[str]] = None) -> List[Dict[str, str]]
         if not isinstance(servers, dict) or not servers:
             raise ValueError(f"its 'servers' is {json.dumps(servers)[:40]}, not the sides' servers")
         sides = [s for s in SIDES if s in servers]
-        unlisted = [s for s in SIDES if s not in servers and any((rd / s / "real-traffic.csv").exists() for rd in repeat_dirs)]
+        unlisted = [s for s in SIDES if s not in servers and has_rows(s)]
         if unlisted:
             print(f"note: {run}: side(s) {', '.join(unlisted)} have rows but {summary_path.name} does not list them "
                   f"(left out)", file=sys.stderr)
     except (OSError, ValueError, AttributeError) as exc:
         # a run cut short (device time) writes no summary: its sides are the repeats' folders
-        sides = [s for s in SIDES if any((rd / s / "real-traffic.csv").exists() for rd in repeat_dirs)]
+        sides = [s for s in SIDES if has_rows(s)]
         if not sides:
             raise BenchError(f"{run} is not a bench.ab_traffic run ({summary_path}: "
                              f"{getattr(exc, 'strerror', None) or exc}; no repeat*/SIDE/real-traffic.csv)") from None
@@ -150,20 +153,15 @@ def _level_of(row: Dict) -> Level:
 def _repeat_dirs(run: Path) -> List[Path]:
     """The run's ``repeatN`` folders in order of N; a second folder for the same N (``repeat01``
     beside ``repeat1``: a copy) is left out with a note, so no repeat counts twice."""
+    numbered = [(int(p.name[6:]), p) for p in run.glob("repeat*")
+                if p.is_dir() and p.name[6:].isascii() and p.name[6:].isdigit()]
     by_number: Dict[int, Path] = {}
-    for p in sorted(run.glob("repeat*")):
-        digits = p.name[6:]
-        if not (p.is_dir() and digits.isascii() and digits.isdigit()):
-            continue
-        n = int(digits)
-        keep = by_number.get(n)
-        if keep is not None:
-            extra = p if keep.name == f"repeat{n}" else keep
-            by_number[n] = keep if extra is p else p
-            print(f"note: {run}: {extra.name} is another folder of repeat {n} (left out)", file=sys.stderr)
+    for n, p in sorted(numbered, key=lambda np: (np[0], np[1].name != f"repeat{np[0]}", np[1].name)):
+        if n in by_number:  # the plain name sorts first: this one is the copy
+            print(f"note: {run}: {p.name} is another folder of repeat {n} (left out)", file=sys.stderr)
             continue
         by_number[n] = p
-    return [by_number[n] for n in sorted(by_number)]
+    return list(by_number.values())
 
 
 def _matched_repeats(run: Path, groups: Dict[str, Dict[Tuple[str, ...], Tagged]]) -> Dict[Level, set]:
@@ -180,8 +178,7 @@ def _matched_repeats(run: Path, groups: Dict[str, Dict[Tuple[str, ...], Tagged]]
         for tagged in side_groups.values():
             level = _level_of(tagged[0][1])
             levels_seen[level] = levels_seen.get(level, 0) + 1
-            for repeat, row in tagged:
-                have.setdefault(_level_of(row), {}).setdefault(side, set()).add(repeat)
+            have.setdefault(level, {}).setdefault(side, set()).update(repeat for repeat, _ in tagged)
         for level, n in levels_seen.items():
             if n > 1:  # a key column (threshold, backend, p, ...) differs between its repeats
                 print(f"note: {run} side {side}: {_level_text(level)} has {n} rows that differ in "
@@ -236,10 +233,9 @@ def _side_rows(run: Path, side: str, repeat_dirs: List[Path]) -> Tuple[Dict[Tupl
         for row in got:
             groups.setdefault(tuple(row.get(c, "") for c in KEY_COLUMNS), []).append((rd.name, row))
             levels[_level_of(row)] = levels.get(_level_of(row), 0) + 1
-        for (workload, c, r), n in levels.items():
+        for level, n in levels.items():
             if n > 1:
-                print(f"note: {path}: {workload} {'c=' + c if c else 'r=' + r} {n} times (each counted as a "
-                      f"repeat)", file=sys.stderr)
+                print(f"note: {path}: {_level_text(level)} {n} times (each counted as a repeat)", file=sys.stderr)
         for level, got_deltas in gate_deltas(rd / side).items():
             deltas.setdefault(level, []).extend((rd.name, d) for d in got_deltas[:levels.get(level, 0)])
     if absent:  # a run cut short, or a file lost: say which, the rows are fewer than the run's

@@ -131,16 +131,15 @@ def samples(steps: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         if isinstance(i, int):
             ctx = d.get("ctx")
             info[i] = {"run": run, "ctx": ctx / d["bs"] if isinstance(ctx, (int, float)) else None,
-                       "tbl": bool(d.get("tbl")), "tok": d.get("tok")}
+                       "tbl": bool(d.get("tbl"))}
         got = timer.observe(i if isinstance(i, int) else None, d["k"], float(d["t"]), d["bs"], d.get("tok"),
                             clean=d.get("clean", True))
         # the server's estimator drops a period that is not positive (StepCosts.add): so does this
         if got is not None and got.step_time_s > 0 and isinstance(i, int) and (i - 1) in info:
-            meta = info.pop(i - 1)
-            tok = meta["tok"]
+            meta = info.pop(i - 1)  # the sample is batch i - 1's, confirmed by batch i
             out.append({"bucket": auto.bucket_of(got.batch_size), "bs": got.batch_size, "on": got.on, "s": got.step_time_s,
                         "run": meta["run"], "ctx": meta["ctx"], "tbl": meta["tbl"],
-                        "tok_per_req": tok / got.batch_size if isinstance(tok, (int, float)) else None})
+                        "tok_per_req": got.tokens / got.batch_size if got.tokens is not None else None})
         for old in [k for k in info if isinstance(i, int) and k < i - 2]:
             del info[old]
     return out
