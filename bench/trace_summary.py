@@ -535,6 +535,27 @@ def _tokens(spans: List[Dict[str, Any]], tokens_per_verify: Optional[float]) -> 
             "tokens_per_verify": tokens_per_verify, "output_tokens": None if out is None else round(out, 1)}
 
 
+def with_tokens_per_verify(stages: Dict[str, Any], tokens_per_verify: float) -> Dict[str, Any]:
+    """A copy of a :func:`stage_summary` whose output token count takes ``tokens_per_verify`` tokens
+    per request of a TARGET_VERIFY batch (e.g. 1 for a window of OFF steps whose profile counted the
+    row's accept length), from the request counts it recorded.
+
+    Raises:
+        ValueError: ``tokens_per_verify`` is not a finite number > 0, or the summary has no request
+            counts.
+    """
+    if not (isinstance(tokens_per_verify, (int, float)) and math.isfinite(tokens_per_verify)
+            and tokens_per_verify > 0):
+        raise ValueError(f"tokens per verify must be a number of tokens > 0 (got {tokens_per_verify!r})")
+    tokens = stages.get("tokens") or {}
+    keys = ("decode_requests", "verify_requests", "prefill_requests", "mixed_requests")
+    if not all(isinstance(tokens.get(k), int) for k in keys):
+        raise ValueError("the summary has no request counts to recount its output tokens from")
+    out = sum(tokens[k] for k in keys if k != "verify_requests") + tokens["verify_requests"] * tokens_per_verify
+    return {**stages, "tokens": {**tokens, "tokens_per_verify": float(tokens_per_verify),
+                                 "output_tokens": round(out, 1)}}
+
+
 # -- comparing two windows -------------------------------------------------------------------------
 
 def stages_of(doc: Dict[str, Any]) -> Dict[str, Any]:

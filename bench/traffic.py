@@ -793,11 +793,31 @@ def tokens_per_verify_for(config: str, row: Dict[str, Any]) -> Optional[float]:
     """Output tokens per request of a TARGET_VERIFY batch in a profile of ``config``: 1 for ``off``
     (an OFF step keeps exactly the bonus token), the row's accept length for configurations that
     speculate (an estimate: the trace does not say which steps accepted what), None for ``none``
-    (no verify batches) or when the row has no accept length."""
+    (no verify batches) or when the row has no accept length. A gate server's profile replaces it
+    with :func:`mixed_tokens_per_verify` of the profiled pass itself."""
     if config == "off":
         return 1.0
     value = row.get("accept_length")
     return float(value) if config != "none" and isinstance(value, (int, float)) else None
+
+
+def mixed_tokens_per_verify(delta: Optional[Dict[str, Any]], accept_length: Optional[float]) -> Optional[float]:
+    """Output tokens per request of a TARGET_VERIFY batch on a gate server over a stretch whose
+    ``spec_gate`` counter change is ``delta`` (:func:`gate_row_delta`): ON steps make
+    ``accept_length`` tokens a request, OFF steps 1 (the bonus token), so
+    ``(on * accept_length + off) / (on + off)``. The trace's verify spans look alike ON and OFF (a
+    CUDA-graph draft extend records no span), hence this count. None when a count is missing or
+    there were no decode steps, or ON steps without an accept length."""
+    if not delta:
+        return None
+    on, off = delta.get("decode_steps_on"), delta.get("decode_steps_off")
+    if not isinstance(on, int) or not isinstance(off, int) or on + off <= 0:
+        return None
+    if on == 0:
+        return 1.0
+    if not isinstance(accept_length, (int, float)) or not math.isfinite(accept_length) or accept_length < 1:
+        return None
+    return round((on * float(accept_length) + off) / (on + off), 4)
 
 
 def profile_name(config: str, worker: str, p_wrong: Any, spec: ProfileSpec, kind: str = "profile-traffic") -> str:
@@ -862,6 +882,7 @@ def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spe
         except Exception as exc:  # noqa: BLE001 - recorded
             started["error"] = f"/start_profile: {type(exc).__name__}: {exc}"
 
+    gate_before = gate_snapshot(config, url) if config in ("gate", "auto") else None
     pass_argv = list(argv)
     pass_file = row_file.with_name(row_file.stem + "-profile" + row_file.suffix)
     pass_argv[pass_argv.index("--output-file") + 1] = str(pass_file)
@@ -888,6 +909,14 @@ def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spe
         if thread.is_alive():
             thread.join(timeout=1 if interrupted else 150)
     doc["start_profile"] = started
+    gate_after = gate_snapshot(config, url) if config in ("gate", "auto") else None
+    if gate_after is not None:  # ON and OFF steps of the pass: the window's verify batches made this many tokens
+        delta = gate_row_delta(gate_before, gate_after)
+        doc["pass_spec_gate_delta"] = delta
+        mixed = mixed_tokens_per_verify(delta, gate_after.get("accept_length_recent"))
+        if mixed is not None:
+            doc["tokens_per_verify_row"] = tokens_per_verify
+            tokens_per_verify = doc["tokens_per_verify"] = mixed
     if "error" in started:
         errors.append(started["error"])
     if before is not None and started.get("status") == 200:
@@ -1347,6 +1376,10 @@ def add_parsers(sub) -> None:
     c.add_argument("a", type=Path, metavar="A.json", help="the reference (e.g. the none server's profile)")
     c.add_argument("b", type=Path, metavar="B.json", help="the one compared with it (e.g. the off server's)")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
+    for side in ("a", "b"):
+        c.add_argument(f"--{side}-tokens-per-verify", type=float, default=None, metavar="X",
+                       help=f"count X output tokens per request of {side.upper()}'s TARGET_VERIFY batches instead of "
+                            f"the profile's own figure (1: a window of OFF steps)")
     s = sub.add_parser("summarize-traffic", help="ratio tables (off/none, gate and auto / best static, v1 / v2) "
                                                  "from traffic CSVs")
     s.add_argument("csv", type=Path, nargs="+", help=f"traffic CSVs ({DEFAULT_CSV}, an auto run's CSV, ...)")
@@ -1516,7 +1549,7 @@ def compare_profiles(a: argparse.Namespace) -> Dict[str, Any]:
     from bench import trace_summary
 
     docs, stages = [], []
-    for path in (a.a, a.b):
+    for side, path in (("a", a.a), ("b", a.b)):
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -1525,8 +1558,10 @@ def compare_profiles(a: argparse.Namespace) -> Dict[str, Any]:
             raise BenchError(f"{path} is a directory; give the profile's .json") from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise BenchError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        x = getattr(a, f"{side}_tokens_per_verify", None)
         try:
-            stages.append(trace_summary.stages_of(doc))
+            st = trace_summary.stages_of(doc)
+            stages.append(st if x is None else trace_summary.with_tokens_per_verify(st, x))
         except ValueError as exc:
             raise BenchError(f"{path}: {exc}") from None
         docs.append(doc)

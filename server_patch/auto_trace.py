@@ -82,6 +82,21 @@ def _int(x: Any) -> Optional[int]:
         return None
 
 
+def context_tokens(batch: Any) -> Optional[int]:
+    """Tokens in the KV cache of ``batch``'s requests when it was launched: ``seq_lens_sum``, or the
+    sum of ``seq_lens_cpu`` (a CPU tensor, shape ``[bs]``) where the batch has no ``seq_lens_sum``:
+    the copy the overlap scheduler processes results with carries only ``seq_lens_cpu``
+    (SGLang 0.5.12 ``ScheduleBatch.copy``). None when neither can be read. Never raises."""
+    total = _int(getattr(batch, "seq_lens_sum", None))
+    if total is not None:
+        return total
+    try:
+        lens = getattr(batch, "seq_lens_cpu", None)
+        return None if lens is None else _int(lens.sum())
+    except Exception:  # a diagnostic: an odd batch gives no context, never an error
+        return None
+
+
 def open_for(tp_rank: int, environ=os.environ) -> Optional[StepTrace]:
     """The trace of this scheduler: TP rank 0 only (it alone decides the auto table), when
     ``SPECCONSOLE_AUTO_TRACE`` names a file; None otherwise, or (with a warning) when that file

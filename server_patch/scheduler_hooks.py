@@ -154,7 +154,7 @@ class GateRuntime:
         clean, self._checks_at_result = checks == self._checks_at_result, checks
         now, forward_iter = time.perf_counter(), getattr(batch, "forward_iter", None)
         if self.trace is not None:
-            self.trace.add(forward_iter, now, kind, bs, getattr(batch, "seq_lens_sum", None), tokens, clean,
+            self.trace.add(forward_iter, now, kind, bs, auto_trace.context_tokens(batch), tokens, clean,
                            self._table_rebuilt)
         self._table_rebuilt = False
         sample = self.step_timer.observe(forward_iter, kind, now, bs, tokens, clean=clean)

@@ -43,6 +43,17 @@ def test_each_decode_result_is_one_line_with_what_the_step_timer_saw(tmp_path):
     assert lines[1]["t"] >= lines[0]["t"] and rt._table_rebuilt is False
 
 
+def test_the_context_of_an_overlap_scheduler_copy_comes_from_seq_lens_cpu():
+    """The batch the overlap scheduler processes a result with is ScheduleBatch.copy(): no
+    seq_lens_sum (None), only seq_lens_cpu (07e's record had a null context on every line)."""
+    torch = pytest.importorskip("torch")
+    copy = types.SimpleNamespace(seq_lens_sum=None, seq_lens_cpu=torch.tensor([300, 500, 1_200]))
+    assert auto_trace.context_tokens(copy) == 2_000
+    assert auto_trace.context_tokens(types.SimpleNamespace(seq_lens_sum=77, seq_lens_cpu=None)) == 77
+    assert auto_trace.context_tokens(types.SimpleNamespace()) is None
+    assert auto_trace.context_tokens(types.SimpleNamespace(seq_lens_cpu="not a tensor")) is None
+
+
 def test_values_it_cannot_write_never_reach_the_scheduler_as_an_error(tmp_path, caplog):
     """A tensor or an object where a number was expected is written as null; something that cannot
     even be turned into a float stops the record with a warning instead of raising."""

@@ -272,6 +272,19 @@ def test_compare_attributes_the_gap_per_stage_per_1000_output_tokens():
         trace_summary.compare_stages(a, trace_summary.stage_summary(off_trace()))
 
 
+def test_a_summary_recounted_at_another_tokens_per_verify():
+    b = trace_summary.stage_summary(off_trace(), tokens_per_verify=2.0)
+    again = trace_summary.with_tokens_per_verify(b, 1.0)
+    assert again["tokens"]["output_tokens"] == trace_summary.stage_summary(off_trace(), tokens_per_verify=1.0)[
+        "tokens"]["output_tokens"] and again["tokens"]["tokens_per_verify"] == 1.0
+    assert b["tokens"]["tokens_per_verify"] == 2.0  # the original is left as it was
+    for bad in (0, -1, float("nan"), float("inf"), "1"):
+        with pytest.raises(ValueError, match="number of tokens > 0"):
+            trace_summary.with_tokens_per_verify(b, bad)
+    with pytest.raises(ValueError, match="no request counts"):
+        trace_summary.with_tokens_per_verify({"tokens": {}}, 1.0)
+
+
 def test_stages_of_reads_a_traffic_profile_or_a_bare_summary():
     st = trace_summary.stage_summary(none_trace())
     assert trace_summary.stages_of(st) is st

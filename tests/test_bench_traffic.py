@@ -952,6 +952,44 @@ def test_profile_row_records_a_repeat_of_the_row_and_summarizes_it_by_stage(serv
     assert "GPU idle gaps by the CPU site of the launch that ended them" in text  # the summary recorded sites
 
 
+def test_a_gate_servers_profile_counts_its_verify_tokens_from_the_pass_own_on_and_off_steps(servers, bench, tmp_path,
+                                                                                             monkeypatch, capsys):
+    """A mostly-OFF gate server's verify batches make ~1 token a request, not the row's accept length
+    (h100-2026-12-07e: auto at 32 was counted 2.006 a request, twice its tokens); the fake server
+    adds 30 ON and 10 OFF decode steps a /server_info read, so the pass made (30 x 2.9 + 10) / 40 a request."""
+    server = servers("gate")
+    server.on_profile = lambda path, body: write_trace(body["output_dir"])
+    out = tmp_path / "o"
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", "gate", "--threshold", "32", *PROFILE_ARGS,
+        "--out", out, "--work-dir", tmp_path / "w")
+    doc = json.loads((out / "profile-traffic-gate-v2-p0.2-varied-closed-c64.json").read_text())
+    delta = doc["pass_spec_gate_delta"]
+    assert delta["decode_steps_on"] == 3 * delta["decode_steps_off"] > 0 and delta["on_share"] == 0.75
+    assert doc["tokens_per_verify"] == pytest.approx((30 * 2.9 + 10) / 40) and doc["tokens_per_verify_row"] == 2.9
+    # compare-profiles can recount one side: every verify batch of B at 1 token a request
+    name = out / "profile-traffic-gate-v2-p0.2-varied-closed-c64.json"
+    capsys.readouterr()
+    cli(monkeypatch, "compare-profiles", name, name, "--b-tokens-per-verify", "1")
+    text = capsys.readouterr().out
+    assert "B = gate varied-closed c=64" in text and "NOT THE SAME LOAD" in text  # A still at 2.425
+    cli(monkeypatch, "compare-profiles", name, name, "--a-tokens-per-verify", "1", "--b-tokens-per-verify", "1")
+    assert "NOT THE SAME LOAD" not in capsys.readouterr().out
+    assert "must be a number of tokens > 0" in fails(monkeypatch, capsys, "compare-profiles", name, name,
+                                                      "--a-tokens-per-verify", "0")
+
+
+@pytest.mark.parametrize("delta, accept, expected", [
+    ({"decode_steps_on": 30, "decode_steps_off": 10}, 2.9, 2.425),
+    ({"decode_steps_on": 0, "decode_steps_off": 10}, None, 1.0),      # all OFF: no accept length needed
+    ({"decode_steps_on": 5, "decode_steps_off": 5}, None, None),      # ON steps, no accept length
+    ({"decode_steps_on": 5, "decode_steps_off": 5}, float("nan"), None),
+    ({"decode_steps_on": 0, "decode_steps_off": 0}, 2.0, None),       # no decode steps
+    ({"decode_steps_off": 4}, 2.0, None), (None, 2.0, None),
+])
+def test_mixed_tokens_per_verify(delta, accept, expected):
+    assert traffic.mixed_tokens_per_verify(delta, accept) == (pytest.approx(expected) if expected else expected)
+
+
 def test_a_profile_cut_short_is_stopped_and_a_failed_one_keeps_the_rows(servers, bench, tmp_path, monkeypatch,
                                                                         capsys):
     server = servers("none")
