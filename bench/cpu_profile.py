@@ -196,6 +196,23 @@ def per_kilotoken(summary: Dict[str, Any], output_tokens: Optional[float]) -> Di
     return {f: (s / rate * scale, i / rate * scale) for f, (s, i) in summary["all"].items()}
 
 
+def is_gpu_wait(function: str) -> bool:
+    """Whether a frame (``name (dir/file.py)``) is the scheduler waiting for the GPU (``Event`` /
+    ``Stream.synchronize``, ``torch.cuda.synchronize``): its samples are slack, not work."""
+    return function.partition(" (")[0].rsplit(".", 1)[-1] == "synchronize"
+
+
+def work_and_wait(summary: Dict[str, Any], output_tokens: Optional[float]) -> Tuple[float, float]:
+    """The recording's samples split into scheduler work and GPU waits (:func:`is_gpu_wait` as the
+    innermost frame), in ms per 1,000 output tokens (``output_tokens``; None: ms per second of
+    recording). Where the work per token grows, the overlap scheduler's slack shrinks, and once it
+    is gone the GPU waits for the CPU instead."""
+    rate = summary["rate_hz"]
+    scale = 1e6 / output_tokens if output_tokens else 1e3 / max(summary["seconds"], 1e-9)
+    wait = sum(s for f, (s, _) in summary["all"].items() if is_gpu_wait(f))
+    return ((summary["samples"] - wait) / rate * scale, wait / rate * scale)
+
+
 def compare(a: Dict[str, Any], b: Dict[str, Any], top: int = TOP) -> List[Dict[str, Any]]:
     """B against A per function, in ms of scheduler CPU per 1,000 output tokens (each summary's
     ``output_tokens``; per second of recording where one lacks it): the ``top`` functions by
@@ -382,6 +399,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name, d in zip("AB", docs):
         print(f"{name} = {d.get('config', '?')} {d.get('workload', '')} {d.get('level', '')}: {d['samples']} samples "
               f"in {d['seconds']} s, ~{d.get('output_tokens') or '?'} output tokens")
+    tokens = [d.get("output_tokens") if unit == "ms/1k tok" else None for d in docs]
+    (wa, sa), (wb, sb) = (work_and_wait(d, t) for d, t in zip(docs, tokens))
+    print(f"scheduler work (samples outside GPU waits): A {wa:.1f}, B {wb:.1f}, B - A {wb - wa:+.1f} {unit}; "
+          f"waiting for the GPU: A {sa:.1f}, B {sb:.1f} {unit}")
     print(_table(rows, unit))
     return 0
 
@@ -390,5 +411,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["scheduler_pids", "listening_pids", "ancestors", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "compare",
+__all__ = ["scheduler_pids", "listening_pids", "ancestors", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "is_gpu_wait", "work_and_wait", "compare",
            "META_KEYS", "read_raw", "parse_file", "summary_path", "profile_row", "resummarize", "load_summary", "main"]

@@ -430,7 +430,10 @@ def stage_summary(events: List[Dict[str, Any]], tokens_per_verify: Optional[floa
       sampling, the draft, the idle before the next forward). Per kind: ``steps``, ``wall_ms``,
       ``busy_ms``, ``idle_ms``, ``requests``, ``modes``; ``lead_in`` is the window before the first.
     - ``cpu``: per stage, the forward spans' count, CPU time (``span_ms``: launching the forward),
-      ``requests`` (sum of bs) and prefill ``tokens``.
+      ``requests`` (sum of bs) and prefill ``tokens``; ``to_next_ms``: CPU time from the end of each
+      span to the start of the next forward span on its thread (``followed`` spans had one): the
+      scheduler's work between two forwards (a prefill's draft stage, result processing, the next
+      batch's preparation), which the GPU waits out where it has nothing queued.
     - ``tokens``: output tokens of the window's forwards: one per request of a DECODE or prefill
       batch (a request cut by chunked prefill is counted at each chunk: at most one too many per
       prefill batch), ``tokens_per_verify`` per request of a TARGET_VERIFY batch (1 for an OFF
@@ -508,15 +511,26 @@ def _steps(acts, spans, union) -> Dict[str, Any]:
 
 def _cpu(spans: List[Dict[str, Any]]) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
-    for s in spans:
-        rec = out.setdefault(s["category"], {"spans": 0, "span_ms": 0.0, "requests": 0, "tokens": 0, "modes": {}})
+    following: Dict[int, float] = {}  # span index -> start of the next span on its thread
+    last: Dict[Any, int] = {}
+    for i, s in enumerate(spans):  # sorted by start
+        if s["thread"] in last:
+            following[last[s["thread"]]] = s["ts"]
+        last[s["thread"]] = i
+    for i, s in enumerate(spans):
+        rec = out.setdefault(s["category"], {"spans": 0, "span_ms": 0.0, "requests": 0, "tokens": 0, "modes": {},
+                                             "to_next_ms": 0.0, "followed": 0})
         rec["spans"] += 1
         rec["span_ms"] += (s["end"] - s["ts"]) / 1000
         rec["requests"] += s["bs"]
         rec["tokens"] += s["toks"] or 0
         rec["modes"][s["mode"]] = rec["modes"].get(s["mode"], 0) + 1
+        if i in following:
+            rec["to_next_ms"] += max(0.0, following[i] - s["end"]) / 1000
+            rec["followed"] += 1
     for rec in out.values():
         rec["span_ms"] = round(rec["span_ms"], 3)
+        rec["to_next_ms"] = round(rec["to_next_ms"], 3)
     return out
 
 
@@ -629,7 +643,18 @@ def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
         per_step[k] = round(summary["tokens"]["output_tokens"] / n, 2) if n else None
     load_differs = (None if None in per_step.values() else
                     max(per_step.values()) > LOAD_RATIO_LIMIT * min(per_step.values()))
+    cpu = []
+    for cat in sorted(set(a.get("cpu", {})) | set(b.get("cpu", {}))):
+        r = {"name": cat}
+        for k, summary in (("a", a), ("b", b)):
+            c = summary.get("cpu", {}).get(cat) or {}
+            r[k] = {"spans": c.get("spans", 0),
+                    "span_ms": round(c["span_ms"] / c["spans"], 3) if c.get("spans") else None,
+                    "to_next_ms": (round(c["to_next_ms"] / c["followed"], 3)
+                                   if c.get("followed") and "to_next_ms" in c else None)}
+        cpu.append(r)
     return {"unit": "ms per 1000 output tokens", "tokens_per_decode_step": per_step, "load_differs": load_differs,
+            "cpu_per_span": cpu,
             "tokens": {"a": a["tokens"]["output_tokens"], "b": b["tokens"]["output_tokens"]},
             "window_ms": {"a": a["window_ms"], "b": b["window_ms"]},
             "tok_s": {"a": round(a["tokens"]["output_tokens"] / a["window_ms"] * 1000, 1),
@@ -672,6 +697,19 @@ def format_comparison(cmp: Dict[str, Any], a_name: str = "A", b_name: str = "B")
         v = r["wall_ms"]
         lines.append(f"| {r['name']} | {r['steps']['a']} | {r['steps']['b']} | {fmt[0]} | {fmt[1]} | {v['a']:.2f} | "
                      f"{v['b']:.2f} | {v['diff']:+.2f} | {share(r)} | {r['idle_ms']['diff']:+.2f} |")
+    rows = cmp.get("cpu_per_span") or []
+    if rows:
+        lines += ["", "Scheduler CPU per forward span, ms (in the span: launching the forward; to next: from its end "
+                      "to the next forward span, blank where the summary predates it):",
+                  "| stage | A spans | B spans | A in span | B in span | A to next | B to next |",
+                  "|---|---|---|---|---|---|---|"]
+
+        def ms(x):
+            return "" if x is None else f"{x:.3f}"
+
+        for r in rows:
+            lines.append(f"| {r['name']} | {r['a']['spans']} | {r['b']['spans']} | {ms(r['a']['span_ms'])} | "
+                         f"{ms(r['b']['span_ms'])} | {ms(r['a']['to_next_ms'])} | {ms(r['b']['to_next_ms'])} |")
     return "\n".join(lines)
 
 

@@ -61,6 +61,18 @@ def test_compare_puts_b_against_a_in_ms_per_thousand_output_tokens():
     assert list(rows)[0] == "loop"  # by the size of the difference
 
 
+def test_work_and_waits_for_the_gpu_are_told_apart_by_the_innermost_frame():
+    """h100-2026-12-07e: the OFF server's scheduler waited less (175 vs 242 ms / 1k tokens) because it
+    worked more (124 vs 69): the slack the overlap scheduler hides its work in."""
+    doc = _doc({"loop (s.py);pop (s.py);Event.synchronize (cuda/streams.py)": 60,
+                "loop (s.py);run_batch (s.py)": 30, "loop (s.py);torch.cuda.synchronize (cuda/__init__.py)": 5,
+                "loop (s.py);resynchronize_clock (x.py)": 5}, tokens=10_000)
+    work, wait = cpu_profile.work_and_wait(doc, 10_000)
+    assert (work, wait) == (pytest.approx(35.0), pytest.approx(65.0))  # ms per 1k tokens at 100 Hz
+    assert cpu_profile.work_and_wait(doc, None) == (pytest.approx(350.0), pytest.approx(650.0))  # per second
+    assert not cpu_profile.is_gpu_wait("resynchronize_clock (x.py)") and cpu_profile.is_gpu_wait("synchronize")
+
+
 def test_compare_without_token_counts_falls_back_to_ms_per_second_of_recording():
     a, b = _doc({"x": 100}, tokens=None), _doc({"x": 50, "y": 50}, tokens=5_000)
     rows = {r["function"]: r for r in cpu_profile.compare(a, b)}
@@ -93,6 +105,7 @@ def test_the_cli_summarizes_and_compares(tmp_path, capsys):
     assert cpu_profile.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "a.json")]) == 0
     out = capsys.readouterr().out
     assert "ms/1k tok" in out and "| run_batch (toy_scheduler.py) |" in out and "+0.00" in out
+    assert "scheduler work (samples outside GPU waits): A " in out and "B - A +0.0 ms/1k tok" in out
     assert cpu_profile.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "missing.json")]) == 2
     assert "error" in capsys.readouterr().err
     json.loads((tmp_path / "a.json").read_text())

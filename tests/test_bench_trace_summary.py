@@ -204,7 +204,10 @@ def test_stages_of_a_window_without_speculation_sum_to_the_window():
                                 "modes": {"EXTEND": 1}}
     assert steps["decode"] == {"steps": 2, "wall_ms": 0.65, "busy_ms": 0.61, "idle_ms": 0.04, "requests": 128,
                                "modes": {"DECODE": 2}}
-    assert st["cpu"]["prefill"] == {"spans": 1, "span_ms": 0.3, "requests": 2, "tokens": 600, "modes": {"EXTEND": 1}}
+    # CPU from the prefill span's end (300) to the next forward span (650); the last decode span has no next
+    assert st["cpu"]["prefill"] == {"spans": 1, "span_ms": 0.3, "requests": 2, "tokens": 600, "modes": {"EXTEND": 1},
+                                    "to_next_ms": 0.35, "followed": 1}
+    assert (st["cpu"]["decode"]["to_next_ms"], st["cpu"]["decode"]["followed"]) == (0.32, 1)
     assert st["tokens"]["output_tokens"] == 130  # 64 + 64 decode, 2 first tokens of the prefill
     assert set(st["legend"]) == set(stages)
 
@@ -268,6 +271,14 @@ def test_compare_attributes_the_gap_per_stage_per_1000_output_tokens():
     text = trace_summary.format_comparison(cmp, "none", "off")
     assert "A = none: 130 output tokens in 1.3 ms" in text and "| draft_prefill | 0.00 | 0.91 | +0.91 |" in text
     assert "| step | A steps | B steps |" in text
+    cpu = {r["name"]: r for r in cmp["cpu_per_span"]}
+    assert cpu["prefill"]["a"] == {"spans": 1, "span_ms": 0.3, "to_next_ms": 0.35}
+    assert cpu["prefill"]["b"]["to_next_ms"] == 0.02  # the target prefill's span ends at 300, the draft's at 320
+    assert "| prefill | 1 | 1 | 0.300 | 0.300 | 0.350 | 0.020 |" in text
+    old = {**a, "cpu": {k: {x: y for x, y in v.items() if x not in ("to_next_ms", "followed")}
+                        for k, v in a["cpu"].items()}}  # a summary from before to_next_ms: left blank
+    assert "| prefill | 1 | 1 | 0.300 | 0.300 |  | 0.020 |" in trace_summary.format_comparison(
+        trace_summary.compare_stages(old, b))
     with pytest.raises(ValueError, match="B has no output token count"):
         trace_summary.compare_stages(a, trace_summary.stage_summary(off_trace()))
 
