@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Two controls in one run (prepared 2026-12-07, eleventh session; not run), p = 0.5 on triton v2, 8B pair,
+# three servers up at once, rows interleaved, 10 s rows (~800 s with set-up; the second part may be cut):
+#   1. The plugin's cost while speculating (h100-2026-12-07e: auto ran ON on 99% of the steps at 4 requests and
+#      still measured 0.964 / 0.979x of always, 0.986x at 1; its ON steps ~3% slower in the 40-step lines).
+#      none / always / auto at 1 and 4 requests, two repeats, then the torch profiler and py-spy on always and
+#      auto at 4 (auto ON there):
+#        python -m bench.throughput compare-profiles ab-on-cost/profile/{b,c}/profile-traffic-*.json
+#        python -m bench.cpu_profile compare ab-on-cost/profile/b/cpu-profile-*.json ab-on-cost/profile/c/cpu-profile-*.json
+#      and auto's step record (now with each batch's context) at 1 / 4.
+#   2. Two servers without speculation beside auto at 32, both profiled: 07e's OFF scheduler ran its plain torch
+#      ops 10-20% slower on the CPU than none's (argmax 50 vs 42 us, arange 39 vs 32, add 20 vs 17, median);
+#      whether two identical servers differ as much tells a server's CPU placement from the OFF path's cost.
+#        python -m bench.throughput compare-profiles ab-none-twice/profile/{a,b}/profile-traffic-*.json
+# Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
+# `wait 300`, sent at once. Rename to its date when run.
+export SELF=bench/gpu_run_next_on_cost.sh
+set -uo pipefail
+source bench/gpu_ab_steps.sh
+dispatch "$@"
+models_p05
+pool=49152
+if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
+ab ab-on-cost --models /tmp/models/8b/p0.5 --a none --b always --c auto --repeats "${REPEATS:-2}" --interleave \
+  --workloads varied-closed --concurrency 1,4 --row-seconds 10 --max-total-tokens "$pool" \
+  --profile-row varied-closed:4 --cpu-profile-row varied-closed:4 --profile-sides b,c \
+  --c-env SPECCONSOLE_AUTO_TRACE="$R/auto-trace-on-cost.jsonl"
+ab ab-none-twice --models /tmp/models/8b/p0.5 --a none --b none --c auto --repeats 1 --interleave \
+  --workloads varied-closed --concurrency 32 --row-seconds 10 --max-total-tokens "$pool" \
+  --profile-row varied-closed:32 --profile-sides a,b,c
+touch "$R/all.done"
