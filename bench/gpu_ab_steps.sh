@@ -51,6 +51,10 @@ models_p05() {  # the p = 0.5 draft beside the p = 0.2 target (in the chain, aft
     --target-from /tmp/models/8b/p0.2 --device cuda >"$R/models-p0.5.log" 2>&1
 }
 
+three_pool() {  # the KV pool (tokens) of each of three 8B servers on this GPU: 131,072 on an H200, 49,152 on an H100
+  if [ "${mib:-0}" -ge 100000 ]; then echo 131072; else echo 49152; fi
+}
+
 auto_ab() {  # auto_ab NAME CONCURRENCY [more bench.ab_traffic arguments]: none / always / auto, one repeat, 12 s rows
   local name=$1 levels=$2; shift 2
   local pool=49152

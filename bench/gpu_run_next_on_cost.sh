@@ -10,7 +10,8 @@
 #      and auto's step record (now with each batch's context) at 1 / 4.
 #   2. Two servers without speculation beside auto at 32, both profiled: 07e's OFF scheduler ran its plain torch
 #      ops 10-20% slower on the CPU than none's (argmax 50 vs 42 us, arange 39 vs 32, add 20 vs 17, median);
-#      whether two identical servers differ as much tells a server's CPU placement from the OFF path's cost.
+#      whether two identical servers differ as much tells a server's CPU placement from the OFF path's cost
+#      (compare-profiles prints "CPU per op": 07e's auto / none read 1.086).
 #        python -m bench.throughput compare-profiles ab-none-twice/profile/{a,b}/profile-traffic-*.json
 # Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
 # `wait 300`, sent at once. Rename to its date when run.
@@ -19,8 +20,7 @@ set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
 models_p05
-pool=49152
-if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
+pool=$(three_pool)
 ab ab-on-cost --models /tmp/models/8b/p0.5 --a none --b always --c auto --repeats "${REPEATS:-2}" --interleave \
   --workloads varied-closed --concurrency 1,4 --row-seconds 10 --max-total-tokens "$pool" \
   --profile-row varied-closed:4 --cpu-profile-row varied-closed:4 --profile-sides b,c \

@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 import zlib
 from pathlib import Path
@@ -162,6 +163,7 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP
         by_name.setdefault(str(e.get("name", "")), []).append(float(e["dur"]))
     ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
     return {
+        "cpu_ops": cpu_op_medians(complete),
         "window_ms": round(window / 1000, 3),
         "gpu_busy_ms": round(busy_us / 1000, 3),
         "gpu_busy_frac": round(busy_us / window, 4) if window > 0 else None,
@@ -176,6 +178,48 @@ def summarize(events: List[Dict[str, Any]], gap_us: float = 20.0, top: int = TOP
         "top_gpu": [{"name": name[:120], "count": len(d), "total_ms": round(sum(d) / 1000, 3),
                      "mean_us": round(sum(d) / len(d), 2)} for name, d in ranked],
     }
+
+
+#: ATen ops that can wait for the GPU (a blocking copy, a scalar read) or run a compiled region: not a
+#: measure of how fast a server's CPU runs its own work
+CPU_WAITING_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::to", "aten::_to_copy",
+                   "aten::copy_", "aten::equal", "aten::is_nonzero", "aten::pin_memory")
+#: an op is compared between two servers only where each ran it this many times in its window
+CPU_SPEED_MIN_COUNT = 50
+#: CPU ops kept per trace for :func:`cpu_speed` (the most frequent)
+CPU_OPS_KEPT = 60
+
+
+def cpu_op_medians(complete: List[Dict[str, Any]], keep: int = CPU_OPS_KEPT) -> Dict[str, List[float]]:
+    """``{name: [count, median us]}`` of the ``keep`` most frequent ATen ops (``cat`` cpu_op) of a
+    trace's complete events: how long a server's CPU took for the same small ops, e.g. to tell a
+    slower host core from more work."""
+    durations: Dict[str, List[float]] = {}
+    for e in complete:
+        if str(e.get("cat", "")).lower() == "cpu_op":
+            durations.setdefault(str(e.get("name", "")), []).append(float(e["dur"]))
+    ranked = sorted(durations.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:keep]
+    return {name: [len(d), round(statistics.median(d), 2)] for name, d in ranked}
+
+
+def cpu_speed(a: Dict[str, List[float]], b: Dict[str, List[float]],
+              min_count: int = CPU_SPEED_MIN_COUNT) -> Optional[Dict[str, Any]]:
+    """B's CPU time per op against A's (two :func:`cpu_op_medians`): the geometric mean over the
+    ops both ran at least ``min_count`` times (leaving out :data:`CPU_WAITING_OPS` and ops of 0 us)
+    of B's median / A's, with the ops and their ratios. The same op on the same shapes costs the
+    same CPU time on one host, so a ratio away from 1 says B ran on slower (or busier) cores, or
+    its ops were bigger; None when no op qualifies."""
+    rows = []
+    for name in sorted(set(a) & set(b)):
+        (na, ma), (nb, mb) = a[name], b[name]
+        if name in CPU_WAITING_OPS or min(na, nb) < min_count or ma <= 0 or mb <= 0:
+            continue
+        rows.append({"op": name, "count": [int(na), int(nb)], "median_us": [ma, mb], "ratio": round(mb / ma, 3)})
+    if not rows:
+        return None
+    geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
+    return {"ratio": round(geo, 3), "ops": len(rows), "min_count": min_count,
+            "by_op": sorted(rows, key=lambda r: -r["ratio"])}
 
 
 #: CUDA runtime calls of the caching allocator going to the driver (PyTorch frees its cache and
@@ -724,6 +768,18 @@ def sites_of(doc: Dict[str, Any]) -> Optional[Dict[str, List[Dict[str, Any]]]]:
     if not isinstance(summary, dict) or "sync_sites" not in summary:
         return None
     return {k: summary.get(k) or [] for k in ("sync_sites", "idle_sites")}
+
+
+def cpu_ops_of(doc: Dict[str, Any]) -> Optional[Dict[str, List[float]]]:
+    """The primary trace's :func:`cpu_op_medians` in a traffic profile JSON, or None where its summary
+    predates them."""
+    traces = doc.get("traces") if isinstance(doc, dict) else None
+    if not isinstance(traces, dict) or not traces:
+        return None
+    trace = traces.get(doc.get("primary")) or next(iter(traces.values()))
+    summary = trace.get("summary") if isinstance(trace, dict) else None
+    ops = summary.get("cpu_ops") if isinstance(summary, dict) else None
+    return ops if isinstance(ops, dict) and ops else None
 
 
 def compare_sites(a: Dict[str, List[Dict[str, Any]]], b: Dict[str, List[Dict[str, Any]]],

@@ -1572,10 +1572,20 @@ def compare_profiles(a: argparse.Namespace) -> Dict[str, Any]:
     sites = [trace_summary.sites_of(d) for d in docs]
     if all(sites):
         cmp["sites"] = trace_summary.compare_sites(sites[0], sites[1], cmp["tokens"]["a"], cmp["tokens"]["b"])
+    ops = [trace_summary.cpu_ops_of(d) for d in docs]
+    speed = trace_summary.cpu_speed(*ops) if all(ops) else None
+    if speed is not None:
+        cmp["cpu_speed"] = speed
     if a.json:
         print(json.dumps(cmp, indent=1))
     else:
         print(trace_summary.format_comparison(cmp, _profile_label(docs[0], a.a), _profile_label(docs[1], a.b)))
         if "sites" in cmp:
             print(trace_summary.format_sites(cmp["sites"]))
+        if "cpu_speed" in cmp:
+            sp = cmp["cpu_speed"]
+            slowest = ", ".join(f"{r['op']} {r['ratio']:g}" for r in sp["by_op"][:3])
+            print(f"\nCPU per op: B's median time for the same ATen op is {sp['ratio']:g}x A's (geometric mean over "
+                  f"{sp['ops']} ops each ran >= {sp['min_count']} times, ops that can wait for the GPU left out; "
+                  f"the most: {slowest})")
     return cmp

@@ -296,6 +296,26 @@ def test_a_summary_recounted_at_another_tokens_per_verify():
         trace_summary.with_tokens_per_verify({"tokens": {}}, 1.0)
 
 
+def test_cpu_speed_compares_the_same_small_ops_median_by_median():
+    """07e: the OFF server's argmax, arange, add ... took 1.09x none's CPU time (geometric mean):
+    slower cores or more work per op; ops that can wait for the GPU say nothing of that."""
+    def ops(scale):
+        events = []
+        for name, us in (("aten::add", 10.0), ("aten::cat", 20.0), ("aten::item", 5.0), ("aten::rare", 1.0)):
+            n = 60 if name != "aten::rare" else 3
+            events += [{"ph": "X", "cat": "cpu_op", "name": name, "ts": i, "dur": us * scale} for i in range(n)]
+        return trace_summary.cpu_op_medians(events)
+
+    a, b = ops(1.0), ops(1.21)
+    assert a["aten::add"] == [60, 10.0] and a["aten::rare"] == [3, 1.0]
+    sp = trace_summary.cpu_speed(a, b)
+    assert sp["ratio"] == pytest.approx(1.21) and sp["ops"] == 2  # item waits for the GPU; rare too rare
+    assert {r["op"] for r in sp["by_op"]} == {"aten::add", "aten::cat"}
+    assert trace_summary.cpu_speed(a, {"aten::item": [99, 1.0]}) is None
+    doc = {"traces": {"t": {"summary": {"cpu_ops": a}}}, "primary": "t"}
+    assert trace_summary.cpu_ops_of(doc) == a and trace_summary.cpu_ops_of({"traces": {"t": {"summary": {}}}}) is None
+
+
 def test_stages_of_reads_a_traffic_profile_or_a_bare_summary():
     st = trace_summary.stage_summary(none_trace())
     assert trace_summary.stages_of(st) is st
