@@ -948,10 +948,12 @@ def prefill_rows(input_ids: torch.Tensor, next_token_ids: torch.Tensor, prefix_l
     tokens = torch.empty_like(input_ids)
     tokens[:-1] = input_ids[1:]
     last = np.cumsum(np.asarray(extend_lens, dtype=np.int64)) - 1
-    # pinned: a pageable copy here would wait for the target prefill just launched (host_copy)
-    tokens[host_copy.to_device(last, device)] = next_token_ids.to(input_ids.dtype)
     positions = np.concatenate([np.arange(p, p + e, dtype=np.int64) for p, e in zip(prefix_lens, extend_lens)])
-    return tokens, host_copy.to_device(positions, device)
+    # one pinned copy for both (a pageable copy here would wait for the target prefill just launched,
+    # host_copy; each copy is a pin and a launch on a scheduler that is launch-bound around prefills)
+    both = host_copy.to_device(np.concatenate([last, positions]), device)
+    tokens[both[:len(last)]] = next_token_ids.to(input_ids.dtype)
+    return tokens, both[len(last):]
 
 
 def _extend_hidden_layout(draft_worker: Any) -> Tuple[Optional[int], Any]:

@@ -323,6 +323,17 @@ def test_prefill_rows_shift_each_request_left_with_its_drawn_token_last_at_its_p
     assert ids.tolist() == [10, 11, 12, 20, 21]  # the caller decides whether to write them back
 
 
+def test_prefill_rows_copy_to_the_device_once(monkeypatch):
+    """Each host-to-device copy is a pin and a launch on a scheduler that is launch-bound around
+    prefills (h100-2026-12-07e: 2 pin_memory a prefill, 103 us): the drawn tokens' places and the
+    positions go in one."""
+    calls = []
+    real = off_state.host_copy.to_device
+    monkeypatch.setattr(off_state.host_copy, "to_device", lambda v, d, *a: calls.append(len(v)) or real(v, d, *a))
+    tokens, positions = off_state.prefill_rows(torch.tensor([5, 6, 7, 8]), torch.tensor([9]), [12], [4])
+    assert calls == [1 + 4] and tokens.tolist() == [6, 7, 8, 9] and positions.tolist() == [12, 13, 14, 15]
+
+
 class DraftInput:
     """Stands in for SGLang's ``EagleDraftInput`` (its constructor and the idle input's helpers)."""
 
