@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -196,6 +197,10 @@ def per_kilotoken(summary: Dict[str, Any], output_tokens: Optional[float]) -> Di
     return {f: (s / rate * scale, i / rate * scale) for f, (s, i) in summary["all"].items()}
 
 
+#: a recording with fewer samples than this says little (2 s at the default 200 Hz)
+MIN_SAMPLES_TRUSTED = 400
+
+
 def is_gpu_wait(function: str) -> bool:
     """Whether a frame (``name (dir/file.py)``) is the scheduler waiting for the GPU (``Event`` /
     ``Stream.synchronize``, ``torch.cuda.synchronize``): its samples are slack, not work."""
@@ -336,11 +341,18 @@ def load_summary(path: Path) -> Dict[str, Any]:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
     ok = (isinstance(doc, dict) and isinstance(doc.get("all"), dict) and isinstance(doc.get("rate_hz"), int)
-          and doc["rate_hz"] > 0 and isinstance(doc.get("seconds"), (int, float)))
+          and doc["rate_hz"] > 0 and number(doc.get("seconds")) and isinstance(doc.get("samples"), int)
+          and (doc.get("output_tokens") is None or number(doc["output_tokens"]))
+          and all(isinstance(v, list) and len(v) == 2 and all(isinstance(n, int) for n in v)
+                  for v in doc["all"].values()))
     if not ok:
         raise ValueError(f"{path} is not a bench.cpu_profile summary (the .json next to a cpu-profile-*.txt: "
-                         f"needs 'all', 'rate_hz', 'seconds')")
+                         f"needs 'all' (function: [self, inclusive] sample counts), 'rate_hz', 'seconds', "
+                         f"'samples', and 'output_tokens' a number or null)")
     return doc
 
 
@@ -402,7 +414,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     tokens = [d.get("output_tokens") if unit == "ms/1k tok" else None for d in docs]
     (wa, sa), (wb, sb) = (work_and_wait(d, t) for d, t in zip(docs, tokens))
     print(f"scheduler work (samples outside GPU waits): A {wa:.1f}, B {wb:.1f}, B - A {wb - wa:+.1f} {unit}; "
-          f"waiting for the GPU: A {sa:.1f}, B {sb:.1f} {unit}")
+          f"waiting for the GPU: A {sa:.1f}, B {sb:.1f} {unit} (a wait is a sample in a synchronize frame: a "
+          f"blocking .item() / .tolist() / .cpu() shows as its caller's work)")
+    for name, d in zip("AB", docs):
+        if d["samples"] < MIN_SAMPLES_TRUSTED:
+            print(f"warning: {name} has {d['samples']} samples: py-spy recorded almost nothing (did the "
+                  f"scheduler process end or was it sampled while idle?)")
     print(_table(rows, unit))
     return 0
 

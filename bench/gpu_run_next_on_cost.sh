@@ -11,7 +11,7 @@
 #   2. Two servers without speculation beside auto at 32, both profiled: 07e's OFF scheduler ran its plain torch
 #      ops 10-20% slower on the CPU than none's (argmax 50 vs 42 us, arange 39 vs 32, add 20 vs 17, median);
 #      whether two identical servers differ as much tells a server's CPU placement from the OFF path's cost
-#      (compare-profiles prints "CPU per op": 07e's auto / none read 1.086).
+#      (compare-profiles prints "CPU per op": 07e's auto / none read 1.107).
 #        python -m bench.throughput compare-profiles ab-none-twice/profile/{a,b}/profile-traffic-*.json
 # Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
 # `wait 300`, sent at once. Rename to its date when run.

@@ -186,6 +186,8 @@ CPU_WAITING_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "
                    "aten::copy_", "aten::equal", "aten::is_nonzero", "aten::pin_memory")
 #: an op is compared between two servers only where each ran it this many times in its window
 CPU_SPEED_MIN_COUNT = 50
+#: ... and took at least this long (us, median) on both: sub-microsecond ops are timer noise
+CPU_SPEED_MIN_US = 1.0
 #: CPU ops kept per trace for :func:`cpu_speed` (the most frequent)
 CPU_OPS_KEPT = 60
 
@@ -205,14 +207,18 @@ def cpu_op_medians(complete: List[Dict[str, Any]], keep: int = CPU_OPS_KEPT) -> 
 def cpu_speed(a: Dict[str, List[float]], b: Dict[str, List[float]],
               min_count: int = CPU_SPEED_MIN_COUNT) -> Optional[Dict[str, Any]]:
     """B's CPU time per op against A's (two :func:`cpu_op_medians`): the geometric mean over the
-    ops both ran at least ``min_count`` times (leaving out :data:`CPU_WAITING_OPS` and ops of 0 us)
-    of B's median / A's, with the ops and their ratios. The same op on the same shapes costs the
+    ATen ops both ran at least ``min_count`` times (leaving out :data:`CPU_WAITING_OPS` and ops under
+    CPU_SPEED_MIN_US) of B's median / A's, with the ops and their ratios.
+
+    Raises:
+        TypeError, ValueError: an entry is not ``[count, median us]``. The same op on the same shapes costs the
     same CPU time on one host, so a ratio away from 1 says B ran on slower (or busier) cores, or
     its ops were bigger; None when no op qualifies."""
     rows = []
     for name in sorted(set(a) & set(b)):
         (na, ma), (nb, mb) = a[name], b[name]
-        if name in CPU_WAITING_OPS or min(na, nb) < min_count or ma <= 0 or mb <= 0:
+        if (not name.startswith("aten::") or name in CPU_WAITING_OPS or min(na, nb) < min_count
+                or min(ma, mb) < CPU_SPEED_MIN_US):
             continue
         rows.append({"op": name, "count": [int(na), int(nb)], "median_us": [ma, mb], "ratio": round(mb / ma, 3)})
     if not rows:
@@ -473,11 +479,14 @@ def stage_summary(events: List[Dict[str, Any]], tokens_per_verify: Optional[floa
       the GPU; a step runs to the next one and holds everything in between (the target forward,
       sampling, the draft, the idle before the next forward). Per kind: ``steps``, ``wall_ms``,
       ``busy_ms``, ``idle_ms``, ``requests``, ``modes``; ``lead_in`` is the window before the first.
-    - ``cpu``: per stage, the forward spans' count, CPU time (``span_ms``: launching the forward),
-      ``requests`` (sum of bs) and prefill ``tokens``; ``to_next_ms``: CPU time from the end of each
-      span to the start of the next forward span on its thread (``followed`` spans had one): the
-      scheduler's work between two forwards (a prefill's draft stage, result processing, the next
-      batch's preparation), which the GPU waits out where it has nothing queued.
+    - ``cpu``: per stage, the forward spans' count, the scheduler thread's wall time in them
+      (``span_ms``: launching the forward), ``requests`` (sum of bs) and prefill ``tokens``;
+      ``to_next_ms``: its wall time from the end of each span to the start of the next target
+      forward span on that thread (draft forwards are between the two; ``followed`` spans had one):
+      the scheduler's work between two forwards (a prefill's draft stage, result processing, the
+      next batch's preparation), which the GPU waits out where it has nothing queued.
+      ``span_wait_ms`` / ``to_next_wait_ms``: the parts of those spent in CUDA synchronize calls
+      (waiting for the GPU, e.g. for the previous batch's result); the rest is CPU work.
     - ``tokens``: output tokens of the window's forwards: one per request of a DECODE or prefill
       batch (a request cut by chunked prefill is counted at each chunk: at most one too many per
       prefill batch), ``tokens_per_verify`` per request of a TARGET_VERIFY batch (1 for an OFF
@@ -516,7 +525,7 @@ def stage_summary(events: List[Dict[str, Any]], tokens_per_verify: Optional[floa
         "classified_by": CLASSIFIED_BY, "speculative": speculative,
         "window_ms": round(window / 1000, 3), "gpu_busy_ms": round(busy_us / 1000, 3),
         "gpu_idle_ms": round((window - busy_us) / 1000, 3),
-        "stages": stages, "steps": _steps(acts, spans, union), "cpu": _cpu(spans),
+        "stages": stages, "steps": _steps(acts, spans, union), "cpu": _cpu(spans, _waits(complete)),
         "tokens": _tokens(spans, tokens_per_verify),
         "legend": {c: STAGES.get(c, "forward spans of this mode") for c in stages},
     }
@@ -553,28 +562,50 @@ def _steps(acts, spans, union) -> Dict[str, Any]:
     return out
 
 
-def _cpu(spans: List[Dict[str, Any]]) -> Dict[str, Any]:
+def _waits(complete: List[Dict[str, Any]]) -> Dict[Any, List[Tuple[float, float]]]:
+    """Per ``(pid, tid)``: the intervals the thread spent in a CUDA synchronize call (waiting for the
+    GPU), sorted and merged."""
+    out: Dict[Any, List[Tuple[float, float]]] = {}
+    for e in complete:
+        if str(e.get("cat", "")).lower() == "cuda_runtime" and "Synchronize" in str(e.get("name", "")):
+            ts = float(e["ts"])
+            out.setdefault((e.get("pid"), e.get("tid")), []).append((ts, ts + float(e["dur"])))
+    return {k: _union(v) for k, v in out.items()}
+
+
+def _overlap(intervals: List[Tuple[float, float]], a: float, b: float) -> float:
+    return sum(max(0.0, min(e, b) - max(s, a)) for s, e in intervals if s < b and e > a)
+
+
+def _cpu(spans: List[Dict[str, Any]], waits: Optional[Dict[Any, List[Tuple[float, float]]]] = None) -> Dict[str, Any]:
+    waits = waits or {}
     out: Dict[str, Any] = {}
-    following: Dict[int, float] = {}  # span index -> start of the next span on its thread
+    following: Dict[int, float] = {}  # span index -> start of the next target forward span on its thread
     last: Dict[Any, int] = {}
     for i, s in enumerate(spans):  # sorted by start
+        if s["category"].startswith("draft"):
+            continue  # the draft's own forwards run between a target forward and the next one
         if s["thread"] in last:
             following[last[s["thread"]]] = s["ts"]
         last[s["thread"]] = i
     for i, s in enumerate(spans):
-        rec = out.setdefault(s["category"], {"spans": 0, "span_ms": 0.0, "requests": 0, "tokens": 0, "modes": {},
-                                             "to_next_ms": 0.0, "followed": 0})
+        rec = out.setdefault(s["category"], {"spans": 0, "span_ms": 0.0, "span_wait_ms": 0.0, "requests": 0,
+                                             "tokens": 0, "modes": {}, "to_next_ms": 0.0, "to_next_wait_ms": 0.0,
+                                             "followed": 0})
+        w = waits.get(s["thread"], [])
         rec["spans"] += 1
         rec["span_ms"] += (s["end"] - s["ts"]) / 1000
+        rec["span_wait_ms"] += _overlap(w, s["ts"], s["end"]) / 1000
         rec["requests"] += s["bs"]
         rec["tokens"] += s["toks"] or 0
         rec["modes"][s["mode"]] = rec["modes"].get(s["mode"], 0) + 1
         if i in following:
             rec["to_next_ms"] += max(0.0, following[i] - s["end"]) / 1000
+            rec["to_next_wait_ms"] += _overlap(w, s["end"], following[i]) / 1000
             rec["followed"] += 1
     for rec in out.values():
-        rec["span_ms"] = round(rec["span_ms"], 3)
-        rec["to_next_ms"] = round(rec["to_next_ms"], 3)
+        for key in ("span_ms", "span_wait_ms", "to_next_ms", "to_next_wait_ms"):
+            rec[key] = round(rec[key], 3)
     return out
 
 
@@ -692,10 +723,13 @@ def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
         r = {"name": cat}
         for k, summary in (("a", a), ("b", b)):
             c = summary.get("cpu", {}).get(cat) or {}
-            r[k] = {"spans": c.get("spans", 0),
-                    "span_ms": round(c["span_ms"] / c["spans"], 3) if c.get("spans") else None,
-                    "to_next_ms": (round(c["to_next_ms"] / c["followed"], 3)
-                                   if c.get("followed") and "to_next_ms" in c else None)}
+            n, f = c.get("spans"), c.get("followed")
+
+            def per(key: str, count: Any) -> Optional[float]:
+                return round(c[key] / count, 3) if count and isinstance(c.get(key), (int, float)) else None
+
+            r[k] = {"spans": n or 0, "span_ms": per("span_ms", n), "span_wait_ms": per("span_wait_ms", n),
+                    "to_next_ms": per("to_next_ms", f), "to_next_wait_ms": per("to_next_wait_ms", f)}
         cpu.append(r)
     return {"unit": "ms per 1000 output tokens", "tokens_per_decode_step": per_step, "load_differs": load_differs,
             "cpu_per_span": cpu,
@@ -743,17 +777,20 @@ def format_comparison(cmp: Dict[str, Any], a_name: str = "A", b_name: str = "B")
                      f"{v['b']:.2f} | {v['diff']:+.2f} | {share(r)} | {r['idle_ms']['diff']:+.2f} |")
     rows = cmp.get("cpu_per_span") or []
     if rows:
-        lines += ["", "Scheduler CPU per forward span, ms (in the span: launching the forward; to next: from its end "
-                      "to the next forward span, blank where the summary predates it):",
-                  "| stage | A spans | B spans | A in span | B in span | A to next | B to next |",
+        lines += ["", "Scheduler thread's wall time per forward span, ms (in the span: launching the forward; to next: "
+                      "from its end to the next target forward span; (w): of it waiting in CUDA synchronize calls, "
+                      "the rest is CPU work; blank where the summary predates it):",
+                  "| stage | A spans | B spans | A in span (w) | B in span (w) | A to next (w) | B to next (w) |",
                   "|---|---|---|---|---|---|---|"]
 
-        def ms(x):
-            return "" if x is None else f"{x:.3f}"
+        def ms(x, wait):
+            return "" if x is None else f"{x:.3f}" + ("" if wait is None else f" ({wait:.3f})")
 
         for r in rows:
-            lines.append(f"| {r['name']} | {r['a']['spans']} | {r['b']['spans']} | {ms(r['a']['span_ms'])} | "
-                         f"{ms(r['b']['span_ms'])} | {ms(r['a']['to_next_ms'])} | {ms(r['b']['to_next_ms'])} |")
+            a, b = r["a"], r["b"]
+            lines.append(f"| {r['name']} | {a['spans']} | {b['spans']} | {ms(a['span_ms'], a['span_wait_ms'])} | "
+                         f"{ms(b['span_ms'], b['span_wait_ms'])} | {ms(a['to_next_ms'], a['to_next_wait_ms'])} | "
+                         f"{ms(b['to_next_ms'], b['to_next_wait_ms'])} |")
     return "\n".join(lines)
 
 

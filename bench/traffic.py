@@ -1377,7 +1377,7 @@ def add_parsers(sub) -> None:
     c.add_argument("b", type=Path, metavar="B.json", help="the one compared with it (e.g. the off server's)")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
     for side in ("a", "b"):
-        c.add_argument(f"--{side}-tokens-per-verify", type=float, default=None, metavar="X",
+        c.add_argument(f"--{side}-tokens-per-verify", type=_tokens_per_verify, default=None, metavar="X",
                        help=f"count X output tokens per request of {side.upper()}'s TARGET_VERIFY batches instead of "
                             f"the profile's own figure (1: a window of OFF steps)")
     s = sub.add_parser("summarize-traffic", help="ratio tables (off/none, gate and auto / best static, v1 / v2) "
@@ -1386,6 +1386,21 @@ def add_parsers(sub) -> None:
 
 
 COMMANDS = ("traffic", "summarize-traffic", "compare-profiles")
+
+#: output tokens a request of one verify batch can make, at most (the accepted drafts and the bonus token)
+MAX_TOKENS_PER_VERIFY = 64
+
+
+def _tokens_per_verify(text: str) -> float:
+    """``--a/--b-tokens-per-verify``: a number of tokens in (0, MAX_TOKENS_PER_VERIFY]."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < x <= MAX_TOKENS_PER_VERIFY):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"output tokens per request of a verify batch are > 0 and at most "
+                                         f"{MAX_TOKENS_PER_VERIFY} (got {text})")
+    return x
 
 
 def p_wrong_label_problem(label: str) -> Optional[str]:
@@ -1561,31 +1576,54 @@ def compare_profiles(a: argparse.Namespace) -> Dict[str, Any]:
         x = getattr(a, f"{side}_tokens_per_verify", None)
         try:
             st = trace_summary.stages_of(doc)
-            stages.append(st if x is None else trace_summary.with_tokens_per_verify(st, x))
-        except ValueError as exc:
+            if x is not None:
+                if not (st.get("tokens") or {}).get("verify_requests"):
+                    print(f"note: {path} has no TARGET_VERIFY batches: --{side}-tokens-per-verify changes nothing",
+                          file=sys.stderr)
+                st = trace_summary.with_tokens_per_verify(st, x)
+            stages.append(st)
+        except (ValueError, AttributeError, TypeError) as exc:
             raise BenchError(f"{path}: {exc}") from None
         docs.append(doc)
     try:
         cmp = trace_summary.compare_stages(*stages)
-    except (ValueError, KeyError, TypeError) as exc:
+    except KeyError as exc:
+        raise BenchError(f"cannot compare {a.a} with {a.b}: a stage summary lacks the field {exc}") from None
+    except ValueError as exc:
         raise BenchError(f"cannot compare {a.a} with {a.b}: {exc}") from None
+    except (TypeError, AttributeError, ZeroDivisionError) as exc:
+        raise BenchError(f"cannot compare {a.a} with {a.b}: a stage summary is malformed ({exc})") from None
+    notes = []
     sites = [trace_summary.sites_of(d) for d in docs]
     if all(sites):
-        cmp["sites"] = trace_summary.compare_sites(sites[0], sites[1], cmp["tokens"]["a"], cmp["tokens"]["b"])
+        try:
+            cmp["sites"] = trace_summary.compare_sites(sites[0], sites[1], cmp["tokens"]["a"], cmp["tokens"]["b"])
+        except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError):
+            notes.append("the sync and idle sites are not shown: a summary's site lists are malformed")
+    else:
+        notes.append("the sync and idle sites are not shown: a summary predates them")
     ops = [trace_summary.cpu_ops_of(d) for d in docs]
-    speed = trace_summary.cpu_speed(*ops) if all(ops) else None
+    try:
+        speed = trace_summary.cpu_speed(*ops) if all(ops) else None
+    except (TypeError, ValueError, AttributeError):
+        speed = None
+        notes.append("CPU per op is not shown: a summary's cpu_ops are malformed")
     if speed is not None:
         cmp["cpu_speed"] = speed
+    elif not all(ops):
+        notes.append("CPU per op is not shown: a summary predates it")
     if a.json:
-        print(json.dumps(cmp, indent=1))
+        print(json.dumps({**cmp, "notes": notes}, indent=1))
     else:
         print(trace_summary.format_comparison(cmp, _profile_label(docs[0], a.a), _profile_label(docs[1], a.b)))
         if "sites" in cmp:
             print(trace_summary.format_sites(cmp["sites"]))
         if "cpu_speed" in cmp:
             sp = cmp["cpu_speed"]
-            slowest = ", ".join(f"{r['op']} {r['ratio']:g}" for r in sp["by_op"][:3])
-            print(f"\nCPU per op: B's median time for the same ATen op is {sp['ratio']:g}x A's (geometric mean over "
-                  f"{sp['ops']} ops each ran >= {sp['min_count']} times, ops that can wait for the GPU left out; "
-                  f"the most: {slowest})")
+            most = ", ".join(f"{r['op']} {r['ratio']:g}" for r in sp["by_op"][:3])
+            print(f"\nCPU per op: B's median CPU time for an ATen op A also ran is {sp['ratio']:g}x A's (geometric "
+                  f"mean over {sp['ops']} ops each ran >= {sp['min_count']} times, ops that can wait for the GPU and "
+                  f"ops under 1 us left out; slower or busier cores, or bigger ops; the most: {most})")
+        for note in notes:
+            print(f"\n({note})")
     return cmp

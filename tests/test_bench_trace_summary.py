@@ -204,10 +204,17 @@ def test_stages_of_a_window_without_speculation_sum_to_the_window():
                                 "modes": {"EXTEND": 1}}
     assert steps["decode"] == {"steps": 2, "wall_ms": 0.65, "busy_ms": 0.61, "idle_ms": 0.04, "requests": 128,
                                "modes": {"DECODE": 2}}
-    # CPU from the prefill span's end (300) to the next forward span (650); the last decode span has no next
-    assert st["cpu"]["prefill"] == {"spans": 1, "span_ms": 0.3, "requests": 2, "tokens": 600, "modes": {"EXTEND": 1},
-                                    "to_next_ms": 0.35, "followed": 1}
+    # the thread's time from the prefill span's end (300) to the next forward span (650); the last decode
+    # span has no next
+    assert st["cpu"]["prefill"] == {"spans": 1, "span_ms": 0.3, "span_wait_ms": 0.0, "requests": 2, "tokens": 600,
+                                    "modes": {"EXTEND": 1}, "to_next_ms": 0.35, "to_next_wait_ms": 0.0, "followed": 1}
     assert (st["cpu"]["decode"]["to_next_ms"], st["cpu"]["decode"]["followed"]) == (0.32, 1)
+    # a wait for the GPU on the scheduler thread between them (400-500, half of it inside a second one)
+    waits = [{"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100, "tid": 100, "ts": ts, "dur": dur}
+             for name, ts, dur in (("cudaEventSynchronize", 400, 100), ("cudaStreamSynchronize", 450, 20),
+                                   ("cudaLaunchKernel", 520, 10))]
+    waited = trace_summary.stage_summary(none_trace() + waits)["cpu"]["prefill"]
+    assert (waited["to_next_ms"], waited["to_next_wait_ms"], waited["span_wait_ms"]) == (0.35, 0.1, 0.0)
     assert st["tokens"]["output_tokens"] == 130  # 64 + 64 decode, 2 first tokens of the prefill
     assert set(st["legend"]) == set(stages)
 
@@ -272,12 +279,14 @@ def test_compare_attributes_the_gap_per_stage_per_1000_output_tokens():
     assert "A = none: 130 output tokens in 1.3 ms" in text and "| draft_prefill | 0.00 | 0.91 | +0.91 |" in text
     assert "| step | A steps | B steps |" in text
     cpu = {r["name"]: r for r in cmp["cpu_per_span"]}
-    assert cpu["prefill"]["a"] == {"spans": 1, "span_ms": 0.3, "to_next_ms": 0.35}
-    assert cpu["prefill"]["b"]["to_next_ms"] == 0.02  # the target prefill's span ends at 300, the draft's at 320
-    assert "| prefill | 1 | 1 | 0.300 | 0.300 | 0.350 | 0.020 |" in text
-    old = {**a, "cpu": {k: {x: y for x, y in v.items() if x not in ("to_next_ms", "followed")}
-                        for k, v in a["cpu"].items()}}  # a summary from before to_next_ms: left blank
-    assert "| prefill | 1 | 1 | 0.300 | 0.300 |  | 0.020 |" in trace_summary.format_comparison(
+    assert cpu["prefill"]["a"] == {"spans": 1, "span_ms": 0.3, "span_wait_ms": 0.0, "to_next_ms": 0.35,
+                                   "to_next_wait_ms": 0.0}
+    assert cpu["prefill"]["b"]["to_next_ms"] == 0.4  # to the OFF step at 700: the draft's prefill (320) is between
+    assert "| prefill | 1 | 1 | 0.300 (0.000) | 0.300 (0.000) | 0.350 (0.000) | 0.400 (0.000) |" in text
+    old = {**a, "cpu": {k: {x: y for x, y in v.items() if x not in ("to_next_ms", "followed", "span_wait_ms",
+                                                                  "to_next_wait_ms")}
+                        for k, v in a["cpu"].items()}}  # a summary from before them: left blank
+    assert "| prefill | 1 | 1 | 0.300 | 0.300 (0.000) |  | 0.400 (0.000) |" in trace_summary.format_comparison(
         trace_summary.compare_stages(old, b))
     with pytest.raises(ValueError, match="B has no output token count"):
         trace_summary.compare_stages(a, trace_summary.stage_summary(off_trace()))
@@ -301,7 +310,8 @@ def test_cpu_speed_compares_the_same_small_ops_median_by_median():
     slower cores or more work per op; ops that can wait for the GPU say nothing of that."""
     def ops(scale):
         events = []
-        for name, us in (("aten::add", 10.0), ("aten::cat", 20.0), ("aten::item", 5.0), ("aten::rare", 1.0)):
+        for name, us in (("aten::add", 10.0), ("aten::cat", 20.0), ("aten::item", 5.0), ("aten::rare", 1.0),
+                         ("aten::lift_fresh", 0.12), ("sglang::unified_attention_with_output", 260.0)):
             n = 60 if name != "aten::rare" else 3
             events += [{"ph": "X", "cat": "cpu_op", "name": name, "ts": i, "dur": us * scale} for i in range(n)]
         return trace_summary.cpu_op_medians(events)
@@ -309,7 +319,8 @@ def test_cpu_speed_compares_the_same_small_ops_median_by_median():
     a, b = ops(1.0), ops(1.21)
     assert a["aten::add"] == [60, 10.0] and a["aten::rare"] == [3, 1.0]
     sp = trace_summary.cpu_speed(a, b)
-    assert sp["ratio"] == pytest.approx(1.21) and sp["ops"] == 2  # item waits for the GPU; rare too rare
+    # item waits for the GPU, rare is too rare, lift_fresh under 1 us, the attention op not ATen (it launches)
+    assert sp["ratio"] == pytest.approx(1.21) and sp["ops"] == 2
     assert {r["op"] for r in sp["by_op"]} == {"aten::add", "aten::cat"}
     assert trace_summary.cpu_speed(a, {"aten::item": [99, 1.0]}) is None
     doc = {"traces": {"t": {"summary": {"cpu_ops": a}}}, "primary": "t"}

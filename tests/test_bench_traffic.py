@@ -974,8 +974,45 @@ def test_a_gate_servers_profile_counts_its_verify_tokens_from_the_pass_own_on_an
     assert "B = gate varied-closed c=64" in text and "NOT THE SAME LOAD" in text  # A still at 2.425
     cli(monkeypatch, "compare-profiles", name, name, "--a-tokens-per-verify", "1", "--b-tokens-per-verify", "1")
     assert "NOT THE SAME LOAD" not in capsys.readouterr().out
-    assert "must be a number of tokens > 0" in fails(monkeypatch, capsys, "compare-profiles", name, name,
-                                                      "--a-tokens-per-verify", "0")
+    for bad in ("0", "-1", "nan", "inf", "1e308", "abc"):
+        msg = fails(monkeypatch, capsys, "compare-profiles", name, name, "--a-tokens-per-verify", bad)
+        assert "--a-tokens-per-verify" in msg and ("at most 64" in msg or "not a number" in msg)
+
+
+def test_compare_profiles_says_what_it_cannot_use_in_one_line(servers, bench, tmp_path, monkeypatch, capsys):
+    """Damaged summaries give one line, not a traceback; optional parts that are missing or malformed
+    are left out with a note; a recount of a side without verify batches is told to change nothing."""
+    server = servers("gate")
+    server.on_profile = lambda path, body: write_trace(body["output_dir"])
+    out = tmp_path / "o"
+    cli(monkeypatch, "traffic", "--url", server.url, "--config", "off", *PROFILE_ARGS, "--out", out,
+        "--work-dir", tmp_path / "w")
+    good = out / "profile-traffic-off-v2-p0.2-varied-closed-c64.json"
+    doc = json.loads(good.read_text())
+    trace = doc["traces"][doc["primary"]]
+    plain = json.loads(json.dumps(doc))
+    plain["traces"][plain["primary"]]["stages"]["tokens"]["verify_requests"] = 0
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    capsys.readouterr()
+    cli(monkeypatch, "compare-profiles", good, tmp_path / "plain.json", "--b-tokens-per-verify", "2")
+    assert "has no TARGET_VERIFY batches: --b-tokens-per-verify changes nothing" in capsys.readouterr().err
+    for damage, says in ((lambda t: t["stages"].pop("steps"), "lacks the field 'steps'"),
+                         (lambda t: t["stages"].__setitem__("window_ms", 0), "malformed"),
+                         (lambda t: t["stages"].__setitem__("stages", []), "malformed")):
+        broken = json.loads(json.dumps(doc))
+        damage(broken["traces"][broken["primary"]])
+        path = tmp_path / "broken.json"
+        path.write_text(json.dumps(broken))
+        assert says in fails(monkeypatch, capsys, "compare-profiles", good, path)
+    broken = json.loads(json.dumps(doc))
+    broken["traces"][broken["primary"]]["summary"]["cpu_ops"] = {"aten::add": "fast"}
+    broken["traces"][broken["primary"]]["summary"]["sync_sites"] = "junk"
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(broken))
+    cli(monkeypatch, "compare-profiles", good, path)
+    printed = capsys.readouterr().out
+    assert "sites are not shown: a summary's site lists are malformed" in printed
+    assert trace["summary"].get("cpu_ops") is not None
 
 
 @pytest.mark.parametrize("delta, accept, expected", [
