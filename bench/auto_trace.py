@@ -21,9 +21,9 @@ ON, the mean output tokens per request and step. ``all_steps`` beside them: ever
 contiguous decode results of that kind, kept or not (what the server spent per step away from
 prefills and switches).
 
-    python -m bench.auto_trace TRACE[.gz] [--min-samples 8]
+    python -m bench.auto_trace TRACE[.gz] [--min-samples 8] [--table]
 
-Prints JSON. An unreadable file or one without decode results ends with a one-line message on stderr
+Prints JSON (``--table``: one markdown table of the means). An unreadable file or one without decode results ends with a one-line message on stderr
 and exit status 1; lines that are not trace lines are counted and skipped, a forward iteration that
 goes back (two server runs appended to one file) is said, and so is an output without any bucket
 (``--min-samples``).
@@ -175,7 +175,8 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
             return _stats([s["s"] for s in sub], [s["tok_per_req"] for s in sub if on and s["tok_per_req"] is not None],
                           [s["bs"] for s in sub])
 
-        entry: Dict[str, Any] = {"batch": f"{lo}-{hi}" if hi is not None else f"{lo}+", "mode": "on" if on else "off",
+        label = f"{lo}+" if hi is None else str(lo) if hi == lo else f"{lo}-{hi}"
+        entry: Dict[str, Any] = {"batch": label, "mode": "on" if on else "off",
                                  "samples": stats(group),
                                  "all_steps": _stats([t for t, _ in periods.get((index, "on" if on else "off"), [])], [],
                                                      [b for _, b in periods.get((index, "on" if on else "off"), [])])}
@@ -193,10 +194,34 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
     return {"decode_results": len(steps), "samples": len(kept), "buckets": buckets}
 
 
+def format_table(out: Dict[str, Any]) -> str:
+    """:func:`summarize`'s result as one markdown table, a row per bucket and mode: samples, mean step
+    time (ms) and batch size, ON's tokens per request, the mean step time by run position and by
+    context tertile (``-`` where a group is empty or the record has no context), and every step's."""
+    def ms(group: Optional[Dict[str, Any]]) -> str:
+        return f"{group['mean_ms']:.2f}" if group and group.get("n") else "-"
+
+    lines = [f"{out['decode_results']} decode results, {out['samples']} samples",
+             "| batch | mode | samples | mean ms | mean bs | tok / req | run 2-4 / 5-16 / 17+ | context short / "
+             "middle / long (tokens a request) | all steps |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for b in out["buckets"]:
+        s = b["samples"]
+        run = " / ".join(ms(b["by_run_position"].get(k)) for k in ("2-4", "5-16", "17+"))
+        ctx = b.get("by_context")
+        context = (" / ".join(f"{ms(ctx[k])} ({ctx[k]['tokens_per_request'][0]}-{ctx[k]['tokens_per_request'][1]})"
+                              for k in ("short", "middle", "long")) if ctx else "-")
+        tok = f"{s['tok_per_req']:.2f}" if s.get("tok_per_req") is not None else "-"
+        lines.append(f"| {b['batch']} | {b['mode']} | {s['n']} | {ms(s)} | {s['mean_bs']:.2f} | {tok} | {run} | "
+                     f"{context} | {ms(b['all_steps'])} |")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.auto_trace", description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", type=Path, help="a SPECCONSOLE_AUTO_TRACE file (plain or .gz)")
     ap.add_argument("--min-samples", type=int, default=8, help="buckets and modes with fewer samples are left out")
+    ap.add_argument("--table", action="store_true", help="one markdown table of the means instead of the JSON")
     a = ap.parse_args(argv)
     if a.min_samples < 1:
         ap.error(f"--min-samples must be >= 1, got {a.min_samples}")
@@ -209,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"note: {a.trace}: no bucket and mode with {a.min_samples} or more samples ({out['samples']} samples "
               f"in all: a sample needs three contiguous decode results of one kind, forward iterations as integers)",
               file=sys.stderr)
-    print(json.dumps(out, indent=1))
+    print(format_table(out) if a.table else json.dumps(out, indent=1))
     return 0
 
 

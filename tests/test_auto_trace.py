@@ -109,6 +109,11 @@ def test_samples_soon_after_a_switch_show_apart_from_steady_ones(tmp_path):
     _write(path, steps, gz=True)
     out = bench_trace.summarize(bench_trace.read_trace(path))
     on = next(b for b in out["buckets"] if b["mode"] == "on" and b["batch"] == "4-5")
+    table = bench_trace.format_table(out)  # the same numbers as one markdown table
+    assert table.splitlines()[0] == f"{out['decode_results']} decode results, {out['samples']} samples"
+    assert f"| 4-5 | on | {on['samples']['n']} | {on['samples']['mean_ms']:.2f} |" in table
+    short = on["by_context"]["short"]
+    assert f"{short['mean_ms']:.2f} ({short['tokens_per_request'][0]}-{short['tokens_per_request'][1]})" in table
     assert on["by_run_position"]["2-4"]["median_ms"] == pytest.approx(14.0)
     assert on["by_run_position"]["17+"]["median_ms"] == pytest.approx(10.0)
     assert on["samples"]["tok_per_req"] == pytest.approx(2.0)
