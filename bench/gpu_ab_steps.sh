@@ -51,6 +51,14 @@ models_p05() {  # the p = 0.5 draft beside the p = 0.2 target (in the chain, aft
     --target-from /tmp/models/8b/p0.2 --device cuda >"$R/models-p0.5.log" 2>&1
 }
 
+placement_log() {  # in the background until all.done: every 2 s, the CPU each SGLang thread last ran on (psr) and
+  # its CPU share, into placement.log, with the host's topology once: whether a slower server shared cores
+  lscpu -e=CPU,CORE,SOCKET,NODE >"$R/placement.log" 2>&1
+  (while [ ! -e "$R/all.done" ]; do
+     echo "--- $(date +%T)"; ps -eLo pid,tid,psr,pcpu,comm --sort=-pcpu | awk 'NR == 1 || $4 > 1.0' | head -n 40
+     sleep 2; done) >>"$R/placement.log" 2>&1 &
+}
+
 three_pool() {  # the KV pool (tokens) of each of three 8B servers on this GPU: 131,072 on an H200, 49,152 on an H100
   if [ "${mib:-0}" -ge 100000 ]; then echo 131072; else echo 49152; fi
 }

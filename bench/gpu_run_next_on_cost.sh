@@ -21,6 +21,7 @@ set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
 models_p05
+placement_log  # which cores each server's threads ran on (the control's question)
 pool=$(three_pool)
 ab ab-on-cost --models /tmp/models/8b/p0.5 --a none --b always --c auto --repeats "${REPEATS:-2}" --interleave \
   --workloads varied-closed --concurrency 1,4 --row-seconds 10 --max-total-tokens "$pool" \

@@ -26,6 +26,7 @@ models_8b() { :; }
 shift_calibrated() { :; }
 gate_auto() { :; }
 fa3_ready() { return 0; }
+placement_log() { :; }
 ab() {
   local name=$1; shift
   local args=() prev=""
