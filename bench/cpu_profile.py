@@ -428,5 +428,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["scheduler_pids", "listening_pids", "ancestors", "record_argv", "record", "parse_raw", "summarize", "per_kilotoken", "is_gpu_wait", "work_and_wait", "compare",
-           "META_KEYS", "read_raw", "parse_file", "summary_path", "profile_row", "resummarize", "load_summary", "main"]
+__all__ = ["scheduler_pids", "listening_pids", "ancestors", "record_argv", "record", "parse_raw", "summarize",
+           "per_kilotoken", "is_gpu_wait", "work_and_wait", "compare", "META_KEYS", "read_raw", "parse_file", "summary_path", "profile_row", "resummarize", "load_summary", "main"]

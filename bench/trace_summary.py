@@ -487,6 +487,9 @@ def stage_summary(events: List[Dict[str, Any]], tokens_per_verify: Optional[floa
       next batch's preparation), which the GPU waits out where it has nothing queued.
       ``span_wait_ms`` / ``to_next_wait_ms``: the parts of those spent in CUDA synchronize calls
       (waiting for the GPU, e.g. for the previous batch's result); the rest is CPU work.
+      ``ops_to_next``: the ATen ops run between a span and the next target forward (not inside
+      another op of that stretch), name -> [count, us] summed over the stage's spans, the
+      OPS_TO_NEXT_KEPT with the most time.
     - ``tokens``: output tokens of the window's forwards: one per request of a DECODE or prefill
       batch (a request cut by chunked prefill is counted at each chunk: at most one too many per
       prefill batch), ``tokens_per_verify`` per request of a TARGET_VERIFY batch (1 for an OFF
@@ -525,7 +528,8 @@ def stage_summary(events: List[Dict[str, Any]], tokens_per_verify: Optional[floa
         "classified_by": CLASSIFIED_BY, "speculative": speculative,
         "window_ms": round(window / 1000, 3), "gpu_busy_ms": round(busy_us / 1000, 3),
         "gpu_idle_ms": round((window - busy_us) / 1000, 3),
-        "stages": stages, "steps": _steps(acts, spans, union), "cpu": _cpu(spans, _waits(complete)),
+        "stages": stages, "steps": _steps(acts, spans, union),
+        "cpu": _cpu(spans, _waits(complete), cpu_ops_by_thread(complete)),
         "tokens": _tokens(spans, tokens_per_verify),
         "legend": {c: STAGES.get(c, "forward spans of this mode") for c in stages},
     }
@@ -577,8 +581,38 @@ def _overlap(intervals: List[Tuple[float, float]], a: float, b: float) -> float:
     return sum(max(0.0, min(e, b) - max(s, a)) for s, e in intervals if s < b and e > a)
 
 
-def _cpu(spans: List[Dict[str, Any]], waits: Optional[Dict[Any, List[Tuple[float, float]]]] = None) -> Dict[str, Any]:
+#: the ATen ops between a forward span and the next one kept per stage (the most CPU time) ...
+OPS_TO_NEXT_KEPT = 20
+#: ... and shown per stage by compare-profiles (the largest differences)
+OPS_TO_NEXT_SHOWN = 8
+
+
+def _ops_between(ops: Optional[Tuple[List[float], List[Dict[str, Any]], List[int]]], a: float, b: float,
+                 into: Dict[str, List[float]]) -> None:
+    """Add the ATen ops (cpu_op) a thread started in ``[a, b)`` and not inside another op of that
+    interval to ``into`` (name -> [count, us])."""
+    if ops is None:
+        return
+    import bisect
+
+    starts, evs, _ = ops
+    end = a
+    for e in evs[bisect.bisect_left(starts, a):bisect.bisect_left(starts, b)]:
+        ts = float(e["ts"])
+        if ts < end:
+            continue  # inside an op started earlier in the interval
+        end = ts + float(e["dur"])
+        if str(e.get("cat", "")).lower() == "cpu_op":
+            rec = into.setdefault(str(e.get("name", ""))[:80], [0, 0.0])
+            rec[0] += 1
+            rec[1] += float(e["dur"])
+
+
+def _cpu(spans: List[Dict[str, Any]], waits: Optional[Dict[Any, List[Tuple[float, float]]]] = None,
+         ops: Optional[Dict[Any, Tuple[List[float], List[Dict[str, Any]], List[int]]]] = None) -> Dict[str, Any]:
     waits = waits or {}
+    ops = ops or {}
+    between: Dict[str, Dict[str, List[float]]] = {}
     out: Dict[str, Any] = {}
     following: Dict[int, float] = {}  # span index -> start of the next target forward span on its thread
     last: Dict[Any, int] = {}
@@ -603,9 +637,13 @@ def _cpu(spans: List[Dict[str, Any]], waits: Optional[Dict[Any, List[Tuple[float
             rec["to_next_ms"] += max(0.0, following[i] - s["end"]) / 1000
             rec["to_next_wait_ms"] += _overlap(w, s["end"], following[i]) / 1000
             rec["followed"] += 1
-    for rec in out.values():
+            _ops_between(ops.get(s["thread"]), s["end"], following[i], between.setdefault(s["category"], {}))
+    for cat, rec in out.items():
         for key in ("span_ms", "span_wait_ms", "to_next_ms", "to_next_wait_ms"):
             rec[key] = round(rec[key], 3)
+        if ops:
+            kept = sorted(between.get(cat, {}).items(), key=lambda kv: -kv[1][1])[:OPS_TO_NEXT_KEPT]
+            rec["ops_to_next"] = {name: [int(n), round(us, 1)] for name, (n, us) in kept}
     return out
 
 
@@ -731,8 +769,20 @@ def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
             r[k] = {"spans": n or 0, "span_ms": per("span_ms", n), "span_wait_ms": per("span_wait_ms", n),
                     "to_next_ms": per("to_next_ms", f), "to_next_wait_ms": per("to_next_wait_ms", f)}
         cpu.append(r)
+    ops_rows = []
+    for cat in sorted(set(a.get("cpu", {})) | set(b.get("cpu", {}))):
+        ca, cb = a.get("cpu", {}).get(cat) or {}, b.get("cpu", {}).get(cat) or {}
+        if "ops_to_next" not in ca or "ops_to_next" not in cb or not ca.get("followed") or not cb.get("followed"):
+            continue
+        for name in set(ca["ops_to_next"]) | set(cb["ops_to_next"]):
+            (na, ua), (nb, ub) = (c["ops_to_next"].get(name, [0, 0.0]) for c in (ca, cb))
+            fa, fb = ca["followed"], cb["followed"]
+            ops_rows.append({"stage": cat, "op": name, "count": [round(na / fa, 2), round(nb / fb, 2)],
+                             "us": [round(ua / fa, 1), round(ub / fb, 1)],
+                             "diff_us": round(ub / fb - ua / fa, 1)})
+    ops_rows.sort(key=lambda r: (r["stage"], -abs(r["diff_us"])))
     return {"unit": "ms per 1000 output tokens", "tokens_per_decode_step": per_step, "load_differs": load_differs,
-            "cpu_per_span": cpu,
+            "cpu_per_span": cpu, "ops_to_next": ops_rows,
             "tokens": {"a": a["tokens"]["output_tokens"], "b": b["tokens"]["output_tokens"]},
             "window_ms": {"a": a["window_ms"], "b": b["window_ms"]},
             "tok_s": {"a": round(a["tokens"]["output_tokens"] / a["window_ms"] * 1000, 1),
@@ -791,6 +841,18 @@ def format_comparison(cmp: Dict[str, Any], a_name: str = "A", b_name: str = "B")
             lines.append(f"| {r['name']} | {a['spans']} | {b['spans']} | {ms(a['span_ms'], a['span_wait_ms'])} | "
                          f"{ms(b['span_ms'], b['span_wait_ms'])} | {ms(a['to_next_ms'], a['to_next_wait_ms'])} | "
                          f"{ms(b['to_next_ms'], b['to_next_wait_ms'])} |")
+    ops_rows = cmp.get("ops_to_next") or []
+    if ops_rows:
+        lines += ["", "ATen ops between a forward span and the next target forward, per span (count, us; the "
+                      f"{OPS_TO_NEXT_SHOWN} largest differences a stage):",
+                  "| stage | op | A count | B count | A us | B us | B - A us |", "|---|---|---|---|---|---|---|"]
+        shown: Dict[str, int] = {}
+        for r in ops_rows:
+            if shown.get(r["stage"], 0) >= OPS_TO_NEXT_SHOWN:
+                continue
+            shown[r["stage"]] = shown.get(r["stage"], 0) + 1
+            lines.append(f"| {r['stage']} | {r['op']} | {r['count'][0]:g} | {r['count'][1]:g} | {r['us'][0]:.1f} | "
+                         f"{r['us'][1]:.1f} | {r['diff_us']:+.1f} |")
     return "\n".join(lines)
 
 

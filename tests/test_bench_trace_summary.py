@@ -207,14 +207,20 @@ def test_stages_of_a_window_without_speculation_sum_to_the_window():
     # the thread's time from the prefill span's end (300) to the next forward span (650); the last decode
     # span has no next
     assert st["cpu"]["prefill"] == {"spans": 1, "span_ms": 0.3, "span_wait_ms": 0.0, "requests": 2, "tokens": 600,
-                                    "modes": {"EXTEND": 1}, "to_next_ms": 0.35, "to_next_wait_ms": 0.0, "followed": 1}
+                                    "modes": {"EXTEND": 1}, "to_next_ms": 0.35, "to_next_wait_ms": 0.0, "followed": 1,
+                                    "ops_to_next": {}}
     assert (st["cpu"]["decode"]["to_next_ms"], st["cpu"]["decode"]["followed"]) == (0.32, 1)
     # a wait for the GPU on the scheduler thread between them (400-500, half of it inside a second one)
     waits = [{"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 100, "tid": 100, "ts": ts, "dur": dur}
              for name, ts, dur in (("cudaEventSynchronize", 400, 100), ("cudaStreamSynchronize", 450, 20),
                                    ("cudaLaunchKernel", 520, 10))]
-    waited = trace_summary.stage_summary(none_trace() + waits)["cpu"]["prefill"]
+    # and the ATen ops run between them: top level only (a copy inside a cat is the cat's)
+    ops = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 100, "tid": 100, "ts": ts, "dur": dur}
+           for name, ts, dur in (("aten::cat", 320, 30), ("aten::copy_", 325, 5), ("aten::cat", 360, 10),
+                                 ("aten::add", 700, 5))]  # the last one after the next span's start
+    waited = trace_summary.stage_summary(none_trace() + waits + ops)["cpu"]["prefill"]
     assert (waited["to_next_ms"], waited["to_next_wait_ms"], waited["span_wait_ms"]) == (0.35, 0.1, 0.0)
+    assert waited["ops_to_next"] == {"aten::cat": [2, 40.0]}
     assert st["tokens"]["output_tokens"] == 130  # 64 + 64 decode, 2 first tokens of the prefill
     assert set(st["legend"]) == set(stages)
 
@@ -303,6 +309,21 @@ def test_a_summary_recounted_at_another_tokens_per_verify():
             trace_summary.with_tokens_per_verify(b, bad)
     with pytest.raises(ValueError, match="no request counts"):
         trace_summary.with_tokens_per_verify({"tokens": {}}, 1.0)
+
+
+def test_compare_lists_the_ops_between_spans_that_grew_per_span():
+    """07e: after a prefill the OFF scheduler ran 870 us more of ATen ops than none's before the next
+    forward; the comparison lists them per span, the largest difference first."""
+    extra = [{"ph": "X", "cat": "cpu_op", "name": name, "pid": 100, "tid": 100, "ts": ts, "dur": dur}
+             for name, ts, dur in (("aten::pin_memory", 320, 50), ("aten::zeros", 400, 20), ("aten::zeros", 430, 20))]
+    a = trace_summary.stage_summary(none_trace())
+    b = trace_summary.stage_summary(none_trace() + extra)
+    cmp = trace_summary.compare_stages(a, b)
+    rows = [r for r in cmp["ops_to_next"] if r["stage"] == "prefill"]
+    assert [(r["op"], r["count"], r["us"], r["diff_us"]) for r in rows] == [
+        ("aten::pin_memory", [0.0, 1.0], [0.0, 50.0], 50.0), ("aten::zeros", [0.0, 2.0], [0.0, 40.0], 40.0)]
+    text = trace_summary.format_comparison(cmp)
+    assert "| prefill | aten::pin_memory | 0 | 1 | 0.0 | 50.0 | +50.0 |" in text
 
 
 def test_cpu_speed_compares_the_same_small_ops_median_by_median():
