@@ -67,6 +67,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -330,6 +331,27 @@ def _holds_a_run(path: Path) -> bool:
         q.is_dir() and any((q / side).is_dir() for side in SIDES) for q in path.glob("repeat[0-9]*"))
 
 
+def cpu_groups(cpus: Sequence[int], servers: int) -> Tuple[List[List[int]], List[int]]:
+    """``cpus`` (the CPU numbers this process may use) cut into ``servers`` + 1 contiguous groups of
+    sizes differing by at most one, the larger first: one per server, then the last for the harness
+    and its traffic clients.
+
+    Raises:
+        ValueError: fewer CPUs than ``servers`` + 1.
+    """
+    ordered = sorted(set(cpus))
+    parts = servers + 1
+    if len(ordered) < parts:
+        raise ValueError(f"{len(ordered)} CPUs cannot give {servers} servers and the harness one each")
+    size, extra = divmod(len(ordered), parts)
+    groups, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        groups.append(ordered[start:end])
+        start = end
+    return groups[:-1], groups[-1]
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.ab_traffic", description=__doc__.split("\n\n")[0],
                                  allow_abbrev=False)
@@ -375,6 +397,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="after the repeats, the time-varying load on every side (OUT/time-varying.json)")
     ap.add_argument("--freeze-gc", action="store_true",
                     help="POST /freeze_gc to every server once all are ready, before the first row")
+    ap.add_argument("--pin-cpus", action="store_true",
+                    help="give each server its own CPUs and this tool (with its traffic clients) the rest: the CPUs "
+                         "it may use cut into one contiguous group per server plus one (Linux), so that servers "
+                         "compared do not share cores")
     ap.add_argument("--out", type=str, required=True, help="a new or empty directory for this run (not inside another run)")
     return ap
 
@@ -449,10 +475,21 @@ def main(argv: Optional[List[str]] = None) -> int:
             other = sides[servers_asked.index(servers_asked[i])]
             ap.error(f"{other.upper()} and {side.upper()} are the same server: give another --{side}, "
                      f"--{side}-env or --{side}-models")
+    pins: Dict[str, List[int]] = {}
+    if a.pin_cpus:
+        if not hasattr(os, "sched_getaffinity"):
+            ap.error("--pin-cpus needs Linux CPU affinity (os.sched_getaffinity)")
+        try:
+            groups, harness_cpus = cpu_groups(sorted(os.sched_getaffinity(0)), len(sides))
+        except ValueError as exc:
+            ap.error(f"--pin-cpus: {exc}")
+        pins = {**dict(zip(sides, groups)), "harness": harness_cpus}
     for side in sides:
         if not (models[side] / "target").is_dir():
             print(f"no synthetic pair at {models[side]}", file=sys.stderr)
             return 2
+    if pins:
+        os.sched_setaffinity(0, pins["harness"])  # the traffic clients started from here inherit it
     labels = {s: models[s].name.removeprefix("p") for s in sides}
     try:
         a.out.mkdir(parents=True, exist_ok=True)
@@ -461,14 +498,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     from bench import server_harness
 
     record: Dict[str, Any] = {"argv": sys.argv[1:] if argv is None else argv, "started": time.strftime("%F %T"),
-                              "servers": {}, "steps": []}
+                              "servers": {}, "steps": [], **({"cpus": pins} if pins else {})}
     servers = {}
     try:
         for i, side in enumerate(sides):  # all at once: the pools are capped, none sizes from another
             args = server_args(a.configs[side], models[side], a)
             env = traffic.greedy_server_env(envs[side])
             servers[side] = server_harness.start_server(f"ab-{side}-{a.configs[side]}-p{labels[side]}", args,
-                                                        a.port + 10 * i, a.out / "server-logs", env=env)
+                                                        a.port + 10 * i, a.out / "server-logs", env=env,
+                                                        cpus=pins.get(side))
             record["servers"][side] = {"config": a.configs[side], "models": str(models[side]), "env": env, "args": args}
         for side in sides:
             server_harness.wait_ready(servers[side], timeout_s=900)

@@ -132,10 +132,12 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def start_server(name: str, args: Sequence[str], port: int, log_dir: Path, *,
-                 patched: bool = True, env: Optional[Dict[str, str]] = None) -> Server:
+                 patched: bool = True, env: Optional[Dict[str, str]] = None,
+                 cpus: Optional[Sequence[int]] = None) -> Server:
     """Start ``python -m server_patch.launch_server`` (or plain ``sglang.launch_server``) in its own
     process group, output to ``log_dir/<name>.log``; ``$SPECCONSOLE_BENCH_SERVER_ARGS`` (of the
-    environment or ``env``) goes before ``args``.
+    environment or ``env``) goes before ``args``. ``cpus``: the CPUs the server and every process it
+    starts may run on (Linux CPU affinity, inherited by its scheduler and detokenizer), None: any.
 
     Raises:
         ValueError: that variable is not valid shell words.
@@ -159,8 +161,12 @@ def start_server(name: str, args: Sequence[str], port: int, log_dir: Path, *,
     log = open(log_path, "w")
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                            start_new_session=True, cwd=str(REPO))
+    pinned = sorted(set(cpus)) if cpus else None
+    if pinned:
+        log.write(f"# CPU affinity: {','.join(map(str, pinned))}\n")
+        log.flush()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,
+                            cwd=str(REPO), preexec_fn=(lambda: os.sched_setaffinity(0, pinned)) if pinned else None)
     return Server(name, port, list(args), log_path, proc, time.time())
 
 

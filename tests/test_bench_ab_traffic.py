@@ -22,7 +22,7 @@ def fake_row(config, conc, tok_s):
 def fake_servers(monkeypatch, url_of=lambda port: f"u{port}"):
     """Every server "starts" at once and is ready: ``url_of(port)`` is its URL."""
     monkeypatch.setattr(server_harness, "start_server",
-                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=url_of(port), ready_s=1.0))
+                        lambda name, args, port, log_dir, env=None, cpus=None: types.SimpleNamespace(url=url_of(port), ready_s=1.0))
     monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
     monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
 
@@ -36,7 +36,7 @@ def pair(tmp_path):
 def test_two_servers_alternate_and_the_summary_is_b_over_a(pair, tmp_path, monkeypatch):
     started, stopped, calls = [], [], []
 
-    def start_server(name, args, port, log_dir, env=None):
+    def start_server(name, args, port, log_dir, env=None, cpus=None):
         started.append((name, port, env, args))
         return types.SimpleNamespace(url=f"http://127.0.0.1:{port}", ready_s=2.0)
 
@@ -124,7 +124,7 @@ def test_interleave_measures_each_row_on_every_side_before_the_next(pair, tmp_pa
 def test_a_server_that_does_not_start_is_recorded_and_the_other_is_stopped(pair, tmp_path, monkeypatch):
     stopped, events = [], []
 
-    def start_server(name, args, port, log_dir, env=None):
+    def start_server(name, args, port, log_dir, env=None, cpus=None):
         events.append(("start", port))
         return types.SimpleNamespace(url=f"u{port}", ready_s=1.0)
 
@@ -217,7 +217,7 @@ def test_a_third_side_with_its_own_pair_rotates_and_is_divided_by_a(pair, tmp_pa
     (tmp_path / "p0.5" / "target").mkdir(parents=True)
     started, calls = [], []
 
-    def start_server(name, args, port, log_dir, env=None):
+    def start_server(name, args, port, log_dir, env=None, cpus=None):
         started.append((name, port, env, args))
         return types.SimpleNamespace(url=f"u{port}", ready_s=1.0)
 
@@ -268,7 +268,7 @@ def test_an_auto_server_against_the_better_static_one_on_closed_and_open_loops(p
     tok/s over the higher, mean end-to-end latency over the lower (open loop)."""
     started, calls = [], []
 
-    def start_server(name, args, port, log_dir, env=None):
+    def start_server(name, args, port, log_dir, env=None, cpus=None):
         started.append(args)
         return types.SimpleNamespace(url=f"u{port}", ready_s=1.0)
 
@@ -339,7 +339,7 @@ def test_freeze_gc_is_posted_to_every_server_before_the_first_row(pair, tmp_path
 def test_server_args_reach_every_server(pair, tmp_path, monkeypatch):
     started = []
     monkeypatch.setattr(server_harness, "start_server",
-                        lambda name, args, port, log_dir, env=None: started.append(args) or types.SimpleNamespace(
+                        lambda name, args, port, log_dir, env=None, cpus=None: started.append(args) or types.SimpleNamespace(
                             url=f"http://127.0.0.1:{port}", ready_s=1.0))
     monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
     monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
@@ -468,3 +468,39 @@ def test_an_out_that_holds_a_run_is_refused_and_left_as_it_was(pair, tmp_path, m
         ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--out", str(old)])
     assert exc.value.code == 2 and "holds a run already" in capsys.readouterr().err
     assert (old / "ab-summary.json").read_text() == '{"argv": ["the old run"]}'
+
+
+@pytest.mark.parametrize("cpus, servers, groups, harness", [
+    (range(16), 3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], [12, 13, 14, 15]),
+    (range(10), 2, [[0, 1, 2, 3], [4, 5, 6]], [7, 8, 9]),
+    ([7, 3, 5, 1], 3, [[1], [3], [5]], [7]),
+])
+def test_cpu_groups_give_each_server_its_own_cpus_and_the_harness_the_rest(cpus, servers, groups, harness):
+    assert ab_traffic.cpu_groups(cpus, servers) == (groups, harness)
+
+
+def test_pin_cpus_pins_each_server_and_the_harness(pair, tmp_path, monkeypatch):
+    """--pin-cpus: each server starts on its own group, the harness (and the traffic clients it starts)
+    on the last; the groups are in the run's record; too few CPUs is a usage error."""
+    started = {}
+
+    def start_server(name, args, port, log_dir, env=None, cpus=None):
+        started[name] = cpus
+        return types.SimpleNamespace(url=f"u{port}", ready_s=1.0)
+
+    monkeypatch.setattr(server_harness, "start_server", start_server)
+    monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
+    monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
+    monkeypatch.setattr(ab_traffic.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    own = []
+    monkeypatch.setattr(ab_traffic.os, "sched_setaffinity", lambda pid, cpus: own.append(list(cpus)), raising=False)
+    monkeypatch.setattr(ab_traffic, "measure", lambda a, urls, labels: [])
+    out = tmp_path / "out"
+    assert ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--pin-cpus", "--out", str(out)]) == 0
+    assert started == {"ab-a-none-p0.2": [0, 1, 2], "ab-b-off-p0.2": [3, 4, 5]} and own == [[6, 7]]
+    assert json.loads((out / "ab-summary.json").read_text())["cpus"] == {"a": [0, 1, 2], "b": [3, 4, 5],
+                                                                           "harness": [6, 7]}
+    monkeypatch.setattr(ab_traffic.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    with pytest.raises(SystemExit):
+        ab_traffic.main(["--models", str(pair), "--a", "none", "--b", "off", "--pin-cpus", "--out", str(tmp_path / "o2")])
+

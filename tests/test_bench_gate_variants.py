@@ -84,7 +84,7 @@ def test_a_check_on_a_config_server_records_its_failure_and_stops_the_server(tmp
         def log_tail(self, n=60):
             return "the log"
 
-    def start(name, args, port, log_dir, env=None):
+    def start(name, args, port, log_dir, env=None, cpus=None):
         started.append((name, args[-2:], env))
         return FakeServer()
 

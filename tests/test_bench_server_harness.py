@@ -11,6 +11,7 @@ from bench import server_harness
 class FakePopen:
     def __init__(self, cmd, **kwargs):
         self.cmd, self.env, self.pid = cmd, kwargs["env"], 4242
+        self.preexec_fn = kwargs.get("preexec_fn")
 
 
 def test_extra_args_go_before_the_tools_own(monkeypatch, tmp_path):
@@ -23,6 +24,19 @@ def test_extra_args_go_before_the_tools_own(monkeypatch, tmp_path):
     # the tool's own value comes later, so SGLang's parser keeps it
     assert cmd.index("4096") > cmd.index("131072")
     assert (tmp_path / "s.log").read_text().startswith("$ " + " ".join(cmd))
+
+
+def test_a_server_pinned_to_cpus_sets_its_affinity_before_it_runs(monkeypatch, tmp_path):
+    """``cpus``: the child sets its CPU affinity before exec (inherited by the scheduler and detokenizer
+    it spawns); the log says which; without ``cpus`` nothing is set."""
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    set_to = []
+    monkeypatch.setattr(server_harness.os, "sched_setaffinity", lambda pid, cpus: set_to.append((pid, cpus)),
+                        raising=False)
+    server = server_harness.start_server("s", ["--model-path", "/m"], 30500, tmp_path, cpus=[5, 4, 4])
+    server.proc.preexec_fn()  # what the child runs between fork and exec
+    assert set_to == [(0, [4, 5])] and "# CPU affinity: 4,5" in (tmp_path / "s.log").read_text()
+    assert server_harness.start_server("t", ["--model-path", "/m"], 30501, tmp_path).proc.preexec_fn is None
 
 
 def test_no_extra_args_by_default(monkeypatch, tmp_path):

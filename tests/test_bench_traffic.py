@@ -613,7 +613,7 @@ def test_start_mode_launches_like_run_and_stops_the_server(servers, bench, tmp_p
         def log_tail(self, n):
             return ""
 
-    def start_server(name, args, port, log_dir, env=None):
+    def start_server(name, args, port, log_dir, env=None, cpus=None):
         started.append((name, args, port, env))
         return Started()
 
@@ -1296,7 +1296,7 @@ def test_ab_traffic_interleave_drives_the_real_traffic_rows_against_stand_in_ser
     none, gate = servers("none"), servers("gate")
     urls = {30720: none.url, 30730: gate.url}
     monkeypatch.setattr(server_harness, "start_server",
-                        lambda name, args, port, log_dir, env=None: types.SimpleNamespace(url=urls[port], ready_s=1.0))
+                        lambda name, args, port, log_dir, env=None, cpus=None: types.SimpleNamespace(url=urls[port], ready_s=1.0))
     monkeypatch.setattr(server_harness, "wait_ready", lambda s, timeout_s: None)
     monkeypatch.setattr(server_harness, "stop_server", lambda s: 0)
     pair = tmp_path / "p0.2"
