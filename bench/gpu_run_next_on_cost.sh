@@ -8,12 +8,14 @@
 #        python -m bench.throughput compare-profiles ab-on-cost/profile/{b,c}/profile-traffic-*.json
 #        python -m bench.cpu_profile compare ab-on-cost/profile/b/cpu-profile-*.json ab-on-cost/profile/c/cpu-profile-*.json
 #      and auto's step record (now with each batch's context) at 1 / 4.
-#   2. Two servers without speculation beside auto at 32, both profiled: 07e's OFF scheduler ran its plain torch
-#      ops 10-20% slower on the CPU than none's (argmax 50 vs 42 us, arange 39 vs 32, add 20 vs 17, median);
-#      whether two identical servers differ as much tells a server's CPU placement from the OFF path's cost
-#      (compare-profiles prints "CPU per op": 07e's auto / none read 1.107). B's TWIN_OF_A=1 only tells the two
-#      none servers apart for bench.ab_traffic (nothing reads it).
+#   2. Two servers without speculation beside auto at 32, all three profiled, each server on its own CPUs
+#      (--pin-cpus, its first run): 07e's OFF scheduler, unpinned, ran its plain torch ops ~10% slower on the CPU
+#      than none's (argmax 50 vs 42 us, arange 39 vs 32, add 20 vs 17, median; compare-profiles' "CPU per op":
+#      1.107). Pinned, two identical servers should agree per op; if auto (OFF) then agrees with none too, 07e's
+#      difference was placement (and later A/B runs pin), else it is the OFF server's own. B's TWIN_OF_A=1 only
+#      tells the two none servers apart for bench.ab_traffic (nothing reads it).
 #        python -m bench.throughput compare-profiles ab-none-twice/profile/{a,b}/profile-traffic-*.json
+#        python -m bench.throughput compare-profiles ab-none-twice/profile/{a,c}/profile-traffic-*.json
 # Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
 # `wait 300`, sent at once. Rename to its date when run.
 export SELF=bench/gpu_run_next_on_cost.sh
@@ -27,7 +29,7 @@ ab ab-on-cost --models /tmp/models/8b/p0.5 --a none --b always --c auto --repeat
   --workloads varied-closed --concurrency 1,4 --row-seconds 10 --max-total-tokens "$pool" \
   --profile-row varied-closed:4 --cpu-profile-row varied-closed:4 --profile-sides b,c \
   --c-env SPECCONSOLE_AUTO_TRACE="$R/auto-trace-on-cost.jsonl"
-ab ab-none-twice --models /tmp/models/8b/p0.5 --a none --b none --b-env TWIN_OF_A=1 --c auto --repeats 1 --interleave \
+ab ab-none-twice --models /tmp/models/8b/p0.5 --a none --b none --b-env TWIN_OF_A=1 --c auto --repeats 1 --interleave --pin-cpus \
   --workloads varied-closed --concurrency 32 --row-seconds 10 --max-total-tokens "$pool" \
   --profile-row varied-closed:32 --profile-sides a,b,c
 touch "$R/all.done"
