@@ -56,7 +56,12 @@ def test_each_ab_call_of_a_next_run_passes_the_argument_checks(script, tmp_path)
                                   f"source bench/gpu_ab_steps.sh; source {stub}", 1))
     run = tmp_path / "run"
     run.mkdir()
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STUB_RUN": str(run), "STUB_PYTHON": sys.executable}
+    # the GPU machines have 16 CPUs (--pin-cpus cuts them into groups); this one may have fewer
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.sched_getaffinity = lambda pid: set(range(16))\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STUB_RUN": str(run), "STUB_PYTHON": sys.executable,
+           "PYTHONPATH": str(site)}
     done = subprocess.run(["bash", str(chain)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     calls = [line.split() for line in (run / "ab.rc").read_text().splitlines()]
