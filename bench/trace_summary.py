@@ -208,12 +208,13 @@ def cpu_speed(a: Dict[str, List[float]], b: Dict[str, List[float]],
               min_count: int = CPU_SPEED_MIN_COUNT) -> Optional[Dict[str, Any]]:
     """B's CPU time per op against A's (two :func:`cpu_op_medians`): the geometric mean over the
     ATen ops both ran at least ``min_count`` times (leaving out :data:`CPU_WAITING_OPS` and ops under
-    CPU_SPEED_MIN_US) of B's median / A's, with the ops and their ratios.
+    CPU_SPEED_MIN_US) of B's median / A's, with the ops and their ratios. The same op on the same
+    shapes costs the same CPU time on one host, so a ratio away from 1 says B ran on slower (or
+    busier) cores, or its ops were bigger; None when no op qualifies.
 
     Raises:
-        TypeError, ValueError: an entry is not ``[count, median us]``. The same op on the same shapes costs the
-    same CPU time on one host, so a ratio away from 1 says B ran on slower (or busier) cores, or
-    its ops were bigger; None when no op qualifies."""
+        TypeError, ValueError: an entry is not ``[count, median us]``.
+    """
     rows = []
     for name in sorted(set(a) & set(b)):
         (na, ma), (nb, mb) = a[name], b[name]
@@ -685,6 +686,21 @@ def with_tokens_per_verify(stages: Dict[str, Any], tokens_per_verify: float) -> 
 
 # -- comparing two windows -------------------------------------------------------------------------
 
+def primary_trace(doc: Any) -> Optional[Any]:
+    """A traffic profile JSON's (``bench.traffic``) primary trace entry (the one ``primary`` names,
+    else the first), or None where ``doc`` has no traces."""
+    traces = doc.get("traces") if isinstance(doc, dict) else None
+    if not isinstance(traces, dict) or not traces:
+        return None
+    return traces.get(doc.get("primary")) or next(iter(traces.values()))
+
+
+def _primary_summary(doc: Any) -> Optional[Dict[str, Any]]:
+    trace = primary_trace(doc)
+    summary = trace.get("summary") if isinstance(trace, dict) else None
+    return summary if isinstance(summary, dict) else None
+
+
 def stages_of(doc: Dict[str, Any]) -> Dict[str, Any]:
     """The stage summary in ``doc``: a :func:`stage_summary` itself, or a traffic profile JSON
     (``bench.traffic``: its ``primary`` trace's ``stages``).
@@ -694,10 +710,9 @@ def stages_of(doc: Dict[str, Any]) -> Dict[str, Any]:
     """
     if isinstance(doc, dict) and "stages" in doc and "tokens" in doc:
         return doc
-    traces = doc.get("traces") if isinstance(doc, dict) else None
-    if not isinstance(traces, dict) or not traces:
+    trace = primary_trace(doc)
+    if trace is None:
         raise ValueError("neither a stage summary nor a traffic profile with traces")
-    trace = traces.get(doc.get("primary")) or next(iter(traces.values()))
     if not isinstance(trace, dict) or not isinstance(trace.get("stages"), dict):
         why = trace.get("error") if isinstance(trace, dict) else None
         raise ValueError(f"its trace has no stage summary ({why or 'none recorded'})")
@@ -756,11 +771,11 @@ def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
         per_step[k] = round(summary["tokens"]["output_tokens"] / n, 2) if n else None
     load_differs = (None if None in per_step.values() else
                     max(per_step.values()) > LOAD_RATIO_LIMIT * min(per_step.values()))
-    cpu = []
+    cpu, ops_rows = [], []
     for cat in sorted(set(a.get("cpu", {})) | set(b.get("cpu", {}))):
+        ca, cb = a.get("cpu", {}).get(cat) or {}, b.get("cpu", {}).get(cat) or {}
         r = {"name": cat}
-        for k, summary in (("a", a), ("b", b)):
-            c = summary.get("cpu", {}).get(cat) or {}
+        for k, c in (("a", ca), ("b", cb)):
             n, f = c.get("spans"), c.get("followed")
 
             def per(key: str, count: Any) -> Optional[float]:
@@ -769,14 +784,11 @@ def compare_stages(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
             r[k] = {"spans": n or 0, "span_ms": per("span_ms", n), "span_wait_ms": per("span_wait_ms", n),
                     "to_next_ms": per("to_next_ms", f), "to_next_wait_ms": per("to_next_wait_ms", f)}
         cpu.append(r)
-    ops_rows = []
-    for cat in sorted(set(a.get("cpu", {})) | set(b.get("cpu", {}))):
-        ca, cb = a.get("cpu", {}).get(cat) or {}, b.get("cpu", {}).get(cat) or {}
         if "ops_to_next" not in ca or "ops_to_next" not in cb or not ca.get("followed") or not cb.get("followed"):
             continue
+        fa, fb = ca["followed"], cb["followed"]
         for name in set(ca["ops_to_next"]) | set(cb["ops_to_next"]):
             (na, ua), (nb, ub) = (c["ops_to_next"].get(name, [0, 0.0]) for c in (ca, cb))
-            fa, fb = ca["followed"], cb["followed"]
             ops_rows.append({"stage": cat, "op": name, "count": [round(na / fa, 2), round(nb / fb, 2)],
                              "us": [round(ua / fa, 1), round(ub / fb, 1)],
                              "diff_us": round(ub / fb - ua / fa, 1)})
@@ -859,12 +871,8 @@ def format_comparison(cmp: Dict[str, Any], a_name: str = "A", b_name: str = "B")
 def sites_of(doc: Dict[str, Any]) -> Optional[Dict[str, List[Dict[str, Any]]]]:
     """``{"sync_sites": [...], "idle_sites": [...]}`` of a traffic profile JSON's primary trace
     (:func:`summarize`), or None where it has none (a summary from before they were recorded)."""
-    traces = doc.get("traces") if isinstance(doc, dict) else None
-    if not isinstance(traces, dict) or not traces:
-        return None
-    trace = traces.get(doc.get("primary")) or next(iter(traces.values()))
-    summary = trace.get("summary") if isinstance(trace, dict) else None
-    if not isinstance(summary, dict) or "sync_sites" not in summary:
+    summary = _primary_summary(doc)
+    if summary is None or "sync_sites" not in summary:
         return None
     return {k: summary.get(k) or [] for k in ("sync_sites", "idle_sites")}
 
@@ -872,12 +880,8 @@ def sites_of(doc: Dict[str, Any]) -> Optional[Dict[str, List[Dict[str, Any]]]]:
 def cpu_ops_of(doc: Dict[str, Any]) -> Optional[Dict[str, List[float]]]:
     """The primary trace's :func:`cpu_op_medians` in a traffic profile JSON, or None where its summary
     predates them."""
-    traces = doc.get("traces") if isinstance(doc, dict) else None
-    if not isinstance(traces, dict) or not traces:
-        return None
-    trace = traces.get(doc.get("primary")) or next(iter(traces.values()))
-    summary = trace.get("summary") if isinstance(trace, dict) else None
-    ops = summary.get("cpu_ops") if isinstance(summary, dict) else None
+    summary = _primary_summary(doc)
+    ops = summary.get("cpu_ops") if summary is not None else None
     return ops if isinstance(ops, dict) and ops else None
 
 
