@@ -192,9 +192,15 @@ def summarize(stacks: Iterable[Tuple[Stack, int]], rate: int = RATE_HZ, top: int
 def per_kilotoken(summary: Dict[str, Any], output_tokens: Optional[float]) -> Dict[str, Tuple[float, float]]:
     """``{function: (self ms, inclusive ms)}`` per 1,000 output tokens of the window (``output_tokens``;
     None: per second of recording instead)."""
-    rate = summary["rate_hz"]
+    scale = _ms_per_sample(summary, output_tokens)
+    return {f: (s * scale, i * scale) for f, (s, i) in summary["all"].items()}
+
+
+def _ms_per_sample(summary: Dict[str, Any], output_tokens: Optional[float]) -> float:
+    """What one sample of ``summary`` is worth in ms per 1,000 output tokens (``output_tokens``;
+    None: in ms per second of recording)."""
     scale = 1e6 / output_tokens if output_tokens else 1e3 / max(summary["seconds"], 1e-9)
-    return {f: (s / rate * scale, i / rate * scale) for f, (s, i) in summary["all"].items()}
+    return scale / summary["rate_hz"]
 
 
 #: a recording with fewer samples than this says little (2 s at the default 200 Hz)
@@ -212,10 +218,9 @@ def work_and_wait(summary: Dict[str, Any], output_tokens: Optional[float]) -> Tu
     innermost frame), in ms per 1,000 output tokens (``output_tokens``; None: ms per second of
     recording). Where the work per token grows, the overlap scheduler's slack shrinks, and once it
     is gone the GPU waits for the CPU instead."""
-    rate = summary["rate_hz"]
-    scale = 1e6 / output_tokens if output_tokens else 1e3 / max(summary["seconds"], 1e-9)
+    per = _ms_per_sample(summary, output_tokens)
     wait = sum(s for f, (s, _) in summary["all"].items() if is_gpu_wait(f))
-    return ((summary["samples"] - wait) / rate * scale, wait / rate * scale)
+    return ((summary["samples"] - wait) * per, wait * per)
 
 
 def compare(a: Dict[str, Any], b: Dict[str, Any], top: int = TOP) -> List[Dict[str, Any]]:
@@ -429,4 +434,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["scheduler_pids", "listening_pids", "ancestors", "record_argv", "record", "parse_raw", "summarize",
-           "per_kilotoken", "is_gpu_wait", "work_and_wait", "compare", "META_KEYS", "read_raw", "parse_file", "summary_path", "profile_row", "resummarize", "load_summary", "main"]
+           "per_kilotoken", "is_gpu_wait", "work_and_wait", "compare", "META_KEYS", "read_raw", "parse_file",
+           "summary_path", "profile_row", "resummarize", "load_summary", "main"]

@@ -648,19 +648,29 @@ def _cpu(spans: List[Dict[str, Any]], waits: Optional[Dict[Any, List[Tuple[float
     return out
 
 
+def _output_tokens(decode: int, verify: int, prefill: int, mixed: int,
+                   tokens_per_verify: Optional[float]) -> Optional[float]:
+    """One token per request of a DECODE, prefill or mixed batch, ``tokens_per_verify`` per request
+    of a TARGET_VERIFY batch (None: unknown where there were any), rounded to 0.1."""
+    out = decode + prefill + mixed
+    if verify:
+        if tokens_per_verify is None:
+            return None
+        out += verify * tokens_per_verify
+    return round(out, 1)
+
+
 def _tokens(spans: List[Dict[str, Any]], tokens_per_verify: Optional[float]) -> Dict[str, Any]:
     def bs(category: str, mode: Optional[str] = None) -> int:
         return sum(s["bs"] for s in spans if s["category"] == category and mode in (None, s["mode"]))
 
     decode, verify = bs("decode", "DECODE"), bs("decode", "TARGET_VERIFY")
     prefill, mixed = bs("prefill"), bs("mixed")
-    out = decode + prefill + mixed
-    if verify:
-        out = None if tokens_per_verify is None else out + verify * tokens_per_verify
     return {"decode_requests": decode, "verify_requests": verify, "prefill_requests": prefill,
             "mixed_requests": mixed, "prefill_input_tokens": sum(s["toks"] or 0 for s in spans
                                                                   if s["category"] == "prefill"),
-            "tokens_per_verify": tokens_per_verify, "output_tokens": None if out is None else round(out, 1)}
+            "tokens_per_verify": tokens_per_verify,
+            "output_tokens": _output_tokens(decode, verify, prefill, mixed, tokens_per_verify)}
 
 
 def with_tokens_per_verify(stages: Dict[str, Any], tokens_per_verify: float) -> Dict[str, Any]:
@@ -679,9 +689,8 @@ def with_tokens_per_verify(stages: Dict[str, Any], tokens_per_verify: float) -> 
     keys = ("decode_requests", "verify_requests", "prefill_requests", "mixed_requests")
     if not all(isinstance(tokens.get(k), int) for k in keys):
         raise ValueError("the summary has no request counts to recount its output tokens from")
-    out = sum(tokens[k] for k in keys if k != "verify_requests") + tokens["verify_requests"] * tokens_per_verify
-    return {**stages, "tokens": {**tokens, "tokens_per_verify": float(tokens_per_verify),
-                                 "output_tokens": round(out, 1)}}
+    out = _output_tokens(*(tokens[k] for k in keys), float(tokens_per_verify))
+    return {**stages, "tokens": {**tokens, "tokens_per_verify": float(tokens_per_verify), "output_tokens": out}}
 
 
 # -- comparing two windows -------------------------------------------------------------------------

@@ -882,7 +882,8 @@ def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spe
         except Exception as exc:  # noqa: BLE001 - recorded
             started["error"] = f"/start_profile: {type(exc).__name__}: {exc}"
 
-    gate_before = gate_snapshot(config, url) if config in ("gate", "auto") else None
+    mixed_steps = config in ("gate", "auto")  # ON and OFF steps in one pass (off: OFF steps only)
+    gate_before = gate_snapshot(config, url) if mixed_steps else None
     pass_argv = list(argv)
     pass_file = row_file.with_name(row_file.stem + "-profile" + row_file.suffix)
     pass_argv[pass_argv.index("--output-file") + 1] = str(pass_file)
@@ -909,7 +910,7 @@ def profile_pass(config: str, p_wrong: Any, url: str, facts: Dict[str, Any], spe
         if thread.is_alive():
             thread.join(timeout=1 if interrupted else 150)
     doc["start_profile"] = started
-    gate_after = gate_snapshot(config, url) if config in ("gate", "auto") else None
+    gate_after = gate_snapshot(config, url) if mixed_steps else None
     if gate_after is not None:  # ON and OFF steps of the pass: the window's verify batches made this many tokens
         delta = gate_row_delta(gate_before, gate_after)
         doc["pass_spec_gate_delta"] = delta
@@ -1623,7 +1624,8 @@ def compare_profiles(a: argparse.Namespace) -> Dict[str, Any]:
             most = ", ".join(f"{r['op']} {r['ratio']:g}" for r in sp["by_op"][:3])
             print(f"\nCPU per op: B's median CPU time for an ATen op A also ran is {sp['ratio']:g}x A's (geometric "
                   f"mean over {sp['ops']} ops each ran >= {sp['min_count']} times, ops that can wait for the GPU and "
-                  f"ops under 1 us left out; slower or busier cores, or bigger ops; the most: {most})")
+                  f"ops under {trace_summary.CPU_SPEED_MIN_US:g} us left out; slower or busier cores, or bigger ops; "
+                  f"the most: {most})")
         for note in notes:
             print(f"\n({note})")
     return cmp
