@@ -176,10 +176,10 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
                           [s["bs"] for s in sub])
 
         label = f"{lo}+" if hi is None else str(lo) if hi == lo else f"{lo}-{hi}"
-        entry: Dict[str, Any] = {"batch": label, "mode": "on" if on else "off",
-                                 "samples": stats(group),
-                                 "all_steps": _stats([t for t, _ in periods.get((index, "on" if on else "off"), [])], [],
-                                                     [b for _, b in periods.get((index, "on" if on else "off"), [])])}
+        mode = "on" if on else "off"
+        every = periods.get((index, mode), [])
+        entry: Dict[str, Any] = {"batch": label, "mode": mode, "samples": stats(group),
+                                 "all_steps": _stats([t for t, _ in every], [], [b for _, b in every])}
         entry["by_run_position"] = {name: stats([s for s in group if _run_group(s["run"]) == name])
                                     for name in ("2-4", "5-16", "17+")}
         with_ctx = sorted((s for s in group if s["ctx"] is not None), key=lambda s: s["ctx"])
