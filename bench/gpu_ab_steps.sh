@@ -65,8 +65,8 @@ three_pool() {  # the KV pool (tokens) of each of three 8B servers on this GPU: 
 
 auto_ab() {  # auto_ab NAME CONCURRENCY [more bench.ab_traffic arguments]: none / always / auto, one repeat, 12 s rows
   local name=$1 levels=$2; shift 2
-  local pool=49152
-  if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi  # an H200: three 8B servers fit 131,072-token pools
+  local pool
+  pool=$(three_pool)
   ab "$name" --a none --b always --c auto --repeats 1 --workloads varied-closed,varied-poisson \
     --concurrency "$levels" --rates 4,16,48 --row-seconds 12 --max-total-tokens "$pool" "$@"
 }
@@ -88,8 +88,8 @@ shift_calibrated() {  # the shifting draft (families pair), its concurrency from
 }
 
 auto_rows() {  # auto_rows [more bench.ab_traffic arguments]: issue 17's rows (closed 1-128, Poisson 4 / 16 / 48) into ROWS
-  local pool=49152
-  if [ "${mib:-0}" -ge 100000 ]; then pool=131072; fi
+  local pool
+  pool=$(three_pool)
   ROWS=(--repeats 1 --workloads varied-closed,varied-poisson --concurrency 1,4,16,32,64,128 --rates 4,16,48
         --row-seconds 10 --max-total-tokens "$pool" "$@")
 }
