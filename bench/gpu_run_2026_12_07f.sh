@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two controls in one run (prepared 2026-12-07, eleventh session; not run), p = 0.5 on triton v2, 8B pair,
+# Two controls in one run (prepared 2026-12-07, eleventh session; ran the twelfth as bench/gpu_run_next_on_cost.sh with REPEATS=1: bench/results/h200-2026-12-07f/), p = 0.5 on triton v2, 8B pair,
 # three servers up at once, rows interleaved, 10 s rows (~800 s with set-up; the second part may be cut):
 #   1. The plugin's cost while speculating (h100-2026-12-07e: auto ran ON on 99% of the steps at 4 requests and
 #      still measured 0.964 / 0.979x of always, 0.986x at 1; its ON steps ~3% slower in the 40-step lines).
@@ -18,7 +18,7 @@
 #        python -m bench.throughput compare-profiles ab-none-twice/profile/{a,c}/profile-traffic-*.json
 # Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
 # `wait 300`, sent at once. Rename to its date when run.
-export SELF=bench/gpu_run_next_on_cost.sh
+export SELF=bench/gpu_run_2026_12_07f.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
