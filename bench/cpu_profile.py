@@ -223,10 +223,21 @@ def work_and_wait(summary: Dict[str, Any], output_tokens: Optional[float]) -> Tu
     return ((summary["samples"] - wait) * per, wait * per)
 
 
-def compare(a: Dict[str, Any], b: Dict[str, Any], top: int = TOP) -> List[Dict[str, Any]]:
+#: what :func:`compare` ranks functions by: the difference of their inclusive or of their self time
+RANKINGS = ("inclusive", "self")
+
+
+def compare(a: Dict[str, Any], b: Dict[str, Any], top: int = TOP, by: str = "inclusive") -> List[Dict[str, Any]]:
     """B against A per function, in ms of scheduler CPU per 1,000 output tokens (each summary's
     ``output_tokens``; per second of recording where one lacks it): the ``top`` functions by
-    ``|B - A|`` of inclusive time."""
+    ``|B - A|`` of inclusive time, or of self time (``by="self"``: the frame that runs the work, C
+    calls included, since py-spy records Python frames only; inclusive differences pile up on every
+    caller of one hot spot and on the frames around a GPU wait).
+
+    Raises:
+        ValueError: ``by`` is not one of :data:`RANKINGS`."""
+    if by not in RANKINGS:
+        raise ValueError(f"rank by one of {', '.join(RANKINGS)}, not {by!r}")
     tokens = (a.get("output_tokens"), b.get("output_tokens"))
     if not all(tokens):
         tokens = (None, None)
@@ -238,7 +249,7 @@ def compare(a: Dict[str, Any], b: Dict[str, Any], top: int = TOP) -> List[Dict[s
         rows.append({"function": f, "a_inclusive": round(ia, 3), "b_inclusive": round(ib, 3),
                      "diff_inclusive": round(ib - ia, 3), "a_self": round(sa, 3), "b_self": round(sb, 3),
                      "diff_self": round(sb - sa, 3)})
-    rows.sort(key=lambda r: (-abs(r["diff_inclusive"]), r["function"]))
+    rows.sort(key=lambda r: (-abs(r[f"diff_{by}"]), r["function"]))
     return rows[:top]
 
 
@@ -395,6 +406,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)
     c.add_argument("--top", type=_positive_int, default=TOP, help=f"rows shown (default {TOP})")
+    c.add_argument("--by", choices=RANKINGS, default="inclusive",
+                   help="rank functions by the difference of their inclusive time (default) or of their self "
+                        "time (the frame doing the work, C calls included)")
     a = parser.parse_args(argv)
     try:
         if a.cmd == "summarize":
@@ -411,7 +425,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"python -m bench.cpu_profile: error: {exc}", file=sys.stderr)
         return 2
-    rows = compare(*docs, top=a.top)
+    rows = compare(*docs, top=a.top, by=a.by)
     unit = "ms/1k tok" if all(d.get("output_tokens") for d in docs) else "ms/s"
     for name, d in zip("AB", docs):
         print(f"{name} = {d.get('config', '?')} {d.get('workload', '')} {d.get('level', '')}: {d['samples']} samples "
@@ -434,5 +448,5 @@ if __name__ == "__main__":
 
 
 __all__ = ["scheduler_pids", "listening_pids", "ancestors", "record_argv", "record", "parse_raw", "summarize",
-           "per_kilotoken", "is_gpu_wait", "work_and_wait", "compare", "META_KEYS", "read_raw", "parse_file",
+           "per_kilotoken", "is_gpu_wait", "work_and_wait", "RANKINGS", "compare", "META_KEYS", "read_raw", "parse_file",
            "summary_path", "profile_row", "resummarize", "load_summary", "main"]

@@ -6,7 +6,7 @@
 #      same with new servers unpinned; py-spy on both sides at 32 each time (the torch profiler's 200-step
 #      window ranked these servers opposite to their rows in 07f, so it is not used here):
 #        python -m bench.decode_log ab-pinned/server-logs/ab-a-none-p0.5.log.gz --sizes 32,64   (and b, and ab-unpinned)
-#        python -m bench.cpu_profile compare ab-pinned/profile/{a,b}/cpu-profile-*.json    (and ab-unpinned)
+#        python -m bench.cpu_profile compare --by self ab-pinned/profile/{a,b}/cpu-profile-*.json   (and ab-unpinned)
 #   2. The plugin's cost while speculating, with a draft that wins on the H200 (p = 0.5 did not: none = always
 #      at 1 request, none 1.10x always at 4): p = 0.2 none / always / auto at 1 / 4, one repeat, pinned, the
 #      torch profiler and py-spy on always and auto at 4 (auto ON there), auto's step record.

@@ -61,6 +61,20 @@ def test_compare_puts_b_against_a_in_ms_per_thousand_output_tokens():
     assert list(rows)[0] == "loop"  # by the size of the difference
 
 
+def test_compare_by_self_time_ranks_the_frame_that_does_the_work_first():
+    """Inclusive differences pile up on every caller of one hot spot (h100-2026-12-07e: the hook wrapper
+    around result processing led with +195 ms / 1k tokens, most of it a GPU wait below it); by self
+    time the function whose own frame grew leads."""
+    a = _doc({"loop;process;wait": 100, "loop;prepare": 10}, tokens=10_000)
+    b = _doc({"loop;hook;process;wait": 80, "loop;prepare": 40}, tokens=10_000)
+    by_inclusive = [r["function"] for r in cpu_profile.compare(a, b)]
+    by_self = cpu_profile.compare(a, b, by="self")
+    assert by_inclusive[0] == "hook" and by_self[0]["function"] == "prepare"
+    assert by_self[0]["diff_self"] == pytest.approx(30.0)
+    with pytest.raises(ValueError, match="rank by one of inclusive, self"):
+        cpu_profile.compare(a, b, by="total")
+
+
 def test_work_and_waits_for_the_gpu_are_told_apart_by_the_innermost_frame():
     """h100-2026-12-07e: the OFF server's scheduler waited less (175 vs 242 ms / 1k tokens) because it
     worked more (124 vs 69): the slack the overlap scheduler hides its work in."""
