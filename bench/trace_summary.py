@@ -32,6 +32,7 @@ and by step (a target forward on the GPU to the next). :func:`compare_stages` /
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import re
@@ -268,8 +269,6 @@ def site_of(ops: Dict[Any, Tuple[List[float], List[Dict[str, Any]], List[int]]],
     op enclosing it on its thread, then the two innermost, ``"step[EXTEND] > aten::to >
     aten::copy_"`` (a ``step[MODE bs=B ...]`` span as ``step[MODE]``); ``"(no CPU op)"`` when
     none encloses it. ``ops``: :func:`cpu_ops_by_thread`'s."""
-    import bisect
-
     starts, evs, parents = ops.get((event.get("pid"), event.get("tid")), ([], [], []))
     t0 = float(event["ts"])
     t1 = t0 + float(event.get("dur", 0))
@@ -387,8 +386,6 @@ def _span_category(span: Dict[str, Any], before: Optional[Dict[str, Any]], specu
 def _attribute(complete: List[Dict[str, Any]], gpu_events: List[Dict[str, Any]], spans: List[Dict[str, Any]],
                speculative: bool) -> List[Tuple[float, float, str, Optional[int]]]:
     """``(start, end, stage, span index or None)`` of every GPU activity (see :data:`CLASSIFIED_BY`)."""
-    import bisect
-
     launches = _launches(complete)
     threads: Dict[Any, Tuple[List[float], List[int]]] = {}
     anywhere: Tuple[List[float], List[int]] = ([], [])
@@ -457,8 +454,6 @@ def _partition(acts: List[Tuple[float, float, str, Optional[int]]]) -> Tuple[Dic
 
 def _busy_between(union: List[Tuple[float, float]], starts: List[float], a: float, b: float) -> float:
     """GPU busy time (us) of ``union`` (sorted, disjoint; ``starts`` its starts) within [a, b]."""
-    import bisect
-
     total = 0.0
     for s, e in union[max(bisect.bisect_right(starts, a) - 1, 0):]:
         if s >= b:
@@ -594,8 +589,6 @@ def _ops_between(ops: Optional[Tuple[List[float], List[Dict[str, Any]], List[int
     interval to ``into`` (name -> [count, us])."""
     if ops is None:
         return
-    import bisect
-
     starts, evs, _ = ops
     end = a
     for e in evs[bisect.bisect_left(starts, a):bisect.bisect_left(starts, b)]:
