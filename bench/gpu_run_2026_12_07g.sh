@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Two questions h200-2026-12-07f left (prepared 2026-12-07, twelfth session; not run), triton v2, 8B pair:
+# Two questions h200-2026-12-07f left (prepared 2026-12-07, twelfth session as gpu_run_next_placement.sh; run 2026-12-07 on an H100,
+# results in bench/results/h100-2026-12-07g/), triton v2, 8B pair:
 #   1. Is the OFF mode's larger gap on the H200 (auto OFF / none 0.93 at 32 requests, +8% a step in the 40-step
 #      lines, every server pinned to 4 cores) the H200 or the pinning (h100-2026-12-07e, unpinned: 0.975, +2-3%)?
 #      p = 0.5 none / auto (OFF from 16 up), closed 32 / 64, two interleaved repeats, pinned (--pin-cpus), then the
@@ -19,7 +20,7 @@
 # Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
 # `wait 300`, sent at once. About 1,200 s with set-up (each part ~350 s with its servers' start). Rename to its
 # date when run.
-export SELF=bench/gpu_run_next_placement.sh
+export SELF=bench/gpu_run_2026_12_07g.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
