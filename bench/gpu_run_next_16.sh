@@ -7,7 +7,7 @@
 # takes two, so on an H100 `three_pool` gives 49,152), 10 s rows, 2 repeats interleaved (A B C, then C B A;
 # one repeat's off rows spread 4-7% between runs of the same code, h200-2026-12-06), not pinned (07g):
 #   1. v1: none / off / off, all --disable-overlap-schedule (~7 min);
-#   2. v2 triton: none / off / off (~7 min);
+#   2. v2 triton: none / off / off (~8 min), then py-spy on each at 32 (`cpu_profile compare --by self`);
 #   3. v2 fa3 (SGLang's default on Hopper): none / off / off (~7 min), whose none rows are also the default
 #      server v1 is reported against (`bench.ab_collect ab-v1 ab-fa3 ...`, summarize-traffic's "/ none v2").
 # Read: python -m bench.ab_collect $R/ab-v1 $R/ab-triton $R/ab-fa3 --csv real-traffic.csv (b_over_a: p = 0.2,
@@ -26,6 +26,7 @@ models_p05
 pair=(--a none --b off --c off --c-models /tmp/models/8b/p0.5 --max-total-tokens "$(three_pool)" --repeats 2
       --interleave --row-seconds 10)
 [ -n "${SKIP_V1:-}" ] || ab ab-v1 --worker v1 "${pair[@]}"
-ab ab-triton "${pair[@]}"
+ab ab-triton "${pair[@]}" --cpu-profile-row varied-closed:32  # py-spy on all three at 32 after the repeats:
+  # is the OFF scheduler CPU-bound on the H200 (its wait for the previous result near 0%; 07g, H100: 41% against 60%)?
 fa3_ready && ab ab-fa3 --attention-backend fa3 "${pair[@]}"
 touch "$R/all.done"
