@@ -31,6 +31,12 @@ the same batches: at one request they do line for line; closed loops of several 
 as responses return at different moments (h100-2026-12-06e, none against forced off at 4 requests:
 5 pairs in a row's ~40 lines), so there the rows' TPOT is the measure. ``--series`` adds every pair's
 ratio in B's log order (``[running_req, ratio]``): a slow stretch shows as a run of low ratios.
+``--by-prefills`` splits each size's lines by the ``Prefill batch`` lines logged since the previous
+``Decode batch`` line (none, 1-2, 3 or more; with the prefills' mean count and new tokens): a decode
+line's interval also holds those prefills, so two servers whose gap stays the same from the group
+with few prefills to the group with many lose it in the decode step, not around the prefills
+(h100-2026-12-07g: the OFF server +3.4% a step with 1.8 prefills a line, +4.3% with 4.8: ~0.2 ms a
+decode step, ~1.8 ms a prefill).
 A missing or unreadable log, a START no line contains, or a window without ``Decode batch`` lines
 at the sizes ends with a one-line message on stderr and a non-zero exit.
 """
@@ -53,6 +59,9 @@ DECODE_LINE = re.compile(
     r"Decode batch, #running-req: (?P<bs>\d+),(?: #token: (?P<tok>\d+),)?.*?gen throughput \(token/s\): "
     r"(?P<tps>" + _NUMBER + r")(?![0-9.])"
 )
+PREFILL_LINE = re.compile(r"Prefill batch, #new-seq: \d+, #new-token: (?P<new>\d+),")
+#: the groups of :func:`summarize_by_prefills`: (name, fewest, most prefills since the previous line)
+PREFILL_GROUPS = (("0", 0, 0), ("1-2", 1, 2), ("3+", 3, None))
 #: longer lines are not SGLang's Decode batch lines (~250 characters); the patterns' ``.*?`` would
 #: make a long line's search quadratic
 MAX_LINE = 4096
@@ -91,6 +100,52 @@ def _decode_matches(lines: Iterable[str], start: Optional[str], end: Optional[st
         tps = _throughput(m)  # "1e400" reads as inf, "1e-320" as no time: not measurements
         if tps is not None:
             yield int(m["bs"]), None if m["tok"] is None else int(m["tok"]), tps
+
+
+def decode_lines_with_prefills(lines: Iterable[str], start: Optional[str] = None, end: Optional[str] = None):
+    """Yield ``(running_req, gen_tok_s, prefills, prefill_tokens)`` of the ``Decode batch`` lines in
+    the windows (:func:`decode_lines`), with the ``Prefill batch`` lines logged since the previous
+    ``Decode batch`` line (any, measured or not) and their ``#new-token`` sum."""
+    prefills = tokens = 0
+    for line in _window_lines(lines, start, end):
+        if len(line) > MAX_LINE:
+            continue
+        if "Prefill batch" in line:
+            m = PREFILL_LINE.search(line)
+            if m is not None:
+                prefills, tokens = prefills + 1, tokens + int(m["new"])
+            continue
+        if "Decode batch" not in line:
+            continue
+        m = DECODE_LINE.search(line)
+        tps = _throughput(m)
+        if tps is not None:
+            yield int(m["bs"]), tps, prefills, tokens
+        prefills = tokens = 0
+
+
+def summarize_by_prefills(samples: Iterable[tuple], sizes: Iterable[int]) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """``{str(bs): {group: {lines, step_ms_median, mean_prefills, mean_prefill_tokens}}}`` from
+    :func:`decode_lines_with_prefills`, the groups being :data:`PREFILL_GROUPS` (prefill lines since
+    the previous decode line); sizes and groups without lines are left out. Step times as
+    :func:`summarize` (one token per request and step)."""
+    by_bs: Dict[int, List[tuple]] = {}
+    for bs, tps, n, tok in samples:
+        if tps > 0:
+            by_bs.setdefault(bs, []).append((tps, n, tok))
+    out: Dict[str, Dict[str, Dict[str, float]]] = {}
+    for bs in sizes:
+        groups = {}
+        for name, lo, hi in PREFILL_GROUPS:
+            rows = [r for r in by_bs.get(bs, []) if r[1] >= lo and (hi is None or r[1] <= hi)]
+            if rows:
+                groups[name] = {"lines": len(rows),
+                                "step_ms_median": round(1000 * bs / statistics.median(r[0] for r in rows), 3),
+                                "mean_prefills": round(statistics.fmean(r[1] for r in rows), 2),
+                                "mean_prefill_tokens": round(statistics.fmean(r[2] for r in rows), 1)}
+        if groups:
+            out[str(bs)] = groups
+    return out
 
 
 def _window_lines(lines: Iterable[str], start: Optional[str], end: Optional[str],
@@ -222,11 +277,16 @@ def main(argv: Optional[List[str]] = None) -> None:
     ap.add_argument("--versus", type=Path, metavar="LOG_B",
                     help="another server's log of the same requests: B's throughput over LOG's, line by "
                          "line at the same running requests and #token (--start / --end apply to both)")
+    ap.add_argument("--by-prefills", action="store_true",
+                    help="also each size's lines split by the prefill batches logged since the previous decode "
+                         "line (0, 1-2, 3+)")
     ap.add_argument("--series", action="store_true",
                     help="with --versus: also every pair's ratio in B's log order (a slow stretch shows as a run)")
     a = ap.parse_args(argv)
     if a.series and a.versus is None:
         ap.error("--series goes with --versus")
+    if a.by_prefills and a.versus is not None:
+        ap.error("--by-prefills reads one log, not --versus pairs")
     sizes: Optional[List[int]] = None
     if not (a.versus is not None and a.sizes.strip() == "all"):
         try:
@@ -276,8 +336,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         window = ((f" after --start {a.start!r}" if a.start is not None else "")
                   + (f" before --end {a.end!r}" if a.end is not None else ""))
         sys.exit(f"no Decode batch lines at running-req {sizes} in {a.log}{window}")
-    print(json.dumps({"log": str(a.log), "start": a.start, "end": a.end, "windows": len(windows),
-                      "by_running_req": result}, indent=1))
+    doc = {"log": str(a.log), "start": a.start, "end": a.end, "windows": len(windows), "by_running_req": result}
+    if a.by_prefills:
+        doc["by_prefills"] = summarize_by_prefills(decode_lines_with_prefills(lines, a.start, a.end), sizes)
+    print(json.dumps(doc, indent=1))
 
 
 if __name__ == "__main__":

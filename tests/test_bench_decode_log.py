@@ -2,10 +2,14 @@
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
 from bench import decode_log
+
+#: what a real SGLang 0.5.12 server logged on the H200 (recorded, see the folder's README)
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "sglang-0.5.12-h200"
 
 LINE = ("[2026-11-30 07:05:41] Decode batch, #running-req: {bs}, #token: 21033, token usage: 0.02, "
         "accept len: 2.95, accept rate: 0.65, cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0")
@@ -206,3 +210,33 @@ def test_odd_lines_and_files_are_skipped_or_refused_without_a_traceback_or_a_han
     decode_log.main([str(hole), "--sizes", "8"])
     out = capsys.readouterr().out
     assert json.loads(out)["by_running_req"]["8"]["lines"] == 1 and "Infinity" not in out
+
+
+PREFILL = ("[2026-12-07 19:02:23] Prefill batch, #new-seq: 1, #new-token: {tok}, #cached-token: 0, token usage: 0.01, "
+           "#running-req: 31, #queue-req: 0, #pending-token: 0, cuda graph: True, input throughput (token/s): 14.13")
+
+
+def test_by_prefills_groups_each_line_by_the_prefills_logged_since_the_previous_one():
+    lines = log((32, 4000.0), PREFILL.format(tok=300), (32, 3200.0), PREFILL.format(tok=100),
+                PREFILL.format(tok=200), PREFILL.format(tok=600), (32, 2000.0), (32, 0.0),
+                PREFILL.format(tok=50), (16, 2000.0))
+    got = decode_log.summarize_by_prefills(decode_log.decode_lines_with_prefills(lines), [32, 16, 64])
+    assert got["32"]["0"] == {"lines": 1, "step_ms_median": 8.0, "mean_prefills": 0.0, "mean_prefill_tokens": 0.0}
+    assert got["32"]["1-2"] == {"lines": 1, "step_ms_median": 10.0, "mean_prefills": 1.0, "mean_prefill_tokens": 300.0}
+    assert got["32"]["3+"] == {"lines": 1, "step_ms_median": 16.0, "mean_prefills": 3.0, "mean_prefill_tokens": 900.0}
+    # the idle 0 tok/s line is no measurement but still closes its interval: the 50-token prefill is 16's
+    assert got["16"] == {"1-2": {"lines": 1, "step_ms_median": 8.0, "mean_prefills": 1.0, "mean_prefill_tokens": 50.0}}
+    assert "64" not in got
+
+
+def test_cli_by_prefills_on_a_real_log_and_not_with_versus(tmp_path, capsys):
+    fixture = FIXTURES / "server-no-spec.log"
+    decode_log.main([str(fixture), "--sizes", "1,2,4,8,16,32,64,128", "--by-prefills"])
+    out = json.loads(capsys.readouterr().out)
+    groups = out["by_prefills"]
+    assert groups and set(groups) <= set(out["by_running_req"])
+    for size, by_group in groups.items():  # the groups split exactly the lines the plain summary counts
+        assert sum(g["lines"] for g in by_group.values()) == out["by_running_req"][size]["lines"]
+    with pytest.raises(SystemExit) as exc:
+        decode_log.main([str(fixture), "--versus", str(fixture), "--by-prefills"])
+    assert exc.value.code == 2 and "--by-prefills reads one log" in capsys.readouterr().err
