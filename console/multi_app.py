@@ -217,7 +217,7 @@ class MultiServerMixin:
 
         too_small = [f"{self.server_label(i)} ({m})" for i, m in
                      enumerate(s.model.snapshot_max_running() for s in self.sessions)
-                     if m is not None and req.threshold is not None and req.threshold > m]
+                     if m is not None and isinstance(req.threshold, int) and req.threshold > m]  # "auto" fits any server
         self.push_screen(ConfirmAllScreen(req, [short_url(s.cfg.url) for s in self.sessions], too_small),  # type: ignore[attr-defined]
                          partial(self._after_confirm_all, req))
 

@@ -18,6 +18,7 @@ from console.nvml_sim import SimDevice, SimulatedNvml
 from console.servers import LogBuffer, ServerFocus, expand_routers, router_workers, server_row
 from console.widgets.log_view import LogView
 from console.widgets.server_list import ServerList
+from server_patch.contract import MODE_AUTO
 from console_support import DemoServer, free_port, screen_text, wait_for
 
 SIZE = (100, 34)
@@ -146,6 +147,29 @@ async def test_threshold_to_all_allows_the_largest_limit_and_names_the_servers_t
             await pilot.press("y")
             await wait_for(pilot, lambda: gate_of(large)["threshold"] == 30, what="the large server changed")
             assert gate_of(small)["threshold"] == 16
+    finally:
+        small.stop()
+        large.stop()
+
+
+async def test_auto_to_all_servers_is_confirmed_and_refused_by_none(tmp_path):
+    """``T`` with ``auto``: no server's max running requests is compared with it (a new user's
+    report: the dialog offered ``auto`` and the console then crashed comparing it with 20)."""
+    small = DemoServer(tmp_path, ["--load", "fixed:8", "--max-running-requests", "20",
+                                  "--speculative-disable-batch-threshold", "16"]).wait_ready()
+    large = DemoServer(tmp_path, ["--load", "fixed:8"]).wait_ready()
+    try:
+        app = SpecConsoleApp(multi_cfg([small, large], logs=False), nvml_module=SimulatedNvml(devices=[SimDevice()]))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: all(r.spec == "ON" for r in app.server_rows), what="rows")
+            await pilot.press("T")
+            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "AllThresholdDialog", what="dialog")
+            await fill_all_dialog(pilot, app, "auto")
+            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmAllScreen", what="confirm")
+            assert app.screen.refusing == []
+            await pilot.press("y")
+            await wait_for(pilot, lambda: gate_of(small)["mode"] == gate_of(large)["mode"] == MODE_AUTO,
+                           what="both servers on the auto threshold")
     finally:
         small.stop()
         large.stop()
