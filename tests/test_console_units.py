@@ -647,7 +647,9 @@ def test_threshold_dialog_parsing():
     for text in ("2.5", "1.5", "3e1", "1_000", "+-5", "٣", "0x10"):
         assert parse_request(text, "", 32, 4, 48) == f"threshold {text!r} is not a whole number (e.g. 32)"
     # "+5" could mean "5 more": refused, saying what the field takes (a fresh user read "not a whole number")
-    assert parse_request("+20", "", 32, 4, 48) == "threshold '+20': give the new value itself without a sign (e.g. 20)"
+    assert parse_request("+20", "", 32, 4, 48) == "threshold: the value itself, e.g. 20, no sign"
+    # a too-long hysteresis names its real limit, not the field's digit count (a new user's report)
+    assert parse_request("", "9" * 40, 32, 4, 48) == f"hysteresis {'9' * 12}… is out of range (below the threshold)"
     assert "hysteresis '1.5' is not a whole number" in parse_request("", "1.5", 32, 4, 48)
     assert "out of range" in parse_request("9" * 40, "", 32, 4, 48)
     assert parse_request(" 33 ", "", 32, 4, 48) == ThresholdRequest(33, None)

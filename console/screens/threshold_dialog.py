@@ -48,12 +48,13 @@ def parse_int_field(name: str, text: str, upper: int | None = None, auto: bool =
     if re.fullmatch(r"\+[0-9]+", value):
         # "+5" may mean "5 more": the field takes the new value itself, never a step
         example = int(value[1:]) if len(value) <= MAX_DIGITS else 32
-        return f"{name} {value[:12]!r}: give the new value itself without a sign (e.g. {example})"
+        return f"{name}: the value itself, e.g. {example}, no sign"  # short: a longer one was cut at the edge
     if not _INTEGER.fullmatch(value):
         return f"{name} {value!r} is not a whole number (e.g. 32)"
     if len(value.lstrip("-")) > MAX_DIGITS:
         shown = value if len(value) <= 12 else value[:12] + "…"
-        limit = f"at most {upper}" if upper is not None else f"at most {MAX_DIGITS} digits"
+        limit = f"at most {upper}" if upper is not None else ("below the threshold" if name == "hysteresis"
+                                                              else f"at most {MAX_DIGITS} digits")
         return f"{name} {shown} is out of range ({limit})"
     return int(value)
 
