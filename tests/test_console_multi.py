@@ -128,51 +128,55 @@ async def test_threshold_to_all_cancelled_sends_nothing(two_servers):
         assert gate_of(a)["threshold"] == gate_of(b)["threshold"] == 32
 
 
-async def test_threshold_to_all_allows_the_largest_limit_and_names_the_servers_that_will_refuse(tmp_path):
-    """Two servers with max running requests 96 and 20, the small one focused: 30 for all is not
-    refused by the dialog (the large one takes it); the confirm names the small one, which refuses."""
-    small = DemoServer(tmp_path, ["--load", "fixed:8", "--max-running-requests", "20",
-                                  "--speculative-disable-batch-threshold", "16"]).wait_ready()
-    large = DemoServer(tmp_path, ["--load", "fixed:8"]).wait_ready()
+@pytest.fixture
+def small_and_large(tmp_path):
+    """Two demo servers, max running requests 20 (threshold 16) and 96 (32), the small one first."""
+    servers = [DemoServer(tmp_path, ["--load", "fixed:8", "--max-running-requests", "20",
+                                     "--speculative-disable-batch-threshold", "16"]),
+               DemoServer(tmp_path, ["--load", "fixed:8"])]
     try:
-        app = SpecConsoleApp(multi_cfg([small, large], logs=False), nvml_module=SimulatedNvml(devices=[SimDevice()]))
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: all(r.spec == "ON" for r in app.server_rows), what="rows")
-            await pilot.press("T")
-            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "AllThresholdDialog", what="dialog")
-            await fill_all_dialog(pilot, app, "30")
-            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmAllScreen", what="confirm")
-            assert app.screen.refusing == [f"#1 {small.url.removeprefix('http://')} (20)"]
-            assert "will refuse it" in app.screen.text
-            await pilot.press("y")
-            await wait_for(pilot, lambda: gate_of(large)["threshold"] == 30, what="the large server changed")
-            assert gate_of(small)["threshold"] == 16
+        for s in servers:
+            s.wait_ready()
+        yield servers
     finally:
-        small.stop()
-        large.stop()
+        for s in servers:
+            s.stop()
 
 
-async def test_auto_to_all_servers_is_confirmed_and_refused_by_none(tmp_path):
+async def send_to_all(app: SpecConsoleApp, pilot, threshold: str) -> None:
+    """``T``, ``threshold`` in the dialog, Enter: waits for the confirm screen."""
+    await wait_for(pilot, lambda: all(r.spec == "ON" for r in app.server_rows), what="rows")
+    await pilot.press("T")
+    await wait_for(pilot, lambda: app.screen.__class__.__name__ == "AllThresholdDialog", what="dialog")
+    await fill_all_dialog(pilot, app, threshold)
+    await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmAllScreen", what="confirm")
+
+
+async def test_threshold_to_all_allows_the_largest_limit_and_names_the_servers_that_will_refuse(small_and_large):
+    """The small server focused: 30 for all is not refused by the dialog (the large one takes it);
+    the confirm names the small one, which refuses."""
+    small, large = small_and_large
+    app = SpecConsoleApp(multi_cfg(small_and_large, logs=False), nvml_module=SimulatedNvml(devices=[SimDevice()]))
+    async with app.run_test(size=SIZE) as pilot:
+        await send_to_all(app, pilot, "30")
+        assert app.screen.refusing == [f"#1 {small.url.removeprefix('http://')} (20)"]
+        assert "will refuse it" in app.screen.text
+        await pilot.press("y")
+        await wait_for(pilot, lambda: gate_of(large)["threshold"] == 30, what="the large server changed")
+        assert gate_of(small)["threshold"] == 16
+
+
+async def test_auto_to_all_servers_is_confirmed_and_refused_by_none(small_and_large):
     """``T`` with ``auto``: no server's max running requests is compared with it (a new user's
     report: the dialog offered ``auto`` and the console then crashed comparing it with 20)."""
-    small = DemoServer(tmp_path, ["--load", "fixed:8", "--max-running-requests", "20",
-                                  "--speculative-disable-batch-threshold", "16"]).wait_ready()
-    large = DemoServer(tmp_path, ["--load", "fixed:8"]).wait_ready()
-    try:
-        app = SpecConsoleApp(multi_cfg([small, large], logs=False), nvml_module=SimulatedNvml(devices=[SimDevice()]))
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: all(r.spec == "ON" for r in app.server_rows), what="rows")
-            await pilot.press("T")
-            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "AllThresholdDialog", what="dialog")
-            await fill_all_dialog(pilot, app, "auto")
-            await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmAllScreen", what="confirm")
-            assert app.screen.refusing == []
-            await pilot.press("y")
-            await wait_for(pilot, lambda: gate_of(small)["mode"] == gate_of(large)["mode"] == MODE_AUTO,
-                           what="both servers on the auto threshold")
-    finally:
-        small.stop()
-        large.stop()
+    small, large = small_and_large
+    app = SpecConsoleApp(multi_cfg(small_and_large, logs=False), nvml_module=SimulatedNvml(devices=[SimDevice()]))
+    async with app.run_test(size=SIZE) as pilot:
+        await send_to_all(app, pilot, "auto")
+        assert app.screen.refusing == []
+        await pilot.press("y")
+        await wait_for(pilot, lambda: gate_of(small)["mode"] == gate_of(large)["mode"] == MODE_AUTO,
+                       what="both servers on the auto threshold")
 
 
 async def test_an_unreachable_server_is_a_row_and_blanks_nothing(tmp_path):
