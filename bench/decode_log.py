@@ -59,6 +59,7 @@ DECODE_LINE = re.compile(
     r"Decode batch, #running-req: (?P<bs>\d+),(?: #token: (?P<tok>\d+),)?.*?gen throughput \(token/s\): "
     r"(?P<tps>" + _NUMBER + r")(?![0-9.])"
 )
+#: SGLang 0.5.12's prefill log line: ``Prefill batch, #new-seq: 1, #new-token: 256, #cached-token: 0, ...``
 PREFILL_LINE = re.compile(r"Prefill batch, #new-seq: \d+, #new-token: (?P<new>\d+),")
 #: the groups of :func:`summarize_by_prefills`: (name, fewest, most prefills since the previous line)
 PREFILL_GROUPS = (("0", 0, 0), ("1-2", 1, 2), ("3+", 3, None))
