@@ -362,6 +362,12 @@ class ServerClient:
             raise ServerUnreachable("HTTP 200: /server_info is not a JSON object (not an SGLang server?)")
         if "internal_states" not in info:  # every SGLang 0.5.x /server_info has it
             raise ServerUnreachable("HTTP 200: /server_info has no internal_states (not an SGLang server?)")
+        states = info["internal_states"]
+        if not isinstance(states, list) or (states and not isinstance(states[0], dict)):
+            # SGLang sends a list of objects; anything else is not "no gate" (a new user's report)
+            what = type(states).__name__ if not isinstance(states, list) else f"list of {type(states[0]).__name__}"
+            raise ServerUnreachable(f"HTTP 200: /server_info's internal_states is a JSON {what}, "
+                                    f"not SGLang's list of objects")
         gate = _first_state(info).get("spec_gate")
         if gate is not None and not isinstance(gate, dict):  # not "no gate": a gate this console cannot read
             raise ServerUnreachable(f"HTTP 200: /server_info's spec_gate is a JSON {type(gate).__name__}, not the "

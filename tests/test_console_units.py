@@ -162,7 +162,9 @@ async def test_client_unreachable_reasons():
     await client.aclose()
     # JSON, but not SGLang's /server_info: an answer from something else, not "no gate"
     for body, says in (({}, "has no internal_states"), ([1, 2], "is not a JSON object"),
-                       ({"internal_states": [{"spec_gate": []}]}, "spec_gate is a JSON list")):
+                       ({"internal_states": [{"spec_gate": []}]}, "spec_gate is a JSON list"),
+                       ({"internal_states": {"spec_gate": {}}}, "internal_states is a JSON dict, not"),
+                       ({"internal_states": ["x"]}, "internal_states is a JSON list of str, not")):
         client = ServerClient("http://x:1", transport=httpx.MockTransport(lambda r, b=body: httpx.Response(200, json=b)))
         with pytest.raises(ServerUnreachable, match=says) as exc:
             await client.poll()
