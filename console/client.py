@@ -15,6 +15,7 @@ failures into growing poll delays.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import socket
 import ssl
@@ -24,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from console.state import NO_ANSWER_REASON, NOT_JSON_REASON, GateState, LoadState, MetricsState, ServerSample, SetResult
+from console.state import BROKEN_JSON_REASON, NO_ANSWER_REASON, NOT_JSON_REASON, GateState, LoadState, MetricsState, ServerSample, SetResult
 from server_patch import contract
 
 
@@ -166,6 +167,8 @@ def _reason(exc: BaseException, api_key_given: bool = False) -> str:
         if "SSH-" in first:  # an sshd's banner where the status line should be
             return f"protocol error: {first} (an SSH server on this port, not HTTP)"
         return f"protocol error: {first} (not an HTTP server, or an https:// one?)"
+    if isinstance(exc, json.JSONDecodeError) and exc.doc.lstrip()[:1] in ("{", "["):
+        return BROKEN_JSON_REASON
     if isinstance(exc, ValueError):
         return NOT_JSON_REASON
     return type(exc).__name__ + (f": {exc}" if str(exc) else "")

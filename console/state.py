@@ -341,6 +341,9 @@ GPU_FROM_LOCAL, GPU_FROM_SERVER, GPU_FROM_BOTH = "local", "server", "server+loca
 
 #: the failure reason of an answer whose body is not JSON (console.client)
 NOT_JSON_REASON = "answer is not JSON (not an SGLang server?)"
+#: the failure reason of a body that begins as JSON and does not parse: a real server's answer cut
+#: off (a connection closed mid-answer) more likely than another program, so not "not SGLang"
+BROKEN_JSON_REASON = "answer is broken JSON, cut off mid-answer?"
 #: the reason of a request that connected but got no answer in time (a busy or hung server, not the network)
 NO_ANSWER_REASON = "timed out"
 
@@ -379,9 +382,12 @@ class ConnectionState:
     def down_word(self) -> str:
         """How to name an outage: ``no SGLang answer`` when something answered and ``not answering``
         when the connection was accepted but no answer came in time (``unreachable`` would send the
-        operator looking for a network problem), else ``unreachable``."""
+        operator looking for a network problem), ``no whole answer`` when the JSON was cut off, else
+        ``unreachable``."""
         if answered_not_sglang(self.last_error):
             return "no SGLang answer"
+        if self.last_error == BROKEN_JSON_REASON:
+            return "no whole answer"
         return "not answering" if self.last_error == NO_ANSWER_REASON else "unreachable"
 
 

@@ -170,6 +170,14 @@ async def test_client_unreachable_reasons():
             await client.poll()
         assert st.answered_not_sglang(str(exc.value))
         await client.aclose()
+    # a body cut off mid-answer is told apart from one that is not JSON at all (a new user's report)
+    for text, says in (('{"internal_states": [{"spec_ga', st.BROKEN_JSON_REASON), ("hello", st.NOT_JSON_REASON)):
+        client = ServerClient("http://x:1", transport=httpx.MockTransport(lambda r, t=text: httpx.Response(200, text=t)))
+        with pytest.raises(ServerUnreachable) as exc:
+            await client.poll()
+        assert str(exc.value) == says
+        await client.aclose()
+    assert not st.answered_not_sglang(st.BROKEN_JSON_REASON)
 
 
 # -- log parsing -----------------------------------------------------------------------------
@@ -566,6 +574,9 @@ def test_badge_states():
     html = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(
         reachable=False, down_since=8.0, last_error=st.NOT_JSON_REASON))  # an HTML page answered
     assert connection_text(html) == (f"no SGLang answer for 12 s ({st.NOT_JSON_REASON})", "error")
+    cut = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(
+        reachable=False, down_since=8.0, last_error=st.BROKEN_JSON_REASON))  # a real answer cut off
+    assert connection_text(cut) == (f"no whole answer for 12 s ({st.BROKEN_JSON_REASON})", "error")
     # the port accepts, no answer comes in time (fresh-user finding: it read "unreachable")
     hung = st.ConsoleSnapshot(sample_seen=True, now=20.0, connection=st.ConnectionState(
         reachable=False, down_since=8.0, last_error=st.NO_ANSWER_REASON))
