@@ -94,21 +94,25 @@ def _decode_matches(lines: Iterable[str], start: Optional[str], end: Optional[st
                     windows: Optional[List[int]] = None):
     """Yield ``(running_req, kv_tokens or None, gen_tok_s)`` of the ``Decode batch`` lines in the
     windows (:func:`decode_lines`) whose throughput is a measurement (:func:`_throughput`)."""
-    for line in _window_lines(lines, start, end, windows):
-        if len(line) > MAX_LINE or "Decode batch" not in line:
-            continue
-        m = DECODE_LINE.search(line)
-        tps = _throughput(m)  # "1e400" reads as inf, "1e-320" as no time: not measurements
-        if tps is not None:
-            yield int(m["bs"]), None if m["tok"] is None else int(m["tok"]), tps
+    for bs, tok, tps, _, _ in _scan(lines, start, end, windows):
+        yield bs, tok, tps
 
 
 def decode_lines_with_prefills(lines: Iterable[str], start: Optional[str] = None, end: Optional[str] = None):
     """Yield ``(running_req, gen_tok_s, prefills, prefill_tokens)`` of the ``Decode batch`` lines in
     the windows (:func:`decode_lines`), with the ``Prefill batch`` lines logged since the previous
     ``Decode batch`` line (any, measured or not) and their ``#new-token`` sum."""
+    for bs, _, tps, prefills, tokens in _scan(lines, start, end):
+        yield bs, tps, prefills, tokens
+
+
+def _scan(lines: Iterable[str], start: Optional[str], end: Optional[str], windows: Optional[List[int]] = None):
+    """Yield ``(running_req, kv_tokens or None, gen_tok_s, prefills, prefill_tokens)`` of each
+    ``Decode batch`` line in the windows whose throughput is a measurement (:func:`_throughput`: "1e400"
+    reads as inf, "1e-320" as no time), with the ``Prefill batch`` lines since the previous ``Decode
+    batch`` line (measured or not) and their ``#new-token`` sum."""
     prefills = tokens = 0
-    for line in _window_lines(lines, start, end):
+    for line in _window_lines(lines, start, end, windows):
         if len(line) > MAX_LINE:
             continue
         if "Prefill batch" in line:
@@ -121,7 +125,7 @@ def decode_lines_with_prefills(lines: Iterable[str], start: Optional[str] = None
         m = DECODE_LINE.search(line)
         tps = _throughput(m)
         if tps is not None:
-            yield int(m["bs"]), tps, prefills, tokens
+            yield int(m["bs"]), None if m["tok"] is None else int(m["tok"]), tps, prefills, tokens
         prefills = tokens = 0
 
 
