@@ -453,7 +453,8 @@ def _partition(acts: List[Tuple[float, float, str, Optional[int]]]) -> Tuple[Dic
 
 
 def _busy_between(union: List[Tuple[float, float]], starts: List[float], a: float, b: float) -> float:
-    """GPU busy time (us) of ``union`` (sorted, disjoint; ``starts`` its starts) within [a, b]."""
+    """Time (us) of ``union`` (sorted, disjoint intervals, e.g. GPU busy or a thread's waits;
+    ``starts`` their starts) within [a, b]."""
     total = 0.0
     for s, e in union[max(bisect.bisect_right(starts, a) - 1, 0):]:
         if s >= b:
@@ -562,19 +563,16 @@ def _steps(acts, spans, union) -> Dict[str, Any]:
     return out
 
 
-def _waits(complete: List[Dict[str, Any]]) -> Dict[Any, List[Tuple[float, float]]]:
+def _waits(complete: List[Dict[str, Any]]) -> Dict[Any, Tuple[List[Tuple[float, float]], List[float]]]:
     """Per ``(pid, tid)``: the intervals the thread spent in a CUDA synchronize call (waiting for the
-    GPU), sorted and merged."""
+    GPU), sorted and merged, with their starts (:func:`_busy_between`'s arguments)."""
     out: Dict[Any, List[Tuple[float, float]]] = {}
     for e in complete:
         if str(e.get("cat", "")).lower() == "cuda_runtime" and "Synchronize" in str(e.get("name", "")):
             ts = float(e["ts"])
             out.setdefault((e.get("pid"), e.get("tid")), []).append((ts, ts + float(e["dur"])))
-    return {k: _union(v) for k, v in out.items()}
-
-
-def _overlap(intervals: List[Tuple[float, float]], a: float, b: float) -> float:
-    return sum(max(0.0, min(e, b) - max(s, a)) for s, e in intervals if s < b and e > a)
+    merged = {k: _union(v) for k, v in out.items()}
+    return {k: (u, [s for s, _ in u]) for k, u in merged.items()}
 
 
 #: the ATen ops between a forward span and the next one kept per stage (the most CPU time) ...
@@ -602,7 +600,7 @@ def _ops_between(ops: Optional[Tuple[List[float], List[Dict[str, Any]], List[int
             rec[1] += float(e["dur"])
 
 
-def _cpu(spans: List[Dict[str, Any]], waits: Optional[Dict[Any, List[Tuple[float, float]]]] = None,
+def _cpu(spans: List[Dict[str, Any]], waits: Optional[Dict[Any, Tuple[List[Tuple[float, float]], List[float]]]] = None,
          ops: Optional[Dict[Any, Tuple[List[float], List[Dict[str, Any]], List[int]]]] = None) -> Dict[str, Any]:
     waits = waits or {}
     ops = ops or {}
@@ -620,16 +618,16 @@ def _cpu(spans: List[Dict[str, Any]], waits: Optional[Dict[Any, List[Tuple[float
         rec = out.setdefault(s["category"], {"spans": 0, "span_ms": 0.0, "span_wait_ms": 0.0, "requests": 0,
                                              "tokens": 0, "modes": {}, "to_next_ms": 0.0, "to_next_wait_ms": 0.0,
                                              "followed": 0})
-        w = waits.get(s["thread"], [])
+        w = waits.get(s["thread"], ([], []))
         rec["spans"] += 1
         rec["span_ms"] += (s["end"] - s["ts"]) / 1000
-        rec["span_wait_ms"] += _overlap(w, s["ts"], s["end"]) / 1000
+        rec["span_wait_ms"] += _busy_between(*w, s["ts"], s["end"]) / 1000
         rec["requests"] += s["bs"]
         rec["tokens"] += s["toks"] or 0
         rec["modes"][s["mode"]] = rec["modes"].get(s["mode"], 0) + 1
         if i in following:
             rec["to_next_ms"] += max(0.0, following[i] - s["end"]) / 1000
-            rec["to_next_wait_ms"] += _overlap(w, s["end"], following[i]) / 1000
+            rec["to_next_wait_ms"] += _busy_between(*w, s["end"], following[i]) / 1000
             rec["followed"] += 1
             _ops_between(ops.get(s["thread"]), s["end"], following[i], between.setdefault(s["category"], {}))
     for cat, rec in out.items():
