@@ -903,6 +903,14 @@ def compare_sites(a: Dict[str, List[Dict[str, Any]]], b: Dict[str, List[Dict[str
     return out
 
 
+def format_cpu_speed(speed: Dict[str, Any]) -> str:
+    """:func:`cpu_speed` as one paragraph (its three most different ops named)."""
+    most = ", ".join(f"{r['op']} {r['ratio']:g}" for r in speed["by_op"][:3])
+    return (f"\nCPU per op: B's median CPU time for an ATen op A also ran is {speed['ratio']:g}x A's (geometric "
+            f"mean over {speed['ops']} ops each ran >= {speed['min_count']} times, ops that can wait for the GPU and "
+            f"ops under {CPU_SPEED_MIN_US:g} us left out; slower or busier cores, or bigger ops; the most: {most})")
+
+
 def format_sites(cmp: Dict[str, List[Dict[str, Any]]]) -> str:
     """:func:`compare_sites` as two markdown tables."""
     lines = []

@@ -1620,12 +1620,7 @@ def compare_profiles(a: argparse.Namespace) -> Dict[str, Any]:
         if "sites" in cmp:
             print(trace_summary.format_sites(cmp["sites"]))
         if "cpu_speed" in cmp:
-            sp = cmp["cpu_speed"]
-            most = ", ".join(f"{r['op']} {r['ratio']:g}" for r in sp["by_op"][:3])
-            print(f"\nCPU per op: B's median CPU time for an ATen op A also ran is {sp['ratio']:g}x A's (geometric "
-                  f"mean over {sp['ops']} ops each ran >= {sp['min_count']} times, ops that can wait for the GPU and "
-                  f"ops under {trace_summary.CPU_SPEED_MIN_US:g} us left out; slower or busier cores, or bigger ops; "
-                  f"the most: {most})")
+            print(trace_summary.format_cpu_speed(cmp["cpu_speed"]))
         for note in notes:
             print(f"\n({note})")
     return cmp
