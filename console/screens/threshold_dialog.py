@@ -35,9 +35,15 @@ MAX_DIGITS = 9
 FIELD_MAX_CHARS = 16
 
 
-def parse_int_field(name: str, text: str, upper: int | None = None, auto: bool = False) -> int | None | str:
+#: the hysteresis field's limit in words (its number is the other field's, threshold - 1)
+HYSTERESIS_BOUND = "below the threshold"
+
+
+def parse_int_field(name: str, text: str, upper: int | None = None, auto: bool = False,
+                    bound: str | None = None) -> int | None | str:
     """The field's integer, None when empty (unchanged), or why it is refused (a str).
-    ``upper``: the largest value that makes sense, named when the number is absurdly long;
+    ``upper``: the largest value that makes sense, named when the number is absurdly long (``bound``:
+    that limit in words where it is no fixed number);
     ``auto``: the word ``auto`` is a value too (the threshold field), returned as ``"auto"``
     -- told apart from a refusal by the caller's check ``== contract.AUTO``."""
     value = text.strip()
@@ -53,8 +59,7 @@ def parse_int_field(name: str, text: str, upper: int | None = None, auto: bool =
         return f"{name} {value!r} is not a whole number (e.g. 32)"
     if len(value.lstrip("-")) > MAX_DIGITS:
         shown = value if len(value) <= 12 else value[:12] + "…"
-        limit = f"at most {upper}" if upper is not None else ("below the threshold" if name == "hysteresis"
-                                                              else f"at most {MAX_DIGITS} digits")
+        limit = f"at most {upper}" if upper is not None else bound or f"at most {MAX_DIGITS} digits"
         return f"{name} {shown} is out of range ({limit})"
     return int(value)
 
@@ -75,7 +80,7 @@ def parse_request(
     thr = parse_int_field("threshold", threshold_text, max_running_requests, auto=True)
     if isinstance(thr, str) and thr != contract.AUTO:
         return thr
-    hys = parse_int_field("hysteresis", hysteresis_text)
+    hys = parse_int_field("hysteresis", hysteresis_text, bound=HYSTERESIS_BOUND)
     if isinstance(hys, str):
         return hys
     thr = current_threshold if thr is None else thr
@@ -103,14 +108,15 @@ class WholeNumber(Validator):
     threshold also ``auto``); the range against the other field is the contract's, checked on
     send (:func:`parse_request`)."""
 
-    def __init__(self, name: str, upper: int | None = None, auto: bool = False) -> None:
+    def __init__(self, name: str, upper: int | None = None, auto: bool = False, bound: str | None = None) -> None:
         super().__init__()
         self.field_name = name
         self.upper = upper
         self.auto = auto
+        self.bound = bound
 
     def validate(self, value: str) -> ValidationResult:
-        result = parse_int_field(self.field_name, value, self.upper, self.auto)
+        result = parse_int_field(self.field_name, value, self.upper, self.auto, self.bound)
         return self.failure(result) if isinstance(result, str) and result != contract.AUTO else self.success()
 
 
@@ -148,7 +154,7 @@ class ThresholdDialog(ModalScreen["ThresholdRequest | None"]):
             with Horizontal(classes="field"):
                 yield Label("hysteresis H (req)", classes="field-label")
                 yield DialogField(str(self.hysteresis if self.hysteresis is not None else ""), id="hysteresis-input",
-                                   validators=[WholeNumber("hysteresis")], validate_on=["changed"],
+                                   validators=[WholeNumber("hysteresis", bound=HYSTERESIS_BOUND)], validate_on=["changed"],
                                    max_length=FIELD_MAX_CHARS)
             yield Label("", id="threshold-error")
             with Horizontal(id="threshold-buttons"):
