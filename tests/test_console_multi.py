@@ -28,9 +28,8 @@ def gate_of(server: DemoServer) -> dict:
     return server.get("/server_info")["internal_states"][0]["spec_gate"]
 
 
-@pytest.fixture
-def two_servers(tmp_path):
-    servers = [DemoServer(tmp_path, ["--load", "fixed:8"]), DemoServer(tmp_path, ["--load", "fixed:12"])]
+def ready(servers: list[DemoServer]):
+    """Yield ``servers`` once every one answers; stop them all afterwards (a fixture's body)."""
     try:
         for s in servers:
             s.wait_ready()
@@ -38,6 +37,11 @@ def two_servers(tmp_path):
     finally:
         for s in servers:
             s.stop()
+
+
+@pytest.fixture
+def two_servers(tmp_path):
+    yield from ready([DemoServer(tmp_path, ["--load", "fixed:8"]), DemoServer(tmp_path, ["--load", "fixed:12"])])
 
 
 def multi_cfg(servers, logs: bool = True, **kw) -> AppConfig:
@@ -131,16 +135,9 @@ async def test_threshold_to_all_cancelled_sends_nothing(two_servers):
 @pytest.fixture
 def small_and_large(tmp_path):
     """Two demo servers, max running requests 20 (threshold 16) and 96 (32), the small one first."""
-    servers = [DemoServer(tmp_path, ["--load", "fixed:8", "--max-running-requests", "20",
-                                     "--speculative-disable-batch-threshold", "16"]),
-               DemoServer(tmp_path, ["--load", "fixed:8"])]
-    try:
-        for s in servers:
-            s.wait_ready()
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+    yield from ready([DemoServer(tmp_path, ["--load", "fixed:8", "--max-running-requests", "20",
+                                            "--speculative-disable-batch-threshold", "16"]),
+                      DemoServer(tmp_path, ["--load", "fixed:8"])])
 
 
 async def send_to_all(app: SpecConsoleApp, pilot, threshold: str) -> None:
