@@ -412,6 +412,10 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
     rec["off_lean_future_map_steps"] = g.get("off_lean_future_map_steps", 0)
     _rank_proof(rec, g, "off_lean_future_map",
                 active=g.get("off_lean_future_map") == "on" or g.get("off_lean_future_map_steps", 0) > 0)
+    # KV reserve (opt-in, v2): the slots held beyond SGLang's bound were owned and not free, on sampled top-ups
+    rec["kv_reserve"] = g.get("kv_reserve")
+    rec["kv_reserve_topups"] = g.get("kv_reserve_topups", 0)
+    _rank_proof(rec, g, "kv_reserve", active=g.get("kv_reserve") == "on" or rec["kv_reserve_topups"] > 0)
     # what the OFF path ran (the plugin's defaults change between versions: part of an entry's identity)
     rec["off_path"] = {"kv_only_runs": g.get("off_kv_only_runs"), "kv_only_prefills": rec["off_kv_only_prefills"] > 0,
                        "lean_draft_extend": rec["off_lean_draft_extend_steps"] > 0, "lean_v1": rec["off_lean_v1"]}
@@ -421,6 +425,8 @@ def _classic_phases(rec: Dict[str, Any], url: str, oracle: Any, cfg: Dict[str, A
         rec["off_path"]["lean_v2_verify"] = True
     if rec["off_lean_future_map_steps"] > 0:
         rec["off_path"]["lean_future_map"] = True
+    if rec["kv_reserve_topups"] > 0:
+        rec["off_path"]["kv_reserve"] = g.get("kv_reserve_tokens")
     # built (on) or run: it must have run and been checked, and never failed (no pass with 0 lean steps)
     _rank_proof(rec, g, "off_lean_v1", active=g.get("off_lean_v1") == "on" or g.get("off_lean_v1_steps", 0) > 0)
     _rank_proof(rec, g, "off_kv_only", active=g.get("off_draft_extend_reason") is None
@@ -792,7 +798,8 @@ LINE_KEYS = ("config", "tp", "kv_sensitive", "worker_class", "oracle_match", "sw
              "off_steps_used_cuda_graph", "off_target_attention", "off_attention_proof_ok",
              "off_early_seq_lens_proof_ok", "off_draft_extend", "off_kv_only_proof_ok", "off_lean_v1",
              "off_lean_v1_proof_ok", "off_lean_v2_verify", "off_lean_v2_verify_proof_ok", "off_deferred_draft_kv",
-             "off_deferred_draft_kv_rows", "off_lean_future_map", "off_lean_future_map_proof_ok", "target_prefill", "target_prefill_proof_ok", "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
+             "off_deferred_draft_kv_rows", "off_lean_future_map", "off_lean_future_map_proof_ok", "kv_reserve", "kv_reserve_proof_ok",
+             "target_prefill", "target_prefill_proof_ok", "accept_length_before_off", "accept_length_after_on", "accept_length_after_on_oracle",
              "recovery_matches_oracle", "forced_on_verify_ct_matches_oracle", "varied_lengths_ok", "error")
 
 

@@ -194,6 +194,8 @@ class SimulatedRunner:
     off_verify_metadata_mismatches = 0
     off_lean_future_map = None  # v2 overlap only, opt-in (SPECCONSOLE_OFF_LEAN_FUTURE_MAP=1)
     off_lean_future_map_steps = off_lean_future_map_checks = off_lean_future_map_mismatches = 0
+    kv_reserve = kv_reserve_tokens = None  # v2 only, opt-in (SPECCONSOLE_KV_RESERVE=R)
+    kv_reserve_topups = kv_reserve_skipped_steps = kv_reserve_checks = kv_reserve_mismatches = 0
     off_deferred_draft_kv = None
     off_lean_v2_verify = None
     off_lean_v2_verify_steps = off_lean_v2_verify_checks = off_lean_v2_verify_mismatches = 0

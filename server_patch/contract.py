@@ -395,6 +395,12 @@ SPEC_GATE_FIELDS: Dict[str, str] = {
     "off_early_seq_lens_steps": "int",
     "off_early_seq_lens_checks": "int",
     "off_early_seq_lens_mismatches": "int",
+    "kv_reserve": "str",
+    "kv_reserve_tokens": "int",
+    "kv_reserve_topups": "int",
+    "kv_reserve_skipped_steps": "int",
+    "kv_reserve_checks": "int",
+    "kv_reserve_mismatches": "int",
     "target_prefill": "str",
     "target_prefill_reason": "str",
     "target_prefill_graph_replays": "int",
@@ -423,7 +429,8 @@ RANK_FIELDS: Tuple[str, ...] = (
     "off_kv_only_mismatches", "off_lean_v1_checks", "off_lean_v1_mismatches",
     "off_lean_v2_verify_checks", "off_lean_v2_verify_mismatches",
     "off_verify_metadata_checks", "off_verify_metadata_mismatches", "off_lean_future_map_checks",
-    "off_lean_future_map_mismatches", "off_resume_steps", "target_prefill_checks", "target_prefill_mismatches", "mode",
+    "off_lean_future_map_mismatches", "off_resume_steps", "kv_reserve_checks", "kv_reserve_mismatches",
+    "target_prefill_checks", "target_prefill_mismatches", "mode",
     "decisions_digest", "host", "node_rank", "gpu",
 )
 #: ``last_switch``: decode step index, ``"on"``/``"off"``, batch size (req)

@@ -75,7 +75,8 @@ def test_server_info_has_spec_gate_per_contract(server):
                                      "off_lean_v2_verify_checks", "off_lean_v2_verify_mismatches",
                                      "off_verify_metadata_checks", "off_verify_metadata_mismatches",
                                      "off_lean_future_map_checks", "off_lean_future_map_mismatches",
-                                     "off_resume_steps", "target_prefill_checks",
+                                     "off_resume_steps", "kv_reserve_checks",
+                                     "kv_reserve_mismatches", "target_prefill_checks",
                                          "target_prefill_mismatches", "mode", "decisions_digest",
                                      "host", "node_rank", "gpu"}
 

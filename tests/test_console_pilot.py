@@ -192,6 +192,29 @@ async def test_out_of_range_threshold_is_refused_before_sending(make_app):
         assert (await server_gate(app.cfg.url))["threshold"] == 32
 
 
+async def test_the_hysteresis_field_says_at_once_what_it_refuses(make_app):
+    """The hysteresis field's validator is wired (the threshold's is tested above): a word, ``auto``
+    (a threshold's value only) and an absurdly long number are named as typed, before Enter."""
+    from console.screens.threshold_dialog import HYSTERESIS_BOUND
+
+    app = make_app(["--load", "fixed:8", "--max-running-requests", "32"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        await open_threshold_dialog(pilot, app)
+        field = app.screen.query_one("#hysteresis-input")
+        error = lambda: str(app.screen.query_one("#threshold-error").render())  # noqa: E731
+        for typed, says in (("x", "hysteresis 'x' is not a whole number"),
+                            ("auto", "hysteresis 'auto' is not a whole number"),
+                            ("1234567890", f"hysteresis 1234567890 is out of range ({HYSTERESIS_BOUND})")):
+            field.value = typed
+            await pilot.pause(0.1)
+            assert says in error(), (typed, error())
+        field.value = "2"
+        await pilot.pause(0.1)
+        assert error() == ""
+        await pilot.press("escape")
+
+
 async def test_spec_state_flips_when_the_batch_crosses_the_threshold(make_app):
     app = make_app(["--load", "8,48", "--phase-seconds", "1.5"])
     async with app.run_test(size=SIZE) as pilot:

@@ -1062,6 +1062,12 @@ def test_details_say_how_the_targets_prefills_run_and_what_v1_gives_up():
         off_lean_future_map_mismatches=0)
     assert "OFF future map SGLang's (v1 has no future map)" in text(off_lean_future_map="v1 has no future map")
     assert "OFF future map" not in text()
+    assert "KV reserve 16 tokens a request, 9,100 steps without allocating, 900 top-ups, 64 checked, 0 wrong" in text(
+        kv_reserve="on", kv_reserve_tokens=16, kv_reserve_skipped_steps=9100, kv_reserve_topups=900,
+        kv_reserve_checks=64, kv_reserve_mismatches=0)
+    assert "KV reserve SGLang's allocation (v1 allocates and frees inside each step)" in text(
+        kv_reserve="v1 allocates and frees inside each step")
+    assert "KV reserve" not in text()
 
 
 def test_stale_values_while_the_server_is_down():

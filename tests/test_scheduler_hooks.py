@@ -350,7 +350,8 @@ def test_internal_state_carries_spec_gate_for_the_console():
                               "off_lean_v2_verify_checks": 0, "off_lean_v2_verify_mismatches": 0,
                               "off_verify_metadata_checks": 0, "off_verify_metadata_mismatches": 0,
                               "off_lean_future_map_checks": 0, "off_lean_future_map_mismatches": 0,
-                              "off_resume_steps": 0, "target_prefill_checks": 0, "target_prefill_mismatches": 0,
+                              "off_resume_steps": 0, "kv_reserve_checks": 0, "kv_reserve_mismatches": 0,
+                              "target_prefill_checks": 0, "target_prefill_mismatches": 0,
                               "mode": "manual", "decisions_digest": 2}]
     # a runner that reports no OFF draft-extend kind is taken as the full one
     assert gate["off_draft_extend"] == "full" and gate["off_kv_only_graph_replays"] == 0

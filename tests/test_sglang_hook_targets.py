@@ -96,7 +96,18 @@ EXPECTED_PARAMS = {
     "update_weights_from_ipc": ["self", "recv_req"],
     "release_memory_occupation": ["self", "recv_req"],
     "init_overlap": ["self"],
+    "prepare_for_decode": ["self", "batch"],  # EagleDraftInputV2Mixin's (kv_reserve)
 }
+
+
+def test_the_draft_input_class_inherits_the_v2_prepare_for_decode_it_is_hooked_on():
+    """``kv_reserve`` wraps the mixin's method; ``EagleDraftInput`` must not define its own, and the
+    batch calls it on its draft input (``ScheduleBatch.prepare_for_decode``'s v2 branch)."""
+    draft = _classes(SRT / "speculative" / "eagle_info.py")["EagleDraftInput"]
+    assert "prepare_for_decode" not in _methods(draft)
+    assert "EagleDraftInputV2Mixin" in [b.id for b in draft.bases if isinstance(b, ast.Name)]
+    batch = _methods(_classes(SRT / "managers" / "schedule_batch.py")["ScheduleBatch"])["prepare_for_decode"]
+    assert "draft_input.prepare_for_decode(self)" in ast.unparse(batch)
 
 
 @pytest.mark.parametrize("target", [t for t, _, _ in scheduler_hooks.HOOKS])

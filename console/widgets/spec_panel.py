@@ -389,6 +389,12 @@ def detail_rows(s: st.ConsoleSnapshot, d: dict) -> list[list[Text]]:
                              f", {fmt.num(g.off_lean_future_map_steps)} steps"
                              + _checked(g.off_lean_future_map_checks, g.off_lean_future_map_mismatches),
                              "SGLang's"))
+    if g.kv_reserve is not None:
+        # v2, SPECCONSOLE_KV_RESERVE=R: decode steps allocate KV slots R tokens ahead (server_patch/kv_reserve.py)
+        rows.append(_cut_row(d, "KV reserve ", g.kv_reserve, "on", f"{fmt.num(g.kv_reserve_tokens)} tokens a request",
+                             f", {fmt.num(g.kv_reserve_skipped_steps)} steps without allocating, "
+                             f"{fmt.num(g.kv_reserve_topups)} top-ups"
+                             + _checked(g.kv_reserve_checks, g.kv_reserve_mismatches), "SGLang's allocation"))
     if g.off_lean_v1 is not None:
         # v1 (default; =0 off): OFF steps without SGLang's mid-step syncs (server_patch/off_step_v1.py)
         rows.append(_cut_row(d, "OFF step path ", g.off_lean_v1, "on", "lean",

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The KV reserve (server_patch/kv_reserve.py, opt-in; prepared 2026-12-07, fourteenth session, not run), triton v2,
+# 8B pair, not pinned. SGLang's spec-v2 prepare_for_decode allocates a few KV slots for every request on nearly every
+# decode step; with SPECCONSOLE_KV_RESERVE=16 a step that must allocate tops all requests up 16 beyond SGLang's bound
+# and the steps between allocate nothing (07g's py-spy: its self time 7.7 ms per 1,000 tokens on the OFF server
+# against 2.1 for a server without speculation's one slot, at 32 requests).
+#   1. p = 0.5 none / auto / auto + reserve (auto OFF from ~16 up), closed 32 / 64 / 128, two interleaved repeats,
+#      py-spy on the three at 32; read step for step, then by function:
+#        python -m bench.decode_log ab-reserve/server-logs/ab-b-auto-p0.5.log.gz --versus ab-reserve/server-logs/ab-c-auto-p0.5.log.gz --sizes all
+#        python -m bench.cpu_profile compare --by self ab-reserve/profile/{b,c}/cpu-profile-*.json
+#      and the reserve's own counters in C's spec_gate (kv_reserve_topups / _skipped_steps / _checks / _mismatches).
+#   2. bench.gate_correctness v2-topk1 on the KV-sensitive 1B pair with the reserve: oracle-exact, every proof 0
+#      mismatches (kv_reserve_proof_ok among them).
+#   3. ON steps: p = 0.2 always / auto / auto + reserve at 4 / 16 (auto ON there), one repeat interleaved.
+# Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
+# `wait ...`, sent at once. About 1,000 s with set-up (part 1 ~450 s with its servers' start, 2 ~200 s, 3 ~250 s).
+# Rename to its date when run.
+export SELF=bench/gpu_run_next_reserve.sh
+set -uo pipefail
+source bench/gpu_ab_steps.sh
+dispatch "$@"
+models_p05
+pool=$(three_pool)
+reserve=(--c auto --c-env SPECCONSOLE_KV_RESERVE=16 --workloads varied-closed --row-seconds 10 --interleave
+         --max-total-tokens "$pool")
+ab ab-reserve --models /tmp/models/8b/p0.5 --a none --b auto "${reserve[@]}" --repeats "${REPEATS:-2}" \
+  --concurrency 32,64,128 --cpu-profile-row varied-closed:32
+t0=$SECONDS
+SPECCONSOLE_KV_RESERVE=16 python3 -m bench.gate_correctness --models /tmp/models/1b/kv-p0.2 --build 1b --kv-sensitive \
+  --configs v2-topk1 --mem-fraction 0.5 --out "$R/gate-correctness-reserve.json" --log-dir "$R/gate-logs" >"$R/gate.log" 2>&1
+echo "gate-reserve rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
+pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
+ab ab-reserve-on --a always --b auto "${reserve[@]}" --repeats 1 --concurrency 4,16
+touch "$R/all.done"
