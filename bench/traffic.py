@@ -649,7 +649,8 @@ def gate_snapshot(config: str, url: str) -> Optional[Dict[str, Any]]:
 def gate_row_delta(before: Optional[Dict[str, Any]], after: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """What a gate server did during one row, from its ``spec_gate`` before and after it: the change
     of each counter of ``server_patch.contract.ACTIVITY_COUNTERS`` present in both (decode steps ON /
-    OFF, switches, auto's probes and probe steps, resume steps), ``on_share`` (ON decode steps / all,
+    OFF, switches, auto's probes and probe steps, resume steps, the KV reserve's top-ups and steps
+    without allocation), ``on_share`` (ON decode steps / all,
     None without decode steps) and the ``auto_reason`` at the end. It tells a row's loss in auto mode
     from probes and switches apart from slower steps. None when a snapshot is missing or a counter
     went back (the server restarted during the row: the difference would be meaningless)."""

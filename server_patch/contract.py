@@ -447,10 +447,11 @@ GPU_FIELDS: Tuple[str, ...] = ("host", "node_rank", "gpu_id", "uuid", "nvml_inde
 BUCKET_FIELDS: Tuple[str, ...] = ("lo", "hi", "on_tok_s", "off_tok_s", "on_samples", "off_samples",
                                   "accept_length", "on")
 #: the monotone counters whose change over a stretch of load says what the gate did in it (decode
-#: steps ON / OFF, switches, auto's probes and probe steps, resume steps): ``bench.traffic``'s
-#: per-row ``spec_gate_delta``
+#: steps ON / OFF, switches, auto's probes and probe steps, resume steps, the KV reserve's top-ups
+#: and steps without allocation): ``bench.traffic``'s per-row ``spec_gate_delta``
 ACTIVITY_COUNTERS: Tuple[str, ...] = ("decode_steps_on", "decode_steps_off", "switches", "auto_probes",
-                                      "auto_probe_steps", "off_resume_steps")
+                                      "auto_probe_steps", "off_resume_steps", "kv_reserve_topups",
+                                      "kv_reserve_skipped_steps")
 #: the fields whose values all TP ranks must share (a difference is an alarm); equal
 #: ``decisions_digest`` means the same decision at every decode step
 RANK_AGREEMENT_FIELDS: Tuple[str, ...] = ("spec_enabled", "threshold", "hysteresis", "mode",
