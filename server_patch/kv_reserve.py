@@ -19,9 +19,10 @@ work); a step where no request is below the bound skips the allocation and does 
 SGLang's function as it does it (the wait for the last verify, the per-request counters, the
 ``seq_lens`` host copy). All requests are topped up together so that the following steps all skip:
 about R OFF steps, or R / accept length ON steps, until a prefilled request joins the batch.
-The reserve is taken only while the pool, counting what the radix cache could evict, keeps as much
-again free (else that step is SGLang's, unchanged); it holds at most R x batch size slots (2,048 at
-R = 16 and 128 requests), freed when a request finishes or is retracted (SGLang frees
+The reserve is taken only while the pool, counting what the radix cache could evict, keeps another R
+slots a request free after the top-up (else that step is SGLang's, unchanged), so it never takes
+the last free slots a full pool would retract requests for; it holds at most R x batch size slots
+(2,048 at R = 16 and 128 requests), freed when a request finishes or is retracted (SGLang frees
 ``[committed, allocated)`` whatever its size, ``mem_cache/common.py:566-619``), and counts as
 used for the scheduler's admission of new requests while held.
 
@@ -130,7 +131,7 @@ class KvReserve(SampledProof):
         width = batch.req_to_token_pool.req_to_token.shape[1]
         extra = [max(0, min(self.tokens, width - r.kv_committed_len - bound)) for r in reqs]
         need = sum(max(0, r.kv_committed_len + e + bound - r.kv_allocated_len) for r, e in zip(reqs, extra))
-        if not _room(batch.tree_cache, 2 * need):
+        if not _room(batch.tree_cache, need + self.tokens * len(reqs)):
             self.fallbacks += 1
             return original(draft_input, batch)
         for r, e in zip(reqs, extra):

@@ -240,7 +240,7 @@ def test_a_request_near_the_row_end_is_reserved_only_up_to_it():
 
 def test_without_room_the_step_is_sglangs():
     reserve, prepare = with_reserve(64)
-    batch = Batch(100 + 200)  # 200 free: SGLang's 2 x 8, not the reserve's 2 x 72 twice over
+    batch = Batch(100 + 200)  # 200 free: SGLang's 2 x 8, not the reserve's 2 x 72 and 2 x 64 more
     batch.add(0, 50)
     batch.add(1, 50)
     prepare(batch)
