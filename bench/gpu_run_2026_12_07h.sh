@@ -14,8 +14,8 @@
 #   3. ON steps: p = 0.2 always / auto / auto + reserve at 4 / 16 (auto ON there), one repeat interleaved.
 # Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
 # `wait ...`, sent at once. About 1,000 s with set-up (part 1 ~450 s with its servers' start, 2 ~200 s, 3 ~250 s).
-# Rename to its date when run.
-export SELF=bench/gpu_run_next_reserve.sh
+# Prepared as gpu_run_next_reserve.sh; run 2026-12-07 (fourteenth session), results in bench/results/*-2026-12-07h/.
+export SELF=bench/gpu_run_2026_12_07h.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
