@@ -127,7 +127,8 @@ class ConsoleModel:
         self._gate_values: tuple[int | None, int | None] | None = None  # spec_gate's N/H at the last poll
         self._gate_steps: int | None = None  # spec_gate's decode steps (ON + OFF) at the last poll
         self._restarted = False  # the server was restarted since the last spec_gate poll
-        self._sent: deque[tuple[float, dict[str, int]]] = deque(maxlen=256)  # changes POSTed (time, change)
+        # changes POSTed: (time, change, the keys of it spec_gate has shown since)
+        self._sent: deque[tuple[float, dict[str, int], set[str]]] = deque(maxlen=256)
 
     # -- inputs ----------------------------------------------------------------------------
 
@@ -400,7 +401,7 @@ class ConsoleModel:
         if self._inflight is not None or not self._queued:
             return None
         self._inflight = self._queued.pop(0)
-        self._sent.append((self.clock(), dict(self._inflight)))
+        self._sent.append((self.clock(), dict(self._inflight), set()))
         return dict(self._inflight)
 
     @property
@@ -489,13 +490,15 @@ class ConsoleModel:
         self._gate_steps = steps
         restarted, self._restarted = self._restarted, False
         if before is None or now_values == before or self.pending is not None or self.sending:
+            self._claim_shown(now_values)
             return []  # nothing to compare, no change, or this console's own change under way
         parts = []
         for key, old, new in (("threshold", before[0], now_values[0]), ("hysteresis", before[1], now_values[1])):
             # after a restart the server's launch values are the restart's even where this console
             # had sent the same value to the old process
-            if old != new and (restarted or not self._sent_recently(key, new)):
+            if old != new and (restarted or not self._claim_sent(key, new)):
                 parts.append(f"{key} changed to {new}")
+        self._claim_shown(now_values)
         if not parts:
             return []
         if restarted:
@@ -510,7 +513,23 @@ class ConsoleModel:
     def _sent_recently(self, key: str, value: Any) -> bool:
         """Whether this console POSTed ``key`` = ``value`` within UNANSWERED_TTL_S."""
         now = self.clock()
-        return any(c.get(key) == value for t, c in self._sent if now - t <= UNANSWERED_TTL_S)
+        return any(c.get(key) == value for t, c, _ in self._sent if now - t <= UNANSWERED_TTL_S)
+
+    def _claim_sent(self, key: str, value: Any) -> bool:
+        """Whether spec_gate showing ``key`` = ``value`` is this console's doing: a POST of that value
+        within UNANSWERED_TTL_S that spec_gate has not shown since. Such a POST is then accounted for,
+        so the same value set again later by another client is said to be theirs."""
+        now = self.clock()
+        for t, change, shown in reversed(self._sent):
+            if now - t <= UNANSWERED_TTL_S and key not in shown and change.get(key) == value:
+                shown.add(key)
+                return True
+        return False
+
+    def _claim_shown(self, values: tuple) -> None:
+        """Account for this console's POSTs whose values spec_gate shows now (``(threshold, hysteresis)``)."""
+        for key, value in zip(("threshold", "hysteresis"), values):
+            self._claim_sent(key, value)
 
     def _check_unanswered(self) -> list[str]:
         """A change without an answer: confirmed when spec_gate shows it, else said once to be not applied."""

@@ -432,6 +432,20 @@ def test_a_restart_back_to_a_value_this_console_had_sent_earlier_is_said_too():
     assert m.snapshot().message.startswith("threshold changed to 32 with the restart")
 
 
+def test_another_clients_change_back_to_a_value_this_console_set_earlier_is_said():
+    """Fresh-user finding: this console set 40 (confirmed), then 41 (confirmed); curl set 40 again and
+    the console said nothing, its line still reading 'threshold 40 -> 41 confirmed by spec_gate'."""
+    m = ConsoleModel()
+    m.on_sample(_sample(threshold=32, hysteresis=3))
+    for value in (40, 41):
+        m.request_change(value, None)
+        m.on_set_result(m.next_to_send(), st.SetResult(True, None, value, 3, 10))
+        m.on_sample(_sample(threshold=value, hysteresis=3))
+        assert m.snapshot().message.endswith("confirmed by spec_gate")
+    m.on_sample(_sample(threshold=40, hysteresis=3))
+    assert m.snapshot().message == "threshold changed to 40 outside this console"
+
+
 def test_an_attached_server_restarted_elsewhere_is_told_by_its_decode_step_count_going_back():
     """A fresh user's find: an attached server killed and started again by hand came back at its
     launch N 32, which the console had sent minutes before among many + / - presses: no line."""
