@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from console import fmt
 from console.state import BROKEN_JSON_REASON, NO_ANSWER_REASON, NOT_JSON_REASON, GateState, LoadState, MetricsState, ServerSample, SetResult
 from server_patch import contract
 
@@ -243,7 +244,7 @@ def parse_server_info(info: dict[str, Any], loads: dict[str, Any] | None, metric
     if isinstance(first.get("spec_gate"), dict):
         gate = GateState.from_json(first["spec_gate"])
     tput = first.get("last_gen_throughput")
-    version = info.get("version") if isinstance(info.get("version"), str) else None
+    version = fmt.printable(info["version"]) if isinstance(info.get("version"), str) else None
     if version is None and gate is not None:
         version = gate.sglang_version
     load = LoadState.from_json(loads) if isinstance(loads, dict) else None
@@ -253,7 +254,7 @@ def parse_server_info(info: dict[str, Any], loads: dict[str, Any] | None, metric
         gate=gate,
         load=load,
         simulated=bool(sim),
-        simulated_note=sim.get("note") if isinstance(sim, dict) else None,
+        simulated_note=fmt.printable(sim["note"]) if isinstance(sim, dict) and isinstance(sim.get("note"), str) else None,
         metrics=metrics,
         last_gen_throughput=float(tput) if isinstance(tput, (int, float)) and not isinstance(tput, bool) else None,
         metrics_enabled=metrics_enabled(info),
@@ -270,7 +271,7 @@ def parse_set_result(data: Any) -> SetResult:
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
     reason = data.get("reason")
-    return SetResult(updated=data["updated"], reason=reason if isinstance(reason, str) else None,
+    return SetResult(updated=data["updated"], reason=fmt.printable(reason) if isinstance(reason, str) else None,
                      **{key: _int(data.get(key)) for key in contract.SET_ANSWER_KEYS[2:]})
 
 

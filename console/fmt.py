@@ -1,9 +1,19 @@
-"""Number formatting for the widgets: every number with its unit, ``n/a`` for missing values."""
+"""Formatting for the widgets: every number with its unit, ``n/a`` for missing values, text from a
+server or a log made printable."""
 
 from __future__ import annotations
 
 NA = "n/a"
 BLOCKS = " ▁▂▃▄▅▆▇█"
+
+#: control characters (not tab) in caret notation, as ``less`` shows them: an escape sequence in a
+#: server's answer or a log line must not reach the terminal (or Textual's layout) raw
+_CARET = {c: "^" + chr(c + 64) for c in range(32) if c != 9} | {127: "^?"}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters other than tab in caret notation (ESC -> ``^[``, BEL -> ``^G``)."""
+    return text.translate(_CARET)
 
 
 def num(value: float | int | None, unit: str = "", digits: int = 0) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from console import fmt
 from console.logindex import LineIndex
 
 #: at most this many bytes are read per call, so one call never stalls on a huge backlog
@@ -58,11 +59,6 @@ def file_kind(mode: int) -> str | None:
             else "not a regular file")
 
 
-#: control characters (not tab) shown in caret notation, as ``less`` does: a binary file or an
-#: escape sequence must not reach the terminal (or Textual's layout) raw
-_CARET = {c: "^" + chr(c + 64) for c in range(32) if c != 9} | {127: "^?"}
-
-
 #: characters of a line that are kept (a log line is a few hundred); the rest is counted, so the
 #: pane, the line classifier and search never work on megabytes of one line
 MAX_LINE_CHARS = 8192
@@ -73,7 +69,7 @@ def visible(line: str) -> str:
     ``MAX_LINE_CHARS`` characters (``… [N more characters]``)."""
     if len(line) > MAX_LINE_CHARS:
         line = f"{line[:MAX_LINE_CHARS]}… [{len(line) - MAX_LINE_CHARS:,} more characters]"
-    return line.translate(_CARET)
+    return fmt.printable(line)
 
 
 def decode(raw: bytes) -> str:

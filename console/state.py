@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Mapping
 
+from console import fmt
 from server_patch import contract
 
 
@@ -61,10 +62,11 @@ MAX_STR = 400
 
 
 def _str(value: Any) -> str | None:
-    """``value`` when it is a string, cut to :data:`MAX_STR` characters (ending ``…``), else None."""
+    """``value`` when it is a string, cut to :data:`MAX_STR` characters (ending ``…``), control
+    characters in caret notation (:func:`console.fmt.printable`), else None."""
     if not isinstance(value, str):
         return None
-    return value if len(value) <= MAX_STR else value[:MAX_STR - 1] + "…"
+    return fmt.printable(value if len(value) <= MAX_STR else value[:MAX_STR - 1] + "…")
 
 
 _CONVERT = {"str": _str, "bool": _bool, "int": _int, "float": _float}

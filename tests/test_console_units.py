@@ -389,6 +389,20 @@ def test_rejection_and_refusals():
     assert "read-only" in ro.check_request(33)
 
 
+def test_escape_sequences_in_a_servers_strings_never_reach_the_terminal_raw():
+    """Fresh-user finding: a server whose spec_gate.worker_class held ESC[31m...BEL had the raw escape
+    reach the terminal through the Speculation panel (the log pane showed it as ^[)."""
+    evil = "\x1b[31mEvil\x07"
+    gate = {**GATE, "worker_class": evil, "gpu": {"name": evil, "error": evil}, "auto_reason": evil}
+    info = {"version": evil, "simulated": {"note": evil}, "internal_states": [{"spec_gate": gate}]}
+    sample = parse_server_info(info, LOADS)
+    shown = [sample.version, sample.simulated_note, sample.gate.worker_class, sample.gate.auto_reason,
+             sample.gate.gpu.name, sample.gate.gpu.error,
+             parse_set_result({"updated": False, "reason": evil}).reason]
+    assert shown == ["^[[31mEvil^G"] * 7
+    assert fmt.printable("a\tb\x7f") == "a\tb^?"  # tab kept, DEL in caret notation too
+
+
 def test_a_rejection_reason_goes_once_the_server_has_other_values():
     """Fresh-user finding: 'rejected: hysteresis 10 must be < threshold 5' stayed on screen after
     another client set N 40 / H 8."""
