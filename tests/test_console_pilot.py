@@ -328,6 +328,29 @@ async def test_server_list_keys_with_one_server_say_why_they_do_nothing(make_app
             assert any("act on a server list" in n for n in notifications(app)), key
 
 
+async def test_tab_away_from_the_log_prompt_closes_it_unapplied(make_app):
+    """Fresh-user finding: x, 21, Tab, Escape left the prompt on screen with '21' and no label, and
+    neither Escape nor c removed it."""
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        view = app.main_screen.query_one(LogView)
+        prompt = app.main_screen.query_one("#log-prompt")
+        await pilot.press("x", "2", "1")
+        await pilot.pause(0.1)
+        assert prompt.value == "21" and not prompt.has_class("-hidden")
+        await pilot.press("tab")
+        await pilot.pause(0.1)
+        assert prompt.has_class("-hidden") and app.focused is not prompt
+        assert view.exclude == ""  # not applied
+        await pilot.press("x")  # opens again, empty, and works
+        await pilot.pause(0.1)
+        assert not prompt.has_class("-hidden") and app.focused is prompt and prompt.value == ""
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert prompt.has_class("-hidden") and app.focused is view
+
+
 async def test_attach_to_nothing_shows_unreachable_and_keeps_running(tmp_path):
     cfg = AppConfig(mode="attach", url=f"http://127.0.0.1:{free_port()}", interval_s=0.2, handle_signals=False)
     app = SpecConsoleApp(cfg, nvml_module=SimulatedNvml(init_error=12))

@@ -33,13 +33,19 @@ PROMPTS = {
 
 
 class LogPrompt(OrderedInput):
-    """The prompt; Escape closes it without applying."""
+    """The prompt; Escape closes it without applying, and so does moving the focus away (Tab, a
+    click elsewhere), which leaves the focus where it went."""
 
     BINDINGS = [Binding("escape", "close", "Cancel", show=True)]
 
     def action_close(self) -> None:
         if isinstance(self.parent, LogPanel):
             self.parent.close_prompt()
+
+    def on_blur(self) -> None:
+        # not when a dialog opens over the screen (a crash notice): the prompt and its text stay
+        if isinstance(self.parent, LogPanel) and self.parent.prompt_kind is not None and self.app.screen is self.screen:
+            self.parent.close_prompt(refocus=False)
 
 
 class LogPanel(Vertical):
@@ -73,12 +79,13 @@ class LogPanel(Vertical):
         prompt.remove_class("-hidden")
         prompt.focus()
 
-    def close_prompt(self) -> None:
-        """Hide the prompt and give focus back to the log."""
+    def close_prompt(self, refocus: bool = True) -> None:
+        """Hide the prompt and (``refocus``) give focus back to the log."""
         self.prompt_kind = None
         prompt = self.query_one(LogPrompt)
         prompt.add_class("-hidden")
-        self.view.focus()
+        if refocus:
+            self.view.focus()
 
     @on(Input.Submitted, "#log-prompt")
     def _submitted(self, event: Input.Submitted) -> None:
