@@ -13,7 +13,8 @@
 #      mismatches (kv_reserve_proof_ok among them).
 #   3. ON steps: p = 0.2 always / auto / auto + reserve at 4 / 16 (auto ON there), one repeat interleaved.
 # Steps: `models` (.gpuwheels/A), `wheels` (.gpuwheels/A2), `install 520` (.gpuwheels/B .devrun), `wait 570`,
-# `wait ...`, sent at once. About 1,000 s with set-up (part 1 ~450 s with its servers' start, 2 ~200 s, 3 ~250 s).
+# `wait ...`, sent at once. About 1,000 s with set-up (part 1 ~450 s with its servers' start, 2 ~200 s, 3 ~250 s);
+# for a cut budget CONC=32,64 and ON_PART=0 on the install step (~550 s).
 # Prepared as gpu_run_next_reserve.sh; run 2026-12-07 (fourteenth session), results in bench/results/*-2026-12-07h/.
 export SELF=bench/gpu_run_2026_12_07h.sh
 set -uo pipefail
@@ -24,11 +25,11 @@ pool=$(three_pool)
 reserve=(--c auto --c-env SPECCONSOLE_KV_RESERVE=16 --workloads varied-closed --row-seconds 10 --interleave
          --max-total-tokens "$pool")
 ab ab-reserve --models /tmp/models/8b/p0.5 --a none --b auto "${reserve[@]}" --repeats "${REPEATS:-2}" \
-  --concurrency 32,64,128 --cpu-profile-row varied-closed:32
+  --concurrency "${CONC:-32,64,128}" --cpu-profile-row varied-closed:32
 t0=$SECONDS
 SPECCONSOLE_KV_RESERVE=16 python3 -m bench.gate_correctness --models /tmp/models/1b/kv-p0.2 --build 1b --kv-sensitive \
   --configs v2-topk1 --mem-fraction 0.5 --out "$R/gate-correctness-reserve.json" --log-dir "$R/gate-logs" >"$R/gate.log" 2>&1
 echo "gate-reserve rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
 pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
-ab ab-reserve-on --a always --b auto "${reserve[@]}" --repeats 1 --concurrency 4,16
+[ "${ON_PART:-1}" = 0 ] || ab ab-reserve-on --a always --b auto "${reserve[@]}" --repeats 1 --concurrency 4,16
 touch "$R/all.done"
