@@ -375,10 +375,23 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for cmd in super().get_system_commands(screen):
-            if cmd.title.lower().startswith("theme"):
-                continue  # our themes replace Textual's theme picker
+            if cmd.title.lower().startswith(("theme", "screenshot")):
+                continue  # our themes replace Textual's theme picker; our screenshot says where it went
             yield cmd
         yield from console_commands(self)
+
+    def action_save_screenshot(self) -> None:
+        """An SVG of the screen in the working directory, its path (or why it could not be written)
+        in a one-line notice. Textual's own command writes to ~/Downloads, which an ssh box often
+        lacks, and its notice showed only its title there."""
+        where = "the working directory"
+        try:
+            where = os.getcwd()
+            path = self.save_screenshot(path=where)
+        except OSError as exc:
+            self.notify(f"screenshot not saved: {exc.strerror or exc} ({where})", severity="error", timeout=8)
+            return
+        self.notify(f"screenshot saved: {path}", timeout=8)
 
     # -- signals and shutdown ----------------------------------------------------------------
 

@@ -29,4 +29,5 @@ def console_commands(app: Any) -> Iterator[SystemCommand]:
         yield SystemCommand("Restart server", "Start the server again after a crash", app.action_restart)
     for info in themes.THEMES.values():
         yield SystemCommand(f"Theme: {info.name}", info.description, lambda n=info.name: app.apply_theme(n))
+    yield SystemCommand("Screenshot", "Save an SVG of the screen in the working directory", app.action_save_screenshot)
     yield SystemCommand("Help", "Keys and panels", app.action_help)

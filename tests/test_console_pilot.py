@@ -479,6 +479,32 @@ async def test_help_palette_and_theme_switch(make_app):
         assert app.theme == "ansi-dark"
 
 
+async def test_the_palettes_screenshot_goes_to_the_working_directory_and_says_where(make_app, tmp_path, monkeypatch):
+    """Fresh-user finding: the palette's Screenshot (Textual's: ~/Downloads, absent on that box) wrote
+    nothing, and its notice showed only its title."""
+    monkeypatch.chdir(tmp_path)
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert titles.count("Screenshot") == 1  # ours, not Textual's beside it
+        await pilot.press("colon")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "CommandPalette", what="palette")
+        await pilot.press(*"screenshot")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: list(tmp_path.glob("*.svg")), what="the SVG")
+        (svg,) = tmp_path.glob("*.svg")
+        await wait_for(pilot, lambda: any(f"screenshot saved: {svg}" in n for n in notifications(app)), what="notice")
+        def full(**kwargs):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(app, "save_screenshot", full)
+        app.action_save_screenshot()
+        await wait_for(pilot, lambda: f"screenshot not saved: No space left on device ({tmp_path})" in notifications(app),
+                       what="the refusal")
+
+
 async def test_slow_server_and_slow_nvml_do_not_block_the_ui(tmp_path):
     import socket
     import threading
