@@ -32,6 +32,7 @@ from console.config import (
     load_config,
     normalize_url,
     server_host_port,
+    server_key,
     valid_host,
     writable_dir_problem,
 )
@@ -227,11 +228,13 @@ def multi_config(base: AppConfig, targets: tuple[ServerTarget, ...]) -> AppConfi
 
 def _check_duplicates(parser: argparse.ArgumentParser, urls: list[str], where: str) -> None:
     """Refuse a server given twice (exits): two rows of one server would fight over its gate."""
-    seen: set[str] = set()
+    seen: dict[tuple, str] = {}
     for url in urls:
-        if url in seen:
-            parser.error(f"{where + ': ' if where else ''}server {url} is given twice; list each server once")
-        seen.add(url)
+        key = server_key(url)
+        if key in seen:
+            same = "" if seen[key] == url else f" (as {seen[key]})"
+            parser.error(f"{where + ': ' if where else ''}server {url} is given twice{same}; list each server once")
+        seen[key] = url
 
 
 def _servers_from_file(parser: argparse.ArgumentParser, base: AppConfig, file_cfg: dict) -> AppConfig:

@@ -347,6 +347,16 @@ def normalize_url(text: str) -> str:
     return url.rstrip("/")
 
 
+def server_key(url: str) -> tuple:
+    """What tells two normalized server URLs apart: scheme, host without case, port with the
+    scheme's default filled in, path. ``http://LOCALHOST:80/`` and ``http://localhost`` are one server."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return (parts.scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(parts.scheme),
+            parts.path.rstrip("/"))
+
+
 def flag_value(args: list[str], flag: str) -> str | None:
     """The value of ``flag`` in server arguments (``--flag V`` or ``--flag=V``; the last one wins,
     as in argparse), or None."""

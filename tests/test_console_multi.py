@@ -287,12 +287,16 @@ def test_cli_attach_several(tmp_path, monkeypatch, capsys):
     one = cli.resolve(["attach", "h:1", "--log", "a.log"])
     assert one.servers == () and one.log_path == Path("a.log") and one.url == "http://h:1"
     for argv, error in ((["attach", "h:1", "h:1/"], "attach: error: server http://h:1 is given twice"),
+                        (["attach", "http://H:80", "h"], "server http://h is given twice (as http://H:80)"),
+                        (["attach", "https://h", "https://h:443/"], "server https://h:443 is given twice (as https://h)"),
                         (["attach", "h:1", "h:2", "--log", "a.log"], "2 servers and 1 --log"),
                         (["attach", "h:1", "--log", "a", "--log", "b"], "one server takes one --log"),
                         (["attach", "h:1", "ftp://h:2"], "use http:// or https://")):
         with pytest.raises(SystemExit):
             cli.resolve(argv)
         assert error in capsys.readouterr().err
+    two = cli.resolve(["attach", "http://h", "https://h"])  # other scheme, other server
+    assert [t.url for t in two.servers] == ["http://h", "https://h"]
 
 
 # -- SGLang's router ----------------------------------------------------------------------------
