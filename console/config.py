@@ -204,7 +204,7 @@ def load_config(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: console.{key} has the wrong type: expected {expected}, "
                               f"got {console[key]!r}")
     servers = _load_servers(path, data.get("servers"))
-    if servers and server:
+    if servers and "server" in data:  # even an empty [server]: the file says two things
         raise ConfigError(f"{path}: [server] and [[servers]] exclude each other; keep one "
                           "([[servers]] lists the servers to watch)")
     return {"server": server, "console": console, "servers": servers, "path": str(path)}

@@ -261,6 +261,7 @@ def test_config_file_servers(tmp_path, monkeypatch):
     ('servers = []\n', "servers is empty"),
     ('servers = "h:1"\n', "list of tables"),
     ('[server]\nattach = "h:1"\n[[servers]]\nurl = "h:2"\n', "exclude each other"),
+    ('[server]\n[[servers]]\nurl = "h:2"\n', "exclude each other"),  # an empty [server] too (docs/console.md)
 ])
 def test_config_file_servers_errors(tmp_path, text, error):
     path = tmp_path / "specconsole.toml"
