@@ -35,8 +35,9 @@ def demo_cfg(tmp_path: Path, extra: list[str] | None = None, **overrides: Any) -
     return cfg
 
 
-async def wait_for(pilot: Any, cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``cond`` every 50 ms (letting the app run) until true; fail after ``timeout`` seconds."""
+async def wait_for(pilot: Any, cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    """Poll ``cond`` every 50 ms (letting the app run) until true; fail after ``timeout`` seconds (a
+    deadline, not a measurement: 10 s timed out on a 2-core machine under another test run's load)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
