@@ -85,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the server log goes (default " + LOG_DIR_HELP + ")")
     launch.add_argument("--stop-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="SIGTERM to SIGKILL delay when stopping the server group (default 10)")
-    attach = sub.add_parser("attach", parents=[common], allow_abbrev=False, help="watch a running server (never stops it)")
+    attach = sub.add_parser(
+        "attach", parents=[common], allow_abbrev=False, help="watch a running server (never stops it)",
+        description="Watch one or more running SGLang servers (or SGLang's router) over HTTP, and follow their "
+                    "logs where --log names them; quitting never stops a server.")
     attach.add_argument("url", nargs="+",
                         help="e.g. http://127.0.0.1:30000 (http:// is added when no scheme is given); "
                              "several: a server list, one in focus ([ and ] move it); SGLang's router: its workers")
