@@ -5,8 +5,9 @@
 # and the steps between allocate nothing (07g's py-spy: its self time 7.7 ms per 1,000 tokens on the OFF server
 # against 2.1 for a server without speculation's one slot, at 32 requests).
 #   1. p = 0.5 none / auto / auto + reserve (auto OFF from ~16 up), closed 32 / 64 / 128, two interleaved repeats,
-#      py-spy on the three at 32; read step for step, then by function:
-#        python -m bench.decode_log ab-reserve/server-logs/ab-b-auto-p0.5.log.gz --versus ab-reserve/server-logs/ab-c-auto-p0.5.log.gz --sizes all
+#      py-spy on the three at 32; read per running-request count (decode_log --versus cannot pair B's and C's lines:
+#      C's #token counts its reserved slots), then by function:
+#        python -m bench.decode_log ab-reserve/server-logs/ab-b-auto-p0.5.log.gz --sizes 32,64   (and c)
 #        python -m bench.cpu_profile compare --by self ab-reserve/profile/{b,c}/cpu-profile-*.json
 #      and the reserve's own counters in C's spec_gate (kv_reserve_topups / _skipped_steps / _checks / _mismatches).
 #   2. bench.gate_correctness v2-topk1 on the KV-sensitive 1B pair with the reserve: oracle-exact, every proof 0

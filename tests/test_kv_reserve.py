@@ -252,6 +252,18 @@ def test_without_room_the_step_is_sglangs():
     assert reserve.topups == 1 and batch.reqs[0].kv_allocated_len == 51 + ALLOC_LEN + 2 * ALLOC_LEN + 64
 
 
+def test_a_pool_more_than_four_fifths_full_after_the_top_up_gets_sglangs_step():
+    """Where requests wait for memory, slots held ahead cost running requests (h100-2026-12-07h)."""
+    reserve, prepare = with_reserve(16)
+    batch = Batch(1_000)
+    batch.add(0, 700)  # 300 free: the top-up (24) and another 16 leave 260, more than a fifth of 1,000
+    prepare(batch)
+    assert reserve.topups == 1
+    batch.add(1, 200)  # 76 free now: SGLang's step
+    prepare(batch)
+    assert reserve.fallbacks == 1 and batch.reqs[1].kv_allocated_len == 200 + 2 * ALLOC_LEN
+
+
 @pytest.mark.parametrize("kw", [{"penalties": True}, {"swa": True}])
 def test_penalties_and_a_sliding_window_leave_the_step_to_sglang(kw):
     reserve, prepare = with_reserve(16)
