@@ -98,6 +98,16 @@ def server_reason(spec_version: str, page_size: int) -> Optional[str]:
     return None
 
 
+class NoReserve:
+    """The ``spec_gate`` fields of a server without the reserve: ``kv_reserve`` is why not (None: not asked for)."""
+
+    kv_reserve_tokens = None
+    kv_reserve_topups = kv_reserve_skipped_steps = kv_reserve_checks = kv_reserve_mismatches = 0
+
+    def __init__(self, reason: Optional[str]) -> None:
+        self.kv_reserve = reason
+
+
 class KvReserve(SampledProof):
     """Wraps SGLang's spec-v2 ``prepare_for_decode`` (module docstring).
 
@@ -119,9 +129,31 @@ class KvReserve(SampledProof):
         self.sampled = sampled
         self.topups = self.skipped = self.fallbacks = 0
 
+    # -- the spec_gate fields (contract.SPEC_GATE_FIELDS), read by name as prefill_graph's
+
     @property
-    def status(self) -> str:
+    def kv_reserve(self) -> str:
         return ON if self.ok else PROOF_FAILED
+
+    @property
+    def kv_reserve_tokens(self) -> int:
+        return self.tokens
+
+    @property
+    def kv_reserve_topups(self) -> int:
+        return self.topups
+
+    @property
+    def kv_reserve_skipped_steps(self) -> int:
+        return self.skipped
+
+    @property
+    def kv_reserve_checks(self) -> int:
+        return self.checks
+
+    @property
+    def kv_reserve_mismatches(self) -> int:
+        return self.mismatches
 
     def prepare_for_decode(self, original: Callable, draft_input: Any, batch: Any) -> None:
         """SGLang's ``original(draft_input, batch)`` with the reserve; returns None as it does."""
@@ -225,9 +257,10 @@ def around_prepare_for_decode(original: Callable, draft_input: Any, batch: Any, 
 
 
 def set_up(spec_version: str, server_args: Any, sampled: Callable[[int], bool],
-           any_rank: Callable[[bool], bool] = bool, environ=os.environ):
-    """``(reserve, reason)`` for this scheduler, installed for :func:`around_prepare_for_decode`:
-    ``(None, None)`` when not asked for, ``(None, why not)`` where it cannot run.
+           any_rank: Callable[[bool], bool] = bool, environ=os.environ) -> "KvReserve | NoReserve":
+    """The reserve for this scheduler, installed for :func:`around_prepare_for_decode`, or
+    :class:`NoReserve` with why not (None when not asked for); either one's ``kv_reserve*``
+    attributes are the ``spec_gate`` fields.
 
     Raises:
         KvReserveConfigError: from :func:`tokens_from_env`."""
@@ -235,10 +268,10 @@ def set_up(spec_version: str, server_args: Any, sampled: Callable[[int], bool],
     reason = None if tokens is None else server_reason(spec_version, getattr(server_args, "page_size", 1) or 1)
     if tokens is None or reason is not None:
         install(None)
-        return None, reason
+        return NoReserve(reason)
     reserve = KvReserve(tokens, sglang_alloc_len(server_args), sampled, any_rank)
     install(reserve)
-    return reserve, None
+    return reserve
 
 
 def sglang_alloc_len(server_args: Any) -> int:

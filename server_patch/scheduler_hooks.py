@@ -99,9 +99,8 @@ class GateRuntime:
         # off_future_map (v2 overlap, opt-in): the lean OFF path through the FutureMap, and its status
         self.lean_future_map: Optional[off_future_map.LeanFutureMap] = None
         self._lean_future_map_status: Optional[str] = None
-        # kv_reserve (v2, opt-in): KV slots reserved ahead in SGLang's prepare_for_decode, set after init
-        self.reserve: Optional[kv_reserve.KvReserve] = None
-        self._kv_reserve_reason: Optional[str] = None
+        # kv_reserve (v2, opt-in): KV slots reserved ahead in SGLang's prepare_for_decode (its spec_gate fields), set after init
+        self.reserve: Any = kv_reserve.NoReserve(None)
         self.rank_gpu = rank_gpu.for_scheduler(scheduler)
         self.metrics = metrics.GateMetrics.for_scheduler(scheduler)
         self._wrap_worker(worker)
@@ -315,31 +314,6 @@ class GateRuntime:
             getattr(runner, "any_rank", bool))
 
     @property
-    def kv_reserve(self) -> Optional[str]:
-        """``on``, ``proof failed``, why not built, or None when not asked for (server_patch/kv_reserve.py)."""
-        return self.reserve.status if self.reserve is not None else self._kv_reserve_reason
-
-    @property
-    def kv_reserve_tokens(self) -> Optional[int]:
-        return getattr(self.reserve, "tokens", None)
-
-    @property
-    def kv_reserve_topups(self) -> int:
-        return getattr(self.reserve, "topups", 0)
-
-    @property
-    def kv_reserve_skipped_steps(self) -> int:
-        return getattr(self.reserve, "skipped", 0)
-
-    @property
-    def kv_reserve_checks(self) -> int:
-        return getattr(self.reserve, "checks", 0)
-
-    @property
-    def kv_reserve_mismatches(self) -> int:
-        return getattr(self.reserve, "mismatches", 0)
-
-    @property
     def off_kv_only_runs(self) -> Optional[str]:
         """``cuda-graph`` or ``eager`` (how the KV-only draft extend runs), None without one."""
         return _kv(self.runner, "runs", default=None)
@@ -378,7 +352,7 @@ class GateRuntime:
         return next(getattr(s, name) for s in self._sources() if hasattr(s, name))
 
     def _sources(self) -> tuple:
-        return self, self.gate, self.runner, self.prefill_graph, _RunnerDefaults
+        return self, self.gate, self.runner, self.prefill_graph, self.reserve, _RunnerDefaults
 
 
 class _RunnerDefaults:
@@ -445,13 +419,15 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
     runtime.prefill_graph = prefill_graph.enable(target_runner, contract.sampled,
                                                  getattr(runtime.runner, "any_rank", bool))
     try:
-        runtime.reserve, runtime._kv_reserve_reason = kv_reserve.set_up(
-            runtime.spec_version, scheduler.server_args, contract.sampled, getattr(runtime.runner, "any_rank", bool))
+        runtime.reserve = kv_reserve.set_up(runtime.spec_version, scheduler.server_args, contract.sampled,
+                                            getattr(runtime.runner, "any_rank", bool))
     except kv_reserve.KvReserveConfigError as exc:
         _refuse(f"spec_gate: {exc}")
-    if runtime.kv_reserve is not None:
-        logger.info("spec_gate: KV reserve: %s", f"{runtime.reserve.tokens} tokens a request beyond SGLang's spec-v2 "
-                    "allocation, topped up together" if runtime.reserve is not None else runtime.kv_reserve)
+    if isinstance(runtime.reserve, kv_reserve.KvReserve):
+        logger.info("spec_gate: KV reserve: %d tokens a request beyond SGLang's spec-v2 allocation, topped up together",
+                    runtime.reserve.tokens)
+    elif runtime.reserve.kv_reserve is not None:
+        logger.info("spec_gate: KV reserve not used: %s", runtime.reserve.kv_reserve)
     gpu_id = getattr(target_runner, "gpu_id", None)
     runtime.sampling_warmup_s = sampling_warmup.warm_verify_sampling("cuda" if gpu_id is None else f"cuda:{gpu_id}")
     runtime.rank_gpu.start()

@@ -288,7 +288,7 @@ def test_the_proof_finds_a_slot_that_is_padding_or_held_twice_and_stops_the_rese
     assert why in kv_reserve.owned_slots_problem(batch)
     batch.add(2, 70)  # a newcomer: the next step tops up, and is checked
     prepare(batch)
-    assert not reserve.ok and reserve.status == kv_reserve.PROOF_FAILED and reserve.mismatches == 1
+    assert not reserve.ok and reserve.kv_reserve == kv_reserve.PROOF_FAILED and reserve.mismatches == 1
     assert "allocate as SGLang does" in caplog.text
     before = reserve.fallbacks
     prepare(batch)
@@ -323,18 +323,23 @@ def test_a_bad_env_value_is_named(raw):
         kv_reserve.tokens_from_env({kv_reserve.ENV_SWITCH: raw})
 
 
-def test_set_up_installs_only_where_it_can_run(monkeypatch):
+def test_set_up_installs_only_where_it_can_run_and_reports_the_spec_gate_fields(monkeypatch):
     monkeypatch.setattr(kv_reserve, "sglang_alloc_len", lambda server_args: ALLOC_LEN)
     args = types.SimpleNamespace(page_size=1)
     env = {kv_reserve.ENV_SWITCH: "16"}
+    names = [n for n in contract.SPEC_GATE_FIELDS if n.startswith("kv_reserve")]
     try:
-        assert kv_reserve.set_up("v2", args, contract.sampled, environ={}) == (None, None)
+        off = kv_reserve.set_up("v2", args, contract.sampled, environ={})
+        assert contract.fields_of(off) == {"kv_reserve": None, "kv_reserve_tokens": None, "kv_reserve_topups": 0,
+                                           "kv_reserve_skipped_steps": 0, "kv_reserve_checks": 0,
+                                           "kv_reserve_mismatches": 0}
         assert kv_reserve.active() is None
-        reserve, reason = kv_reserve.set_up("v2", args, contract.sampled, environ=env)
-        assert reason is None and reserve.tokens == 16 and reserve.bound == 2 * ALLOC_LEN
-        assert kv_reserve.active() is reserve
-        assert kv_reserve.set_up("v1", args, contract.sampled, environ=env) == (None, "v1 allocates and frees inside each step")
-        assert kv_reserve.set_up("v2", types.SimpleNamespace(page_size=16), contract.sampled, environ=env)[1] == \
+        reserve = kv_reserve.set_up("v2", args, contract.sampled, environ=env)
+        assert reserve.tokens == 16 and reserve.bound == 2 * ALLOC_LEN and kv_reserve.active() is reserve
+        assert set(contract.fields_of(reserve)) == set(names) and reserve.kv_reserve == kv_reserve.ON
+        assert kv_reserve.set_up("v1", args, contract.sampled, environ=env).kv_reserve == \
+            "v1 allocates and frees inside each step"
+        assert kv_reserve.set_up("v2", types.SimpleNamespace(page_size=16), contract.sampled, environ=env).kv_reserve == \
             "page size 16 (only 1 is supported)"
         assert kv_reserve.active() is None
     finally:
