@@ -51,6 +51,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, List, Optional
 
+from server_patch import host_copy
 from server_patch.proof import SampledProof
 
 ENV_SWITCH = "SPECCONSOLE_KV_RESERVE"
@@ -220,8 +221,8 @@ def owned_slots_problem(batch: Any) -> Optional[str]:
     if not rows:
         return None
     req_to_token = batch.req_to_token_pool.req_to_token
-    index = torch.tensor([rows, cols], dtype=torch.int64).to(req_to_token.device)
-    slots = req_to_token[index[0], index[1]].to(torch.int64)
+    device = req_to_token.device
+    slots = req_to_token[host_copy.to_device(rows, device), host_copy.to_device(cols, device)].to(torch.int64)
     if bool((slots <= 0).any()):
         return f"a request holds the padding slot 0 or a negative slot among {len(rows)} reserved slots"
     if int(torch.unique(slots).numel()) != int(slots.numel()):
