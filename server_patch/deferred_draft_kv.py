@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from typing import Any, Callable, List, Optional, Tuple
 
 from server_patch import options
@@ -89,16 +88,7 @@ def capacity_from_env() -> int:
     Raises:
         ValueError: the variable is set to something other than a whole number >= 1.
     """
-    raw = os.environ.get(TOKENS_ENV)
-    if raw is None or raw.strip() == "":
-        return DEFAULT_TOKENS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{TOKENS_ENV} must be a whole number of tokens >= 1, got {raw!r}")
-    return value
+    return options.whole_number(TOKENS_ENV, DEFAULT_TOKENS, 1)
 
 
 def server_reason(server_args: Any) -> Optional[str]:

@@ -51,7 +51,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, List, Optional
 
-from server_patch import host_copy
+from server_patch import host_copy, options
 from server_patch.proof import SampledProof
 
 ENV_SWITCH = "SPECCONSOLE_KV_RESERVE"
@@ -77,17 +77,11 @@ def tokens_from_env(environ=os.environ) -> Optional[int]:
 
     Raises:
         KvReserveConfigError: not a whole number in [0, MAX_TOKENS]."""
-    raw = environ.get(ENV_SWITCH, "").strip()
-    if raw in ("", "0"):
-        return None
     try:
-        tokens = int(raw)
-    except ValueError:
-        tokens = -1
-    if not 0 < tokens <= MAX_TOKENS:
-        raise KvReserveConfigError(f"{ENV_SWITCH}={raw!r}: expected a whole number of tokens from 0 (off) "
-                                   f"to {MAX_TOKENS}")
-    return tokens
+        tokens = options.whole_number(ENV_SWITCH, 0, 0, MAX_TOKENS, "tokens (0: off)", environ)
+    except ValueError as exc:
+        raise KvReserveConfigError(str(exc)) from None
+    return tokens or None
 
 
 def server_reason(spec_version: str, page_size: int) -> Optional[str]:

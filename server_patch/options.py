@@ -52,6 +52,25 @@ def switch(name: str, default: bool, environ=os.environ) -> bool:
     return value == "1" if value in ("0", "1") else default
 
 
+def whole_number(name: str, default: int, lo: int, hi: Optional[int] = None, unit: str = "tokens",
+                 environ=os.environ) -> int:
+    """A count variable: ``default`` when unset or blank, else a whole number in [lo, hi].
+
+    Raises:
+        ValueError: anything else, naming the variable, its value and the range."""
+    raw = environ.get(name, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < lo or (hi is not None and value > hi):
+        span = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name}={raw!r}: expected a whole number of {unit} {span}")
+    return value
+
+
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--speculative-disable-batch-threshold`` and ``--speculative-disable-hysteresis``."""
     group = parser.add_argument_group("specconsole speculation gate")

@@ -159,3 +159,14 @@ def test_launcher_without_sglang_dependencies_exits_with_one_clear_line(monkeypa
         launch_server.main(["--help"])
     assert "needs SGLang 0.5.12 with its dependencies" in str(info.value)
     assert "orjson" in str(info.value)
+
+
+def test_a_count_variable_is_its_default_when_blank_else_a_whole_number_in_range():
+    assert options.whole_number("N", 7, 1, environ={}) == 7
+    assert options.whole_number("N", 7, 1, environ={"N": "  "}) == 7
+    assert options.whole_number("N", 7, 0, 9, environ={"N": " 9 "}) == 9
+    for raw, span in (("0", ">= 1"), ("x", ">= 1"), ("1.5", ">= 1")):
+        with pytest.raises(ValueError, match=f"N='{raw}': expected a whole number of tokens {span}"):
+            options.whole_number("N", 7, 1, environ={"N": raw})
+    with pytest.raises(ValueError, match="from 0 to 9"):
+        options.whole_number("N", 7, 0, 9, environ={"N": "10"})
