@@ -490,15 +490,15 @@ class ConsoleModel:
         self._gate_steps = steps
         restarted, self._restarted = self._restarted, False
         if before is None or now_values == before or self.pending is not None or self.sending:
-            self._claim_shown(now_values)
+            self._mark_shown(now_values)
             return []  # nothing to compare, no change, or this console's own change under way
         parts = []
         for key, old, new in (("threshold", before[0], now_values[0]), ("hysteresis", before[1], now_values[1])):
             # after a restart the server's launch values are the restart's even where this console
             # had sent the same value to the old process
-            if old != new and (restarted or not self._claim_sent(key, new)):
+            if old != new and (restarted or not self._sent_unshown(key, new)):
                 parts.append(f"{key} changed to {new}")
-        self._claim_shown(now_values)
+        self._mark_shown(now_values)
         if not parts:
             return []
         if restarted:
@@ -515,21 +515,20 @@ class ConsoleModel:
         now = self.clock()
         return any(c.get(key) == value for t, c, _ in self._sent if now - t <= UNANSWERED_TTL_S)
 
-    def _claim_sent(self, key: str, value: Any) -> bool:
+    def _sent_unshown(self, key: str, value: Any) -> bool:
         """Whether spec_gate showing ``key`` = ``value`` is this console's doing: a POST of that value
-        within UNANSWERED_TTL_S that spec_gate has not shown since. Such a POST is then accounted for,
-        so the same value set again later by another client is said to be theirs."""
+        within UNANSWERED_TTL_S that spec_gate has not shown since (:meth:`_mark_shown`), so the same
+        value set again later by another client is said to be theirs."""
         now = self.clock()
-        for t, change, shown in reversed(self._sent):
-            if now - t <= UNANSWERED_TTL_S and key not in shown and change.get(key) == value:
-                shown.add(key)
-                return True
-        return False
+        return any(now - t <= UNANSWERED_TTL_S and key not in shown and change.get(key) == value
+                   for t, change, shown in self._sent)
 
-    def _claim_shown(self, values: tuple) -> None:
-        """Account for this console's POSTs whose values spec_gate shows now (``(threshold, hysteresis)``)."""
-        for key, value in zip(("threshold", "hysteresis"), values):
-            self._claim_sent(key, value)
+    def _mark_shown(self, values: tuple) -> None:
+        """This console's POSTs of the values spec_gate shows now (``(threshold, hysteresis)``) are accounted for."""
+        for t, change, shown in self._sent:
+            for key, value in zip(("threshold", "hysteresis"), values):
+                if change.get(key) == value:
+                    shown.add(key)
 
     def _check_unanswered(self) -> list[str]:
         """A change without an answer: confirmed when spec_gate shows it, else said once to be not applied."""
