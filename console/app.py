@@ -324,13 +324,13 @@ class SpecConsoleApp(KeyOrderMixin, NoticeMixin, MultiServerMixin, App[int]):
             self.session.refuse(err)
             return
         threshold, hysteresis = self.model.target()
-        self.push_screen(ThresholdDialog(threshold, hysteresis, self.model.snapshot_max_running()),
-                         self._after_dialog)
-        self.hold_keys()  # the keys typed after `t` are for the dialog's field, once it has the focus
+        dialog = ThresholdDialog(threshold, hysteresis, self.model.snapshot_max_running())
+        self.push_screen(dialog, self._after_dialog)
+        self.hold_keys(dialog)  # the keys typed after `t` are for the dialog's field, once it has the focus
 
     def action_log_prompt(self, kind: str) -> None:
-        self.hold_keys()  # the keys typed after `/` are the search text, not hotkeys
-        self._log_panel().open_prompt(kind)
+        prompt = self._log_panel().open_prompt(kind)
+        self.hold_keys(prompt)  # the keys typed after `/` are the search text, not hotkeys
         self.session.read_log_soon()  # the pane holds the log's newest lines when the operator types
 
     def action_next_match(self, direction: int) -> None:

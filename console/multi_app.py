@@ -205,10 +205,9 @@ class MultiServerMixin:
         threshold, hysteresis = self.model.target()  # type: ignore[attr-defined]
         # the dialog refuses only what every server would: each server checks its own limit
         limits = [m for m in (s.model.snapshot_max_running() for s in self.sessions) if m is not None]
-        self.push_screen(AllThresholdDialog(threshold, hysteresis, max(limits) if limits else None,  # type: ignore[attr-defined]
-                                            len(self.sessions)),
-                         self._after_all_dialog)
-        self.hold_keys()  # type: ignore[attr-defined]
+        dialog = AllThresholdDialog(threshold, hysteresis, max(limits) if limits else None, len(self.sessions))
+        self.push_screen(dialog, self._after_all_dialog)  # type: ignore[attr-defined]
+        self.hold_keys(dialog)  # type: ignore[attr-defined]
 
     def _after_all_dialog(self, req: Any) -> None:
         if req is None:

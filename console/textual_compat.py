@@ -22,8 +22,11 @@ Five workarounds, each with its reason:
     (``Tab`` to the next field, ``Escape``) is resolved on arrival as above, so that the keys
     typed after a ``Tab`` land in the next field.
   * An action that moves the focus into a text field (the search prompt, the threshold dialog)
-    holds the keys that follow until a text field has the focus (or ``HOLD_MAX_S`` passed), then
-    replays them.
+    holds the keys that follow until a text field has the focus, then replays them; Enter in a
+    console field holds them until the submission is handled. A hold ends by itself only when
+    what it waits for can no longer come (checked every ``HOLD_MAX_S``: the screen was closed, the
+    focus went elsewhere) or after ``HOLD_CAP_S``; on a loaded machine the field may take the focus,
+    or the submission be handled, seconds later, and a key replayed before that would be lost.
 
   Priority bindings (``ctrl+c``, ``ctrl+p``) keep Textual's handling: they run on arrival anyway.
 
@@ -97,13 +100,17 @@ from textual.color import Color
 from textual.geometry import Region, Size
 from textual._parser import ParseError
 from textual.notifications import Notification, Notify
+from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input
 
-#: the longest keys are held for a text field that does not get the focus (then they are replayed)
+#: how often a key hold checks whether what it waits for can still come (a hold waiting for
+#: nothing in particular ends after this)
 HOLD_MAX_S = 0.5
+#: the longest keys are held, whatever they wait for (then they are replayed)
+HOLD_CAP_S = 10.0
 #: set on a key whose bindings were resolved on arrival (none applied): dropped if it bubbles back
 _RESOLVED = "_specconsole_bindings_resolved"
 
@@ -116,24 +123,65 @@ class KeyOrderMixin:
 
     _held_keys: list[events.Key] | None = None
     _hold_generation = 0
+    _hold_for: Widget | None = None  # the screen or field the hold waits for
+    _hold_submitted = False  # the hold waits for _hold_for's submission to be handled
+    _hold_since = 0.0
+    _releasing = False  # the held keys' replay is queued
 
-    def hold_keys(self) -> None:
-        """Hold the keys that arrive from now on until a text field has the focus (or ``HOLD_MAX_S``)."""
+    def hold_keys(self, waiting_for: Widget | None = None, *, submitted: bool = False) -> None:
+        """Hold the keys that arrive from now on until a text field has the focus (the one in
+        ``waiting_for``, a screen or a field, when given), or, with ``submitted``, until the
+        submission of the field ``waiting_for`` is handled (:meth:`release_held_keys`). The hold
+        also ends when what it waits for can no longer come, or after ``HOLD_CAP_S``."""
         if self._held_keys is None:
             self._held_keys = []
             self._hold_generation += 1
-            generation = self._hold_generation
-            self.set_timer(HOLD_MAX_S, lambda: self._release_if(generation))  # type: ignore[attr-defined]
+            self._hold_for, self._hold_submitted, self._hold_since = waiting_for, submitted, get_time()
+            self._check_hold_later(self._hold_generation)
 
     def release_held_keys(self) -> None:
-        """Replay the held keys, in order, through the normal key path."""
-        held, self._held_keys = self._held_keys, None
-        for key in held or ():
-            self.post_message(key)  # type: ignore[attr-defined]
+        """End the hold: the held keys, and any the app has queued behind them, are replayed in
+        order through the normal key path, from the app's message queue (callable from anywhere)."""
+        if self._held_keys is not None and not self._releasing:
+            self._releasing = True
+            self.call_later(self._replay_held_keys)  # type: ignore[attr-defined]
+
+    async def _replay_held_keys(self) -> None:
+        # Keys still in the app's queue when the release was asked for were held behind the ones
+        # held before (this runs after them); posting the held keys again would put them behind
+        # those. So they are handled here, in order, until one of them starts a new hold.
+        held, self._held_keys, self._releasing, self._hold_for = self._held_keys or [], None, False, None
+        for i, key in enumerate(held):
+            if self._held_keys is not None:  # a replayed `t`, `/` or Enter holds the rest in turn
+                self._held_keys.extend(held[i:])
+                return
+            await self.on_event(key)
+
+    def _check_hold_later(self, generation: int) -> None:
+        # the timer's callback runs outside the app's message queue: the check goes through it
+        self.set_timer(HOLD_MAX_S, lambda: self.call_later(self._release_if, generation))  # type: ignore[attr-defined]
 
     def _release_if(self, generation: int) -> None:
-        if self._held_keys is not None and generation == self._hold_generation:
+        if self._held_keys is None or self._releasing or generation != self._hold_generation:
+            return
+        if self._hold_on_its_way() and get_time() - self._hold_since < HOLD_CAP_S:
+            self._check_hold_later(generation)
+        else:
             self.release_held_keys()
+
+    def _hold_on_its_way(self) -> bool:
+        """Whether what the hold waits for can still come: the submitting field still has the
+        focus (its handler moves the focus or releases the keys), or the screen waited for is
+        still open without a text field focused in it, or the field waited for is still mounted
+        without the focus."""
+        target, focused = self._hold_for, self.focused  # type: ignore[attr-defined]
+        if target is None:
+            return False
+        if self._hold_submitted:
+            return focused is target
+        if isinstance(target, Screen):
+            return target in self.screen_stack and not isinstance(focused, Input)  # type: ignore[attr-defined]
+        return target.is_attached and focused is not target
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         """A text field took the focus: the keys held for it can go."""
@@ -173,8 +221,9 @@ class KeyOrderMixin:
                     # the field submits: what follows in the burst waits until the submission is
                     # handled (the dialog or prompt closed, or its value refused), then goes where
                     # the focus is by then (:meth:`release_held_keys`)
+                    field = self.focused  # type: ignore[attr-defined]
                     await super().on_event(event)  # type: ignore[misc]
-                    self.hold_keys()
+                    self.hold_keys(field, submitted=True)
                     return
         await super().on_event(event)  # type: ignore[misc]
 

@@ -890,6 +890,28 @@ async def test_keys_after_the_dialogs_enter_in_one_burst_act_after_it_and_a_seco
         assert app.screen is app.main_screen
 
 
+async def test_a_hold_outlasts_a_slow_app_and_keeps_the_keys_in_order(make_app, monkeypatch):
+    """A fresh-clone CI run on a loaded machine (2026-12-07): `t ... 2 0 Enter + +` left N 20.
+    The hold's 0.5 s timer had replayed the + + while the dialog's submission was still queued
+    (they reached the frozen field and were lost), and a replay posted the held keys behind
+    those still queued. With the hold's check every millisecond (an app slower than the check),
+    what the hold waits for is still on its way at every check, and the keys keep their order."""
+    import console.textual_compat as compat
+
+    monkeypatch.setattr(compat, "HOLD_MAX_S", 0.001)
+    app = make_app(["--load", "fixed:8"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
+        _burst(app, "enter", "t", "5", "enter")
+        await wait_for(pilot, lambda: app.model.gate.threshold == 5, what="N 5 sent")
+        _burst(app, "t", "end", "backspace", "2", "0", "enter", "plus", "plus")
+        await wait_for(pilot, lambda: app.model.gate.threshold == 22, what="N 20 sent, then + + -> 22")
+        view = app.main_screen.query_one(LogView)
+        _burst(app, "f", "D", "e", "c", "o", "d", "e", "enter", "p")
+        await wait_for(pilot, lambda: view.include == "Decode" and not view.follow, what="filter set, then paused")
+        assert app.is_running and app.screen is app.main_screen
+
+
 async def test_keys_after_a_log_prompts_enter_in_one_burst_act_on_the_log(make_app):
     """Fresh-user pass of 2026-12-04: `f D e c o d e Enter p` set the filter and lost the p."""
     app = make_app(["--load", "fixed:8"])

@@ -70,14 +70,16 @@ class LogPanel(Vertical):
     def on_mount(self) -> None:
         self.call_after_refresh(self.update_title)
 
-    def open_prompt(self, kind: str) -> None:
-        """Show the prompt for ``kind`` (``search``, ``include`` or ``exclude``), prefilled."""
+    def open_prompt(self, kind: str) -> LogPrompt:
+        """Show the prompt for ``kind`` (``search``, ``include`` or ``exclude``), prefilled; returns it
+        (it takes the focus once Textual has handled the focus change)."""
         prompt = self.query_one(LogPrompt)
         self.prompt_kind = kind
         prompt.placeholder = PROMPTS[kind]
         prompt.value = getattr(self.view, kind)
         prompt.remove_class("-hidden")
         prompt.focus()
+        return prompt
 
     def close_prompt(self, refocus: bool = True) -> None:
         """Hide the prompt and (``refocus``) give focus back to the log."""
