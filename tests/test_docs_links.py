@@ -69,7 +69,7 @@ def _readme_commands() -> list[str]:
 
 def test_ci_runs_the_readmes_install_and_test_commands():
     install, tests, console = _readme_commands()
-    assert (tests, console) == ("python -m pytest", "specconsole demo")
+    assert (tests, console) == ("python -m pytest -n auto", "specconsole demo")
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert install in [line.replace(" -q", "") for line in ci]
     assert tests in ci
