@@ -117,3 +117,21 @@ auto_list_p05_first() {  # auto_list_p05_first [more bench.ab_traffic arguments]
   shift_calibrated
   gate_auto 0.25
 }
+
+reserve_parts() {  # the KV reserve's three parts (bench/gpu_run_2026_12_07h.sh and later): p = 0.5 none / auto /
+  # auto + reserve at CONC (32,64,128), REPEATS (2) interleaved repeats, py-spy at 32; gate_correctness v2-topk1 on the
+  # KV-sensitive 1B pair with the reserve; unless ON_PART=0, p = 0.2 always / auto / auto + reserve at 4 / 16
+  models_p05
+  local pool t0
+  pool=$(three_pool)
+  local reserve=(--c auto --c-env SPECCONSOLE_KV_RESERVE=16 --workloads varied-closed --row-seconds 10 --interleave
+                 --max-total-tokens "$pool")
+  ab ab-reserve --models /tmp/models/8b/p0.5 --a none --b auto "${reserve[@]}" --repeats "${REPEATS:-2}" \
+    --concurrency "${CONC:-32,64,128}" --cpu-profile-row varied-closed:32
+  t0=$SECONDS
+  SPECCONSOLE_KV_RESERVE=16 python3 -m bench.gate_correctness --models /tmp/models/1b/kv-p0.2 --build 1b --kv-sensitive \
+    --configs v2-topk1 --mem-fraction 0.5 --out "$R/gate-correctness-reserve.json" --log-dir "$R/gate-logs" >"$R/gate.log" 2>&1
+  echo "gate-reserve rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
+  pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
+  [ "${ON_PART:-1}" = 0 ] || ab ab-reserve-on --a always --b auto "${reserve[@]}" --repeats 1 --concurrency 4,16
+}

@@ -21,16 +21,5 @@ export SELF=bench/gpu_run_2026_12_07h.sh
 set -uo pipefail
 source bench/gpu_ab_steps.sh
 dispatch "$@"
-models_p05
-pool=$(three_pool)
-reserve=(--c auto --c-env SPECCONSOLE_KV_RESERVE=16 --workloads varied-closed --row-seconds 10 --interleave
-         --max-total-tokens "$pool")
-ab ab-reserve --models /tmp/models/8b/p0.5 --a none --b auto "${reserve[@]}" --repeats "${REPEATS:-2}" \
-  --concurrency "${CONC:-32,64,128}" --cpu-profile-row varied-closed:32
-t0=$SECONDS
-SPECCONSOLE_KV_RESERVE=16 python3 -m bench.gate_correctness --models /tmp/models/1b/kv-p0.2 --build 1b --kv-sensitive \
-  --configs v2-topk1 --mem-fraction 0.5 --out "$R/gate-correctness-reserve.json" --log-dir "$R/gate-logs" >"$R/gate.log" 2>&1
-echo "gate-reserve rc=$? $((SECONDS - t0)) s" >>"$R/jobs.log"
-pkill -f '[l]aunch_server'; sleep 2; pkill -9 -f '[l]aunch_server'
-[ "${ON_PART:-1}" = 0 ] || ab ab-reserve-on --a always --b auto "${reserve[@]}" --repeats 1 --concurrency 4,16
+reserve_parts
 touch "$R/all.done"
