@@ -13,7 +13,14 @@ ran can be traced to its cause:
 - ``by_context``: the batch's KV tokens per request (``seq_lens_sum / bs``) in tertiles of the bucket's
   samples (``short``, ``middle``, ``long``, each with its range), e.g. an ON step slower at long
   contexts (triton's verify attends the whole prefix per token);
-- ``table``: samples whose period held an auto-table rebuild (every 64 decode steps) against the rest.
+- ``table``: samples whose period held an auto-table rebuild (every 64 decode steps) against the rest;
+- ``one_prefill_between``: the periods between two decode results of that kind with one other batch
+  between them (a prefill: its forward iteration is the one skipped), and ``extra_ms``, their median
+  less the median of ``all_steps``: what a prefill batch costs the server in that mode, which the
+  auto threshold's decode-step samples leave out (an ON server's prefill also runs the draft over
+  the prompt and drafts its first tokens; an OFF one's writes only the draft's K/V). Such a period
+  also holds any time the server sat idle between the two (one request at a time: the next one's
+  arrival), so it reads a prefill's cost only where the batch stays busy.
 
 Each group gives the sample count, mean and median step time (ms), the mean batch size (a bucket spans
 several sizes: ON samples from a drain at 5 requests and OFF ones at 4 compare unlike steps) and, for
@@ -155,6 +162,17 @@ def all_periods(steps: List[Dict[str, Any]]) -> Dict[tuple, List[tuple]]:
     return out
 
 
+def prefill_periods(steps: List[Dict[str, Any]]) -> Dict[tuple, List[tuple]]:
+    """(bucket, kind) -> every (period s, batch size) between two decode results of that kind whose
+    forward iterations are two apart (one other batch, a prefill, ran between them)."""
+    out: Dict[tuple, List[tuple]] = {}
+    for a, b in zip(steps, steps[1:]):
+        if (isinstance(a.get("i"), int) and b.get("i") == a["i"] + 2 and a["k"] == b["k"]
+                and b["t"] > a["t"]):
+            out.setdefault((auto.bucket_of(b["bs"]), b["k"]), []).append((b["t"] - a["t"], b["bs"]))
+    return out
+
+
 def _run_group(run: int) -> str:
     return "2-4" if run <= 4 else "5-16" if run <= 16 else "17+"
 
@@ -164,6 +182,7 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
     of the module docstring."""
     kept = samples(steps)
     periods = all_periods(steps)
+    with_prefill = prefill_periods(steps)
     buckets: List[Dict[str, Any]] = []
     for (index, on) in sorted({(s["bucket"], s["on"]) for s in kept}):
         group = [s for s in kept if s["bucket"] == index and s["on"] == on]
@@ -190,6 +209,11 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
                                    for name, p in zip(("short", "middle", "long"), parts)}
         entry["table"] = {"rebuilt": stats([s for s in group if s["tbl"]]),
                           "not": stats([s for s in group if not s["tbl"]])}
+        held = with_prefill.get((index, mode), [])
+        entry["one_prefill_between"] = _stats([t for t, _ in held], [], [b for _, b in held])
+        if held and every:
+            extra = statistics.median(t for t, _ in held) - statistics.median(t for t, _ in every)
+            entry["one_prefill_between"]["extra_ms"] = round(1000 * extra, 3)
         buckets.append(entry)
     return {"decode_results": len(steps), "samples": len(kept), "buckets": buckets}
 
@@ -197,14 +221,15 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
 def format_table(out: Dict[str, Any]) -> str:
     """:func:`summarize`'s result as one markdown table, a row per bucket and mode: samples, mean step
     time (ms) and batch size, ON's tokens per request, the mean step time by run position and by
-    context tertile (``-`` where a group is empty or the record has no context), and every step's."""
+    context tertile (``-`` where a group is empty or the record has no context), every step's, and
+    the periods holding one prefill: their count and median cost over a decode step's (ms)."""
     def ms(group: Optional[Dict[str, Any]]) -> str:
         return f"{group['mean_ms']:.2f}" if group and group.get("n") else "-"
 
     lines = [f"{out['decode_results']} decode results, {out['samples']} samples",
              "| batch | mode | samples | mean ms | mean bs | tok / req | run 2-4 / 5-16 / 17+ | context short / "
-             "middle / long (tokens a request) | all steps |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "middle / long (tokens a request) | all steps | one prefill between: periods, extra ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for b in out["buckets"]:
         s = b["samples"]
         run = " / ".join(ms(b["by_run_position"].get(k)) for k in ("2-4", "5-16", "17+"))
@@ -212,8 +237,10 @@ def format_table(out: Dict[str, Any]) -> str:
         context = (" / ".join(f"{ms(ctx[k])} ({ctx[k]['tokens_per_request'][0]}-{ctx[k]['tokens_per_request'][1]})"
                               for k in ("short", "middle", "long")) if ctx else "-")
         tok = f"{s['tok_per_req']:.2f}" if s.get("tok_per_req") is not None else "-"
+        pre = b["one_prefill_between"]
+        prefill = f"{pre['n']}, {pre['extra_ms']:.2f}" if "extra_ms" in pre else f"{pre['n']}, -"
         lines.append(f"| {b['batch']} | {b['mode']} | {s['n']} | {ms(s)} | {s['mean_bs']:.2f} | {tok} | {run} | "
-                     f"{context} | {ms(b['all_steps'])} |")
+                     f"{context} | {ms(b['all_steps'])} | {prefill} |")
     return "\n".join(lines)
 
 

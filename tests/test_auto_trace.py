@@ -123,6 +123,29 @@ def test_samples_soon_after_a_switch_show_apart_from_steady_ones(tmp_path):
     assert off["all_steps"]["n"] == 6 * 39
 
 
+def test_a_prefill_between_two_decode_steps_shows_as_its_cost_in_each_mode(tmp_path):
+    """Every fifth decode result of a run comes after a prefill (its forward iteration skips one):
+    ON steps 10 ms and 17 ms with the prefill, OFF steps 6 and 9 ms: the prefill costs ON 7 ms and
+    OFF 3 ms (what auto's decode-step samples leave out), and no such period is a sample."""
+    steps, t, i = [], 0.0, 0
+    for kind, step_s, with_prefill_s in (("on", 0.010, 0.017), ("off", 0.006, 0.009)) * 3:
+        for j in range(40):
+            prefill = j % 5 == 4
+            i += 2 if prefill else 1
+            t += with_prefill_s if prefill else step_s
+            steps.append({"i": i, "t": t, "k": kind, "bs": 16, "ctx": 500 * 16, "tok": 16 * (3 if kind == "on" else 1),
+                          "clean": True, "tbl": False})
+    path = tmp_path / "trace.jsonl"
+    _write(path, steps)
+    out = bench_trace.summarize(bench_trace.read_trace(path))
+    got = {b["mode"]: b for b in out["buckets"]}
+    assert got["on"]["one_prefill_between"]["extra_ms"] == pytest.approx(7.0)
+    assert got["off"]["one_prefill_between"]["extra_ms"] == pytest.approx(3.0)
+    assert got["on"]["one_prefill_between"]["n"] == 3 * 8  # 8 of each run's 40 (the first has no predecessor of its kind)
+    assert got["on"]["samples"]["median_ms"] == pytest.approx(10.0) and got["off"]["samples"]["median_ms"] == pytest.approx(6.0)
+    assert "| 16-23 | on |" in bench_trace.format_table(out) and "| 24, 7.00 |" in bench_trace.format_table(out)
+
+
 def test_a_step_time_that_grows_with_the_context_shows_in_the_tertiles(tmp_path):
     steps, t = [], 0.0
     for j in range(90):
