@@ -152,22 +152,13 @@ def samples(steps: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-def all_periods(steps: List[Dict[str, Any]]) -> Dict[tuple, List[tuple]]:
-    """(bucket, kind) -> every (period s, batch size) between two contiguous decode results of that kind."""
-    out: Dict[tuple, List[tuple]] = {}
-    for a, b in zip(steps, steps[1:]):
-        if (isinstance(a.get("i"), int) and b.get("i") == a["i"] + 1 and a["k"] == b["k"]
-                and b["t"] > a["t"]):
-            out.setdefault((auto.bucket_of(b["bs"]), b["k"]), []).append((b["t"] - a["t"], b["bs"]))
-    return out
-
-
-def prefill_periods(steps: List[Dict[str, Any]]) -> Dict[tuple, List[tuple]]:
+def all_periods(steps: List[Dict[str, Any]], gap: int = 1) -> Dict[tuple, List[tuple]]:
     """(bucket, kind) -> every (period s, batch size) between two decode results of that kind whose
-    forward iterations are two apart (one other batch, a prefill, ran between them)."""
+    forward iterations are ``gap`` apart: 1, contiguous decode steps; 2, one other batch (a prefill)
+    ran between them."""
     out: Dict[tuple, List[tuple]] = {}
     for a, b in zip(steps, steps[1:]):
-        if (isinstance(a.get("i"), int) and b.get("i") == a["i"] + 2 and a["k"] == b["k"]
+        if (isinstance(a.get("i"), int) and b.get("i") == a["i"] + gap and a["k"] == b["k"]
                 and b["t"] > a["t"]):
             out.setdefault((auto.bucket_of(b["bs"]), b["k"]), []).append((b["t"] - a["t"], b["bs"]))
     return out
@@ -182,7 +173,7 @@ def summarize(steps: List[Dict[str, Any]], min_samples: int = 8) -> Dict[str, An
     of the module docstring."""
     kept = samples(steps)
     periods = all_periods(steps)
-    with_prefill = prefill_periods(steps)
+    with_prefill = all_periods(steps, gap=2)
     buckets: List[Dict[str, Any]] = []
     for (index, on) in sorted({(s["bucket"], s["on"]) for s in kept}):
         group = [s for s in kept if s["bucket"] == index and s["on"] == on]
