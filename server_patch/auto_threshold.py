@@ -62,6 +62,20 @@ the crossover within BAND_HOLD steps of it (a hysteresis band: a switch on costs
 switch off nothing: :class:`AutoPolicy`), so a batch size hovering at the crossover cannot flip it
 every step (vLLM's dynamic speculation lost up to 10x throughput that way: vLLM issue 49548).
 
+**Prefills (opt-in, ``SPECCONSOLE_AUTO_PREFILL=1``).** The step times above are decode steps only
+(a period with a prefill in it is never a sample), but a prefill costs the two modes differently:
+an ON server's runs the draft over the prompt and drafts its first tokens, an OFF one's writes only
+the draft's K/V (h100-2026-12-08, 8B pair: ~7 ms against ~3.3-4.3 ms a prefill). Where requests
+arrive often that moves the crossover. :class:`PrefillCosts` measures, per mode, what a period
+holding one prefill costs beyond the decode step's estimate there (an EMA), and the prefills per
+second of wall time; with it on, each mode's rate is scaled by the share of a second its prefills
+leave to decode steps::
+
+    ON:  b * A(b) / t_on(b) * (1 - r * P_on)        OFF:  b / t_off(b) * (1 - r * P_off)
+
+``r``: prefill batches per second, ``P_on``, ``P_off``: a prefill's cost in each mode (s), both
+modes measured MIN_SAMPLES times first (until then neither is scaled).
+
 **TP ranks decide alike.** Step times differ a little between TP ranks, so only TP rank 0's
 estimates count: every SYNC_EVERY decode steps rank 0 computes the :class:`Table` (the crossover
 and, per bucket, whether a mode needs a probe) and the scheduler hooks broadcast it on the TP
@@ -111,6 +125,12 @@ ACCEPT_SHIFT = 0.15  # ... this share of it (a changed draft or prompt mix moves
 ACCEPT_PRIOR_REQUESTS = 256  # ... shrunk toward the recent accept length, worth this many request-steps
 IMPLY_RATIO = math.log(1.15)  # a bucket this far ahead for one mode settles the buckets beyond it ...
 IMPLY_SAMPLES = 8  # ... once it has this many samples of each mode
+PREFILL_ENV_SWITCH = "SPECCONSOLE_AUTO_PREFILL"  # 1: the rates charge each mode its prefills (off by default)
+PREFILL_ALPHA = 0.05  # EMA weight of one prefill's cost (prompt lengths vary: ~the last 40 count)
+PREFILL_OUTLIER = 10.0  # a period this many times the decode step's estimate is no prefill cost (idle between)
+RATE_DECAY = 1 - 1 / 512  # the prefill rate's window: ~the last 512 decode results
+RATE_PERIOD_MAX_S = 1.0  # a longer period (an idle server) counts this much toward the prefill rate
+DECODE_SHARE_MIN = 0.5  # a mode's share of a second left to decode steps is taken as at least this
 
 
 def bucket_of(batch_size: int) -> int:
@@ -173,27 +193,36 @@ class BucketCosts:
     accept: Ema = dataclasses.field(default_factory=Ema)
     accept_slow: Ema = dataclasses.field(default_factory=Ema)
 
-    def rates(self, batch_size: float, accept: Optional[float] = None) -> Tuple[Optional[float], Optional[float]]:
+    def rates(self, batch_size: float, accept: Optional[float] = None,
+              shares: Tuple[float, float] = (1.0, 1.0)) -> Tuple[Optional[float], Optional[float]]:
         """Expected output tok/s ``(ON, OFF)`` at ``batch_size`` (None where not measured), with
-        ``accept`` (tok/req/step; default: this bucket's own estimate) as the accept length."""
+        ``accept`` (tok/req/step; default: this bucket's own estimate) as the accept length and
+        ``shares`` the share of a second each mode leaves to decode steps (:meth:`PrefillCosts.shares`)."""
         on = off = None
         accept = accept if accept is not None else self.accept.value
         if self.t_on.value and accept:
-            on = batch_size * accept / self.t_on.value
+            on = batch_size * accept / self.t_on.value * shares[0]
         if self.t_off.value:
-            off = batch_size / self.t_off.value
+            off = batch_size / self.t_off.value * shares[1]
         return on, off
 
 
 class StepCosts:
     """The estimator: per-bucket EMAs of t_on, t_off and A from the server's decode steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefill_aware: bool = False) -> None:
         self.buckets: Dict[int, BucketCosts] = {}
         # the accept length over every ON sample, whatever its batch size, each request-step one
         # sample (a step at batch 1 is one request's 1 to num_steps + 1 tokens, as noisy as that);
         # the plain mean of the first samples
         self.accept = Ema()
+        self.prefill = PrefillCosts()  # measured always; charged to the rates when prefill_aware
+        self.prefill_aware = prefill_aware
+
+    def shares(self) -> Tuple[float, float]:
+        """``(ON, OFF)``: the share of a second each mode leaves to decode steps, as the rates
+        charge it (``(1, 1)`` unless prefill-aware: :class:`PrefillCosts`)."""
+        return self.prefill.shares() if self.prefill_aware else (1.0, 1.0)
 
     def accept_for(self, index: int) -> Optional[float]:
         """The accept length to rate bucket ``index``'s ON mode with: its own estimate while it is
@@ -299,6 +328,61 @@ class StepTimer:
         return None
 
 
+class PrefillCosts:
+    """What a prefill costs each mode beyond its decode steps, and how many come a second.
+
+    Fed every decode result (:meth:`observe`, the same moments as :class:`StepTimer`): the period
+    since the previous decode result counts toward the prefill rate (the batches between the two
+    results, at most RATE_PERIOD_MAX_S of the period: an idle server's wait is not a second without
+    prefills so much as no load), and a period of one mode with exactly one batch between (a prefill)
+    and no proof check in it gives that mode a cost sample: the period less the decode step's
+    estimate of its bucket and mode (measured MIN_SAMPLES times), unless the period is
+    PREFILL_OUTLIER times that estimate (the server sat idle between). Source of the need:
+    h100-2026-12-08's trace (``bench.auto_trace``, ``one_prefill_between``).
+    """
+
+    def __init__(self) -> None:
+        self.on = Ema()
+        self.off = Ema()
+        self._last: Optional[Tuple[Optional[int], str, float]] = None
+        self._batches = 0.0  # decayed count of the batches between decode results (prefills)
+        self._seconds = 0.0  # decayed seconds they came in
+
+    def observe(self, forward_iter: Optional[int], kind: str, now_s: float, batch_size: int, clean: bool,
+                costs: "StepCosts", step: int) -> None:
+        """The result of decode batch ``forward_iter`` (``batch_size`` requests, run as ``kind``:
+        ``on``, ``off`` or ``resume``) was processed at ``now_s`` (s); ``clean``: no proof check ran
+        since the previous result; ``costs``: the decode-step estimates; ``step``: the decode step."""
+        prev, self._last = self._last, (forward_iter, kind, now_s)
+        if prev is None or forward_iter is None or prev[0] is None:
+            return
+        gap, period = forward_iter - prev[0], now_s - prev[2]
+        if gap < 1 or not period > 0:
+            return
+        self._batches = self._batches * RATE_DECAY + (gap - 1)
+        self._seconds = self._seconds * RATE_DECAY + min(period, RATE_PERIOD_MAX_S)
+        if gap != 2 or kind != prev[1] or kind not in ("on", "off") or not clean:
+            return
+        b = costs.bucket(batch_size)
+        t = None if b is None else b.t_on if kind == "on" else b.t_off
+        if t is None or t.count < MIN_SAMPLES or not t.value or period > PREFILL_OUTLIER * t.value:
+            return
+        (self.on if kind == "on" else self.off).add(max(0.0, period - t.value), step, alpha=PREFILL_ALPHA)
+
+    def per_s(self) -> float:
+        """Prefill batches per second over the recent decode results (0 before any)."""
+        return self._batches / self._seconds if self._seconds > 0 else 0.0
+
+    def shares(self) -> Tuple[float, float]:
+        """``(ON, OFF)``: ``1 - per_s() * P`` for each mode's prefill cost ``P`` (s), at least
+        DECODE_SHARE_MIN; ``(1, 1)`` until both modes have MIN_SAMPLES cost samples (charging one
+        mode alone would favour the other)."""
+        if min(self.on.count, self.off.count) < MIN_SAMPLES or self.on.value is None or self.off.value is None:
+            return 1.0, 1.0
+        rate = self.per_s()
+        return (max(DECODE_SHARE_MIN, 1 - rate * self.on.value), max(DECODE_SHARE_MIN, 1 - rate * self.off.value))
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One bucket of the table: ``on`` (speculation preferred there), ``probe``: the mode that
@@ -350,26 +434,29 @@ class Table:
                          for e in entries), None if cross is None else int(cross))
 
 
-def log_ratio(b: BucketCosts, index: int, accept: Optional[float] = None) -> Optional[float]:
+def log_ratio(b: BucketCosts, index: int, accept: Optional[float] = None,
+              shares: Tuple[float, float] = (1.0, 1.0)) -> Optional[float]:
     """``ln(ON tok/s / OFF tok/s)`` at the middle of bucket ``index`` (with ``accept`` as the
     accept length: :meth:`StepCosts.accept_for`; default the bucket's own), or None while a mode
     has fewer than MIN_SAMPLES samples there. An estimate that went stale still counts (probes
-    refresh it; forgetting it would leave the sizes it covers to the neighbours)."""
+    refresh it; forgetting it would leave the sizes it covers to the neighbours). ``shares``:
+    :meth:`StepCosts.shares`."""
     if min(b.t_on.count, b.accept.count, b.t_off.count) < MIN_SAMPLES:
         return None
     lo, hi = bucket_range(index)
-    on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo, accept)
+    on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo, accept, shares)
     if not on_rate or not off_rate:
         return None
     return math.log(on_rate / off_rate)
 
 
-def vote(b: BucketCosts, index: int, accept: Optional[float] = None) -> float:
+def vote(b: BucketCosts, index: int, accept: Optional[float] = None,
+         shares: Tuple[float, float] = (1.0, 1.0)) -> float:
     """Bucket ``index``'s say in the crossover: positive for speculation,
     ``w * clip(ln(ON tok/s / OFF tok/s), +-LOG_CLIP)`` with ``w`` its fewer-measured mode's
     samples up to VOTE_CAP; 0 while a mode is not measured (:func:`log_ratio`) or the two are
     within MARGIN."""
-    ratio = log_ratio(b, index, accept)
+    ratio = log_ratio(b, index, accept, shares)
     if ratio is None or abs(ratio) < math.log(1 + MARGIN):
         return 0.0
     weight = min(b.t_on.count, b.t_off.count, VOTE_CAP)
@@ -459,11 +546,12 @@ def build_table(costs: StepCosts, previous: Table, step: int) -> Table:
     only every DECISIVE_STALE x STALE_STEPS (a probe of a mode at half the speed costs twice).
     """
     accepts = {i: costs.accept_for(i) for i in costs.buckets}
-    ratios = {i: log_ratio(b, i, accepts[i]) for i, b in costs.buckets.items()}
+    shares = costs.shares()
+    ratios = {i: log_ratio(b, i, accepts[i], shares) for i, b in costs.buckets.items()}
     measured = sorted(i for i, r in ratios.items() if r is not None)
     cross = previous.cross
     if measured:
-        fitted, moved = fit_crossover({i: vote(costs.buckets[i], i, accepts[i]) for i in measured}, previous.cross)
+        fitted, moved = fit_crossover({i: vote(costs.buckets[i], i, accepts[i], shares) for i in measured}, previous.cross)
         if moved:
             cross = boundary(fitted, measured)
     table = Table((), cross)
@@ -589,7 +677,7 @@ def report(costs: StepCosts, table: Table) -> List[Dict[str, Any]]:
     for index in sorted(costs.buckets):
         b = costs.buckets[index]
         lo, hi = bucket_range(index)
-        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo, costs.accept_for(index))
+        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo, costs.accept_for(index), costs.shares())
         entry = table.get(index)
         out.append({
             "lo": lo, "hi": hi,

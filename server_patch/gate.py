@@ -44,7 +44,7 @@ class SpecGate:
     ACCEPT_WINDOW = 64  # decode batches in the recent accept-length window
     FIRST_ON_STEPS = 16  # ON batches measured after each off->on switch (draft warm-up check)
 
-    def __init__(self, config: GateConfig):
+    def __init__(self, config: GateConfig, auto_prefill: bool = False):
         self.config = config
         self.spec_enabled = True
         self.current_off = False  # decision for the batch being run now
@@ -54,7 +54,7 @@ class SpecGate:
         self.switches = 0
         self.last_switch: Optional[Switch] = None
         self._accept: Deque[Tuple[int, int]] = deque(maxlen=self.ACCEPT_WINDOW)
-        self.costs = auto.StepCosts()
+        self.costs = auto.StepCosts(prefill_aware=auto_prefill)  # auto_prefill: auto_threshold.PREFILL_ENV_SWITCH
         self.policy = auto.AutoPolicy()
         self.probing = False  # the batch being run now is an auto-threshold probe
         self.probe_switch = False  # the last decision's switch entered or left a probe
@@ -140,6 +140,12 @@ class SpecGate:
         """One decode batch's measured step time (s) and output tokens (see auto_threshold)."""
         return self.costs.add(batch_size, on, step_time_s, tokens, self.decode_steps)
 
+    def record_period(self, forward_iter: Optional[int], kind: str, now_s: float, batch_size: int,
+                      clean: bool) -> None:
+        """Every decode result (``kind``: ``on``, ``off``, ``resume``) at ``now_s`` (s): the prefill
+        rate and each mode's prefill cost (auto_threshold.PrefillCosts)."""
+        self.costs.prefill.observe(forward_iter, kind, now_s, batch_size, clean, self.costs, self.decode_steps)
+
     def refresh_table(self) -> list:
         """Rebuild the auto threshold's table from this rank's estimates; returns its wire form
         (TP rank 0 broadcasts it; :meth:`set_table` installs it on every rank)."""
@@ -195,7 +201,8 @@ class SpecGate:
             return "probing: measuring this mode here"
         index = auto.bucket_of(batch_size) if batch_size else None
         b = self.costs.buckets.get(index) if index is not None else None
-        on_rate, off_rate = b.rates(batch_size, self.costs.accept_for(index)) if b is not None else (None, None)
+        on_rate, off_rate = (b.rates(batch_size, self.costs.accept_for(index), self.costs.shares()) if b is not None
+                             else (None, None))
         entry = self.policy.table.get(index) if index is not None else None
         if on_rate is not None and off_rate is not None:
             here = f"est. ON {on_rate:,.0f} vs OFF {off_rate:,.0f} tok/s"

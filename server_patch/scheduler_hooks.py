@@ -159,6 +159,7 @@ class GateRuntime:
             self.trace.add(forward_iter, now, kind, bs, auto_trace.context_tokens(batch), tokens, clean,
                            self._table_rebuilt)
         self._table_rebuilt = False
+        self.gate.record_period(forward_iter, kind, now, bs, clean)
         sample = self.step_timer.observe(forward_iter, kind, now, bs, tokens, clean=clean)
         if sample is not None and sample.tokens is not None:
             self.gate.record_step(sample.batch_size, sample.on, sample.step_time_s, sample.tokens)
@@ -414,8 +415,12 @@ def after_init_model_worker(result, scheduler, *args, **kwargs):
             raise compat.UnsupportedSetup(f"speculation gate refused: {reason}")
     except compat.UnsupportedSetup as exc:
         _refuse(str(exc))
-    runtime = GateRuntime(scheduler, SpecGate(config))
+    auto_prefill = options.switch(auto_threshold.PREFILL_ENV_SWITCH, False)
+    runtime = GateRuntime(scheduler, SpecGate(config, auto_prefill=auto_prefill))
     setattr(scheduler, GATE_ATTR, runtime)
+    if auto_prefill and config.auto:
+        logger.info("spec_gate: the auto threshold charges each mode its measured prefills (%s=1)",
+                    auto_threshold.PREFILL_ENV_SWITCH)
     runtime.prefill_graph = prefill_graph.enable(target_runner, contract.sampled,
                                                  getattr(runtime.runner, "any_rank", bool))
     try:

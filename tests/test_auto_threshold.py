@@ -858,10 +858,11 @@ def test_a_decode_result_after_a_proof_check_feeds_no_step_time_to_the_gate():
 
     from server_patch import proof, scheduler_hooks
 
-    recorded = []
+    recorded, periods = [], []
     rt = types.SimpleNamespace(step_timer=auto.StepTimer(), step_tokens=None, _checks_at_result=proof.checks_run(),
-                               gate=types.SimpleNamespace(record_step=lambda *a: recorded.append(a)), trace=None,
-                               _table_rebuilt=False)
+                               gate=types.SimpleNamespace(record_step=lambda *a: recorded.append(a),
+                                                          record_period=lambda *a: periods.append(a)),
+                               trace=None, _table_rebuilt=False)
 
     def result_of(i, checked=False):
         if checked:
@@ -873,6 +874,8 @@ def test_a_decode_result_after_a_proof_check_feeds_no_step_time_to_the_gate():
         result_of(100 + i, checked)
     # periods 101..105 are confirmed by their successors: 103 (the check ran in it) is left out
     assert len(recorded) == 4 and all(r[0] == 4 and r[1] is False and r[3] == 4 for r in recorded)
+    # every result reaches the prefill estimate (auto_threshold.PrefillCosts), the checked period marked
+    assert [(p[0], p[1], p[3], p[4]) for p in periods] == [(100 + i, "off", 4, i != 3) for i in range(7)]
     recorded.clear()
     for i in range(7):
         result_of(200 + i)
@@ -1017,3 +1020,92 @@ def test_on_poisson_arrivals_auto_is_within_3_percent_of_the_better_static_modes
         e2e = {name: _open_loop(GateConfig(t), costs, rate, 20, 0)[0]
                for name, t in (("auto", None), ("on", 10**6), ("off", 1))}
         assert e2e["auto"] <= 1.03 * min(e2e["on"], e2e["off"]), (p_wrong, rate, e2e)
+
+
+# -- prefills charged to each mode (opt-in: auto_threshold.PrefillCosts, SPECCONSOLE_AUTO_PREFILL) --------------
+
+def _tie_at_20(prefill_aware: bool) -> auto.StepCosts:
+    """Decode-step estimates where ON leads by 14% at 12-15 requests, ties (+1.5%, inside MARGIN) at
+    16-23 and trails from 24 up: t_off = 6 + 0.05 b ms, t_on = 10 + 0.5 b ms, accept length 2.9."""
+    costs = auto.StepCosts(prefill_aware=prefill_aware)
+    for step in range(40):
+        for b in (14, 20, 28, 40):
+            costs.add(b, True, (10 + 0.5 * b) / 1000, round(2.9 * b), step)
+            costs.add(b, False, (6 + 0.05 * b) / 1000, b, step)
+    return costs
+
+
+def _prefill_stream(costs: auto.StepCosts, kind: str, batch: int, every: int, prefill_s: float,
+                    results: int, i: int, t: float) -> tuple[int, float]:
+    """``results`` decode results of ``kind`` at ``batch``, each one period of the bucket's decode
+    estimate, every ``every``-th after one prefill batch (its forward iteration skipped) that took
+    ``prefill_s`` more; fed to ``costs.prefill``. Returns the next forward iteration and time."""
+    b = costs.bucket(batch)
+    step_s = (b.t_on if kind == "on" else b.t_off).value
+    for n in range(results):
+        prefill = n % every == every - 1
+        i += 2 if prefill else 1
+        t += step_s + (prefill_s if prefill else 0.0)
+        costs.prefill.observe(i, kind, t, batch, True, costs, n)
+    return i, t
+
+
+def test_a_prefill_costs_each_mode_what_its_periods_hold_beyond_a_decode_step_and_the_rate_is_per_second():
+    """ON at 14 requests with a prefill every 3rd result costing 7 ms, OFF at 28 with one every 8th
+    costing 3.3 ms (h100-2026-12-08's trace): each mode's cost is found, and the prefill rate is
+    prefills per second of the stream."""
+    costs = _tie_at_20(prefill_aware=True)
+    assert costs.prefill.shares() == (1.0, 1.0)  # nothing measured yet: neither mode is charged
+    i, t = _prefill_stream(costs, "on", 14, 3, 0.007, 600, 0, 0.0)
+    assert costs.prefill.shares() == (1.0, 1.0)  # ON alone measured: charging it alone would favour OFF
+    t0 = t
+    i, t = _prefill_stream(costs, "off", 28, 8, 0.0033, 600, i, t)
+    assert costs.prefill.on.value == pytest.approx(0.007, rel=1e-6)
+    assert costs.prefill.off.value == pytest.approx(0.0033, rel=1e-6)
+    # the rate is a decayed window over ~512 results: the OFF stream's 600 results dominate it
+    off_rate = (600 // 8) / (t - t0)
+    assert costs.prefill.per_s() == pytest.approx(off_rate, rel=0.15)
+    on_share, off_share = costs.prefill.shares()
+    assert on_share == pytest.approx(1 - costs.prefill.per_s() * 0.007)
+    assert off_share == pytest.approx(1 - costs.prefill.per_s() * 0.0033)
+
+
+def test_a_period_of_an_idle_server_a_resume_a_checked_period_or_two_batches_between_is_no_prefill_cost():
+    costs = _tie_at_20(prefill_aware=True)
+    step = costs.bucket(14).t_on.value
+    p = costs.prefill
+    p.observe(10, "on", 1.0, 14, True, costs, 0)
+    p.observe(12, "on", 1.0 + 40 * step, 14, True, costs, 1)  # idle between: 40 steps' time
+    p.observe(14, "on", 1.0 + 42 * step, 14, False, costs, 2)  # a proof check ran in it
+    p.observe(16, "resume", 1.0 + 44 * step, 14, True, costs, 3)  # another kind
+    p.observe(19, "on", 1.0 + 46 * step, 14, True, costs, 4)  # two batches between
+    assert p.on.count == 0 and p.off.count == 0
+    assert p.per_s() > 0  # ... but every batch between counts toward the rate
+
+
+def test_charging_prefills_moves_a_decode_step_tie_to_the_mode_whose_prefills_cost_less():
+    """Where decode steps tie (16-23 requests) and 16 prefills a second cost ON 7 ms and OFF 3.3 ms,
+    the prefill-aware table turns speculation off from 16 requests; without it the crossover stays
+    at 24 (the tie does not vote). At 12-15, ON's 14% decode lead still keeps speculation on."""
+    plain, aware = _tie_at_20(False), _tie_at_20(True)
+    for costs in (plain, aware):
+        for mode, prefill_s in (("on", 0.007), ("off", 0.0033)):
+            i = t = 0
+            for _ in range(8):  # prefills of both modes, a rate near 16 a second
+                i, t = _prefill_stream(costs, mode, 14 if mode == "on" else 28, 4, prefill_s, 8, i, t)
+            costs.prefill._batches, costs.prefill._seconds = 16.0, 1.0  # 16 prefills a second
+    assert plain.shares() == (1.0, 1.0)
+    on_share, off_share = aware.shares()
+    assert on_share == pytest.approx(1 - 16 * 0.007) and off_share == pytest.approx(1 - 16 * 0.0033)
+    assert auto.crossover(auto.build_table(plain, auto.Table(), 40)) == 24
+    assert auto.crossover(auto.build_table(aware, auto.Table(), 40)) == 16
+    reported = {r["lo"]: r for r in auto.report(aware, auto.build_table(aware, auto.Table(), 40))}
+    assert reported[16]["off_tok_s"] > reported[16]["on_tok_s"] and reported[12]["on_tok_s"] > reported[12]["off_tok_s"]
+
+
+def test_the_gate_takes_the_prefill_switch_and_feeds_every_decode_result_to_the_prefill_estimate():
+    gate = SpecGate(GateConfig(auto.contract.AUTO, 0), auto_prefill=True)
+    assert gate.costs.prefill_aware and not SpecGate(GateConfig(auto.contract.AUTO, 0)).costs.prefill_aware
+    gate.record_period(1, "on", 0.010, 4, True)
+    gate.record_period(3, "on", 0.030, 4, True)  # one batch between: counted toward the rate
+    assert gate.costs.prefill.per_s() == pytest.approx(1 / 0.020)

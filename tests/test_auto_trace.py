@@ -27,7 +27,7 @@ def test_each_decode_result_is_one_line_with_what_the_step_timer_saw(tmp_path):
     batch size, KV tokens, output tokens, whether a proof check ran and whether the table was rebuilt."""
     path = tmp_path / "trace.jsonl"
     rt = types.SimpleNamespace(step_timer=auto.StepTimer(), step_tokens=7, _checks_at_result=proof.checks_run(),
-                               gate=types.SimpleNamespace(record_step=lambda *a: None),
+                               gate=types.SimpleNamespace(record_step=lambda *a: None, record_period=lambda *a: None),
                                trace=auto_trace.StepTrace(str(path)), _table_rebuilt=False)
     on = types.SimpleNamespace()
     off = types.SimpleNamespace(**{scheduler_hooks.OFF_RESULT_ATTR: True})

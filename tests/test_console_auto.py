@@ -142,7 +142,7 @@ async def test_a_in_the_console_switches_the_demo_to_auto_and_back(tmp_path):
             await pilot.press("a")
             await wait_for(pilot, lambda: app.model.gate.mode == "auto", what="auto on the server")
             await wait_for(pilot, lambda: "N auto" in screen_text(app) and "auto:" in screen_text(app),
-                           timeout=10, what="auto on screen")
+                           what="auto on screen")
             await wait_for(pilot, lambda: "confirmed" in (app.model.message or ""), what="confirmed")
     finally:
         app.shutdown_server()

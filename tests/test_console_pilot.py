@@ -219,8 +219,8 @@ async def test_spec_state_flips_when_the_batch_crosses_the_threshold(make_app):
     app = make_app(["--load", "8,48", "--phase-seconds", "1.5"])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: "SPEC ON" in screen_text(app), what="SPEC ON")
-        await wait_for(pilot, lambda: "SPEC OFF" in screen_text(app), timeout=10, what="SPEC OFF")
-        await wait_for(pilot, lambda: "SPEC ON" in screen_text(app), timeout=10, what="SPEC ON again")
+        await wait_for(pilot, lambda: "SPEC OFF" in screen_text(app), what="SPEC OFF")
+        await wait_for(pilot, lambda: "SPEC ON" in screen_text(app), what="SPEC ON again")
         g = app.model.gate
         assert g.switches >= 2
         await wait_for(
@@ -236,7 +236,7 @@ async def test_server_crash_is_displayed_and_restart_offered(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
         pgid = app.proc.pgid
-        await wait_for(pilot, lambda: isinstance(app.screen, CrashScreen), timeout=10, what="crash screen")
+        await wait_for(pilot, lambda: isinstance(app.screen, CrashScreen), what="crash screen")
         await pilot.pause(0.2)
         text = screen_text(app)
         assert "exit code 3" in text
@@ -246,10 +246,10 @@ async def test_server_crash_is_displayed_and_restart_offered(make_app):
         last = app.model.process.last_lines
         assert last and not any("/server_info" in line or "/v1/loads" in line for line in last), last
         # the crashed server's leftover scheduler process is stopped too
-        await wait_for(pilot, lambda: app.proc.members() == [], timeout=10, what="group cleanup")
+        await wait_for(pilot, lambda: app.proc.members() == [], what="group cleanup")
         await pilot.press("r")
         await wait_for(pilot, lambda: app.proc.pgid != pgid and app.model.process.phase == st.PHASE_READY,
-                       timeout=10, what="restart")
+                       what="restart")
         assert "restarting the server" in log_texts(app)
 
 
@@ -266,7 +266,7 @@ async def test_quit_stops_the_launched_server_process_group(tmp_path, monkeypatc
         pgid = app.proc.pgid
         assert len(app.proc.members()) >= 3  # the server and its two "scheduler" processes
         await pilot.press("q")
-        await wait_for(pilot, lambda: app.proc.popen.returncode is not None, timeout=10, what="server exit")
+        await wait_for(pilot, lambda: app.proc.popen.returncode is not None, what="server exit")
     assert app.proc.members() == []
     from console.process import group_members
 
@@ -278,7 +278,7 @@ async def test_quit_kills_a_server_that_ignores_sigterm(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.model.gate is not None, what="spec_gate")
         await pilot.press("q")
-        await wait_for(pilot, lambda: app.proc.popen.returncode is not None, timeout=10, what="server exit")
+        await wait_for(pilot, lambda: app.proc.popen.returncode is not None, what="server exit")
     assert app.proc.popen.returncode == -9  # SIGKILL after the timeout
     assert app.proc.members() == []
 
@@ -370,7 +370,7 @@ async def test_attach_to_nothing_shows_unreachable_and_keeps_running(tmp_path):
 async def test_log_filter_search_and_pause(make_app):
     app = make_app(["--load", "8,48", "--phase-seconds", "1"])
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: "spec_gate: speculation off" in log_texts(app), timeout=10, what="switch lines")
+        await wait_for(pilot, lambda: "spec_gate: speculation off" in log_texts(app), what="switch lines")
         view = app.main_screen.query_one(LogView)
         await pilot.press("f")
         await pilot.press(*"spec_gate")
@@ -556,7 +556,7 @@ async def test_rapid_presses_each_step_the_pending_target(make_app):
         await wait_for(pilot, lambda: "→ 42 pending" in screen_text(app) or (
             app.model.pending is None and app.model.gate.threshold == 42), timeout=15, what="pending 42")
         await wait_for(pilot, lambda: app.model.pending is None and app.model.gate.threshold == 42,
-                       timeout=10, what="confirmation of 42")
+                       what="confirmation of 42")
         assert (await server_gate(app.cfg.url))["threshold"] == 42
         await pilot.pause(0.2)
         requests = [t for t in log_texts(app).splitlines() if "request threshold" in t]
@@ -583,7 +583,7 @@ async def test_rapid_presses_stop_at_max_running_requests(make_app):
         for _ in range(5):
             app.post_message(events.Key("plus", "+"))
         await wait_for(pilot, lambda: app.model.pending is None and app.model.gate.threshold == 34,
-                       timeout=10, what="threshold 34")
+                       what="threshold 34")
         assert "refused: above max running requests 34" in log_texts(app)
         server_log = app.cfg.log_path.read_text()
         assert "rejected" not in server_log  # nothing out of range reached the server
@@ -659,7 +659,7 @@ async def test_a_server_that_takes_the_port_during_startup_or_after_a_crash_is_i
             await pilot.pause(0.2)
             assert "another process holds the port" in (app.model.message or "")
             # ours cannot bind and exits; the console stops polling the port
-            await wait_for(pilot, lambda: app.model.process.phase == st.PHASE_CRASHED, timeout=10, what="crash")
+            await wait_for(pilot, lambda: app.model.process.phase == st.PHASE_CRASHED, what="crash")
             assert "Address already in use" in "\n".join(app.model.process.last_lines) or \
                 "could not bind" in "\n".join(app.model.process.last_lines)
             await pilot.press("escape")
@@ -729,7 +729,7 @@ async def test_notices_follow_the_server_after_a_freeze(tmp_path):
             assert "server not answering (timed out): threshold not changed" in notifications(app)
             os.killpg(srv.proc.pid, signal.SIGCONT)  # the frozen request is served now
             await wait_for(pilot, lambda: app.model.gate.threshold == 33 and app.model.connection.reachable,
-                           timeout=10, what="late change visible")
+                           what="late change visible")
             await wait_for(pilot, lambda: "confirmed" in (app.model.message or ""), what="late confirmation")
             await pilot.pause(0.2)
             top = "\n".join(screen_text(app).splitlines()[:10])  # header, Speculation and Load panels
