@@ -674,10 +674,11 @@ def report(costs: StepCosts, table: Table) -> List[Dict[str, Any]]:
     tok/s ON and OFF at its middle, the sample counts, the accept length its ON estimate uses
     (:meth:`StepCosts.accept_for`), the preferred mode."""
     out = []
+    shares = costs.shares()
     for index in sorted(costs.buckets):
         b = costs.buckets[index]
         lo, hi = bucket_range(index)
-        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo, costs.accept_for(index), costs.shares())
+        on_rate, off_rate = b.rates((lo + hi) / 2 if hi is not None else lo, costs.accept_for(index), shares)
         entry = table.get(index)
         out.append({
             "lo": lo, "hi": hi,
