@@ -44,6 +44,7 @@ class _Mode:
 class _Batch:
     def __init__(self, bs: int):
         self.forward_mode = _Mode()
+        self.forward_iter = 0  # advanced a step at a time: the step timer and prefill estimate see contiguous results
         self.reqs = [types.SimpleNamespace(spec_verify_ct=0, spec_num_correct_drafts=0,
                                            spec_correct_drafts_histogram=[]) for _ in range(bs)]
 
@@ -104,6 +105,7 @@ def step_functions(bs: int) -> Dict[str, Any]:
         update(sched, bs, correct)
 
     def hooked_step(sched):
+        batch.forward_iter += 1
         sh.after_get_next_batch_to_run(batch, sched)
         res = sched.draft_worker.forward_batch_generation(batch)
         sh.around_resolve_spec_overlap_tokens(resolve, sched, res, batch)
